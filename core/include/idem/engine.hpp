@@ -1,0 +1,135 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "idem/clock.hpp"
+#include "idem/fingerprint.hpp"
+#include "idem/http_view.hpp"
+#include "idem/key.hpp"
+#include "idem/record.hpp"
+#include "idem/store.hpp"
+
+namespace idem {
+
+using namespace std::chrono_literals;
+
+/// What to do when an in-progress record's lease has run out (its holder probably crashed).
+enum class LeaseExpiry : std::uint8_t {
+  reexecute,  ///< take over and execute again
+  unknown,    ///< answer 409 idempotency_outcome_unknown until an operator resolves the key
+};
+
+/// Everything that decides how one route's requests are treated; defaults are SPEC's.
+struct Policy {
+  std::string key_header = "Idempotency-Key";
+  bool key_required = false;  ///< true: a request without a key is refused (400)
+  KeyRules key;
+  Millis lease = 60s;
+  Millis retention = 24h;
+  std::chrono::seconds retry_after = 1s;  ///< advertised with 409 in_use and 503
+  bool store_server_errors = false;       ///< true: 5xx are stored and replayed (Stripe-style)
+  LeaseExpiry on_lease_expiry = LeaseExpiry::reexecute;
+  FingerprintOptions fingerprint;
+};
+
+/// What the engine decided about a request.
+enum class Verdict : std::uint8_t {
+  pass_through,       ///< not an idempotent request (safe method, or no key on an optional route)
+  execute,            ///< the caller holds the key: run the operation, then finish()
+  replay,             ///< answer with the stored response
+  in_use,             ///< 409 idempotency_key_in_use, with Retry-After
+  mismatch,           ///< 422 idempotency_key_mismatch
+  outcome_unknown,    ///< 409 idempotency_outcome_unknown
+  key_missing,        ///< 400 idempotency_key_missing
+  key_invalid,        ///< 400 idempotency_key_invalid
+  store_unavailable,  ///< 503 idempotency_store_unavailable, with Retry-After; nothing executed
+};
+
+/// "pass_through", "execute", ... (metric labels, logs).
+std::string_view to_string(Verdict verdict);
+
+/// Proof that the caller holds a key; finish it exactly once.
+struct Ticket {
+  Fence fence;
+  std::string request_hash;
+  ClaimKind kind = ClaimKind::fresh;
+  TimePoint lease_expires{};
+  Millis retention = 24h;
+  bool store_server_errors = false;
+};
+
+/// The engine's answer to begin().
+struct Decision {
+  Verdict verdict = Verdict::pass_through;
+  std::optional<Ticket> ticket;          ///< for execute
+  std::optional<StoredResponse> replay;  ///< for replay
+  std::chrono::seconds retry_after{0};   ///< for in_use and store_unavailable
+  std::string detail;                    ///< a sentence for the client and the log
+  std::optional<StoreError> store_error; ///< for store_unavailable
+};
+
+/// What finish() should do with a response (SPEC §4.3).
+enum class Disposition : std::uint8_t {
+  store,    ///< completed, replayed from now on
+  release,  ///< deleted: the next retry executes (408, 409, 425, 429)
+  fail,     ///< failed_retryable: the next retry executes again (5xx)
+};
+
+/// The storage rule of SPEC §4.3 for a response status.
+Disposition classify_status(int status, bool store_server_errors);
+
+/// What happened to the record when an execution finished.
+enum class FinishStatus : std::uint8_t {
+  stored,            ///< completed; replays will return this response
+  released,          ///< deleted; the next request executes
+  failed_retryable,  ///< marked; the next request executes again
+  fenced_out,        ///< the lease was lost to another holder; nothing was written
+};
+
+/// "stored", "released", ...
+std::string_view to_string(FinishStatus status);
+
+/// Safe methods are never handled (SPEC §3): GET, HEAD, OPTIONS, TRACE.
+bool is_safe_method(std::string_view method);
+
+/// Decides execute / replay / reject for requests and records their outcomes (SPEC §4).
+/// Thread-safe; holds no per-request state. Callbacks run wherever the store calls back.
+class Engine {
+ public:
+  explicit Engine(Store& store, const Clock& clock = SystemClock::instance());
+
+  /// Validates the key, fingerprints the request and claims (tenant, key). `request` is read
+  /// before begin returns, so its buffers need not outlive the call.
+  void begin(const Policy& policy, const RequestView& request, std::string tenant,
+             std::move_only_function<void(Decision)> done);
+
+  /// Records the operation's response according to classify_status, fenced by the ticket.
+  void finish(const Ticket& ticket, StoredResponse response, Callback<FinishStatus> done);
+
+  /// Deletes the record so the next retry executes: for operations known not to have happened
+  /// (the upstream could not be reached before the request was sent).
+  void release(const Ticket& ticket, Callback<FinishStatus> done);
+
+  // Blocking forms, for threads that may wait. Never call them on an event-loop thread.
+  Decision begin_and_wait(const Policy& policy, const RequestView& request, std::string tenant);
+  StoreResult<FinishStatus> finish_and_wait(const Ticket& ticket, StoredResponse response);
+  StoreResult<FinishStatus> release_and_wait(const Ticket& ticket);
+
+  /// The store this engine decides with.
+  Store& store() { return store_; }
+  /// The clock this engine reads.
+  const Clock& clock() const { return clock_; }
+
+ private:
+  Store& store_;
+  const Clock& clock_;
+};
+
+/// A fresh, nonzero, unpredictable fencing token (OpenSSL's CSPRNG).
+std::uint64_t new_fencing_token();
+
+}  // namespace idem

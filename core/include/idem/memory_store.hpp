@@ -1,0 +1,30 @@
+#pragma once
+
+#include <map>
+#include <mutex>
+
+#include "idem/store.hpp"
+
+namespace idem {
+
+/// Records in a mutex-guarded map: for tests and single-process use. Nothing survives the
+/// process. Callbacks run inline, on the caller's thread, before each call returns.
+class MemoryStore final : public Store {
+ public:
+  void claim(ClaimRequest request, Callback<ClaimResult> done) override;
+  void complete(CompleteRequest request, Callback<FenceStatus> done) override;
+  void fail(FailRequest request, Callback<FenceStatus> done) override;
+  void release(Fence fence, Callback<FenceStatus> done) override;
+  void get(RecordId id, Callback<std::optional<Record>> done) override;
+  void purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) override;
+  void ping(Callback<Done> done) override;
+
+ private:
+  using Key = std::pair<std::string, std::string>;
+  Record* find_held(const Fence& fence);  // requires mutex_
+
+  std::mutex mutex_;
+  std::map<Key, Record> records_;
+};
+
+}  // namespace idem

@@ -1,0 +1,45 @@
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace idem {
+
+/// Why a store call failed. Expected outcomes (mismatch, in progress, ...) are not errors.
+enum class StoreErrc : std::uint8_t {
+  unavailable,  ///< cannot reach the store (down, connection refused, lock held by another process too long)
+  timeout,      ///< the store did not answer in time; a write may or may not have happened
+  corrupt,      ///< the store answered with data this version cannot read
+  internal,     ///< a bug or an unexpected answer
+};
+
+/// "unavailable", "timeout", ...
+std::string_view to_string(StoreErrc code);
+
+/// A failed store call: what happened, and what the caller may do about it.
+struct StoreError {
+  StoreErrc code = StoreErrc::internal;
+  std::string message;
+  /// True when a write may have been applied even though the call failed (e.g. COMMIT lost).
+  bool in_doubt = false;
+
+  /// Whether the same call may succeed if tried again later.
+  bool retryable() const { return code == StoreErrc::unavailable || code == StoreErrc::timeout; }
+};
+
+/// A store call's value or its error.
+template <class T>
+using StoreResult = std::expected<T, StoreError>;
+
+/// std::expected has no void-like "ok" we can name in callbacks; this is it.
+struct Done {};
+
+/// How asynchronous calls report completion. May run on any thread, possibly before the call
+/// that scheduled it returns; it must not block.
+template <class T>
+using Callback = std::move_only_function<void(StoreResult<T>)>;
+
+}  // namespace idem

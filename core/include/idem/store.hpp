@@ -1,0 +1,144 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "idem/clock.hpp"
+#include "idem/record.hpp"
+#include "idem/result.hpp"
+
+namespace idem {
+
+/// The identity of a record.
+struct RecordId {
+  std::string tenant;
+  std::string key;
+};
+
+/// A claim: "make (tenant, key) mine, unless someone already owns or finished it".
+/// All times come from the caller's clock, so every store decides expiry the same way.
+struct ClaimRequest {
+  RecordId id;
+  std::string request_hash;
+  std::uint64_t token = 0;  ///< the fencing token installed if this claim wins
+  TimePoint now{};
+  TimePoint lease_expires{};  ///< now + lease
+  TimePoint expires{};        ///< now + retention: the record is forgotten after this
+  /// What to do with an in-progress record whose lease ran out: take it over (true) or report
+  /// the outcome as unknown (false, `on_lease_expiry = "unknown"`).
+  bool take_over_expired_lease = true;
+};
+
+/// What a claim found. Exactly one of these, decided atomically in the store.
+enum class ClaimStatus : std::uint8_t {
+  claimed,          ///< the caller now holds the record (fresh, or taken over); execute
+  mismatch,         ///< a record exists with another request hash; untouched
+  completed,        ///< a completed record with the same hash; replay it
+  in_progress,      ///< someone holds a valid lease
+  outcome_unknown,  ///< the lease expired and the policy forbids takeover
+};
+
+/// How a successful claim came about; anything but `fresh` is a takeover.
+enum class ClaimKind : std::uint8_t { fresh, after_lease_expiry, after_failure };
+
+/// The answer to a claim. `record` is the record after the claim: the caller's own for
+/// `claimed`, the stored one otherwise (with its response for `completed`).
+struct ClaimResult {
+  ClaimStatus status = ClaimStatus::claimed;
+  ClaimKind kind = ClaimKind::fresh;
+  Record record;
+};
+
+/// A holder's proof of ownership: a write succeeds only while the record still carries `token`.
+struct Fence {
+  RecordId id;
+  std::uint64_t token = 0;
+};
+
+/// Store the response; the record becomes `completed` until `expires`.
+struct CompleteRequest {
+  Fence fence;
+  StoredResponse response;
+  TimePoint now{};
+  TimePoint expires{};
+};
+
+/// The record becomes `failed_retryable`: the next claim with the same hash executes again.
+struct FailRequest {
+  Fence fence;
+  TimePoint now{};
+  TimePoint expires{};
+};
+
+/// Whether a fenced write found the caller still holding the record.
+enum class FenceStatus : std::uint8_t {
+  ok,    ///< applied
+  lost,  ///< the record is gone or carries another token; nothing was changed
+};
+
+/// Durable storage of idempotency records (SPEC §6).
+///
+/// Every operation is asynchronous: it returns at once and reports through its callback, which
+/// may run on a thread of the store's own and may run before the call returns. Callers that can
+/// block use BlockingStore. A store decides each operation atomically, also against other
+/// processes sharing it.
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  /// Atomically claims a key, or reports why not (SPEC §4.2).
+  virtual void claim(ClaimRequest request, Callback<ClaimResult> done) = 0;
+
+  /// Completes a record the caller holds, storing its response.
+  virtual void complete(CompleteRequest request, Callback<FenceStatus> done) = 0;
+
+  /// Marks a record the caller holds as failed_retryable.
+  virtual void fail(FailRequest request, Callback<FenceStatus> done) = 0;
+
+  /// Deletes a record the caller holds, so the next request executes as if it never came.
+  virtual void release(Fence fence, Callback<FenceStatus> done) = 0;
+
+  /// Reads a record, expired or not; nullopt when absent.
+  virtual void get(RecordId id, Callback<std::optional<Record>> done) = 0;
+
+  /// Deletes up to `limit` records whose `expires` is at or before `now`; reports how many.
+  virtual void purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) = 0;
+
+  /// Checks that the store answers (for readiness probes).
+  virtual void ping(Callback<Done> done) = 0;
+};
+
+/// Blocking adapter over a Store, for threads that may wait (tests, tools, library users).
+/// Never use it on an event-loop thread.
+class BlockingStore {
+ public:
+  explicit BlockingStore(Store& store) : store_(store) {}
+
+  StoreResult<ClaimResult> claim(ClaimRequest request);
+  StoreResult<FenceStatus> complete(CompleteRequest request);
+  StoreResult<FenceStatus> fail(FailRequest request);
+  StoreResult<FenceStatus> release(Fence fence);
+  StoreResult<std::optional<Record>> get(RecordId id);
+  StoreResult<std::size_t> purge_expired(TimePoint now, std::size_t limit);
+  StoreResult<Done> ping();
+
+ private:
+  Store& store_;
+};
+
+/// The decision a claim must take given the record currently stored (nullopt: none, or one past
+/// its `expires`). Every store applies exactly this rule inside its own atomic step; stores that
+/// run it in-process (memory, SQLite) call it directly, the others mirror it in their language.
+/// Returns the status and, for `claimed`, how it came about.
+struct ClaimDecision {
+  ClaimStatus status;
+  ClaimKind kind = ClaimKind::fresh;
+};
+ClaimDecision decide_claim(const std::optional<Record>& current, const ClaimRequest& request);
+
+/// The record a winning claim writes.
+Record claimed_record(const ClaimRequest& request, const std::optional<Record>& previous);
+
+}  // namespace idem

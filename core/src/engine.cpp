@@ -1,0 +1,215 @@
+#include "idem/engine.hpp"
+
+#include <openssl/rand.h>
+
+#include <array>
+#include <cstring>
+#include <future>
+#include <stdexcept>
+#include <vector>
+
+namespace idem {
+
+std::string_view to_string(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::pass_through: return "pass_through";
+    case Verdict::execute: return "execute";
+    case Verdict::replay: return "replay";
+    case Verdict::in_use: return "in_use";
+    case Verdict::mismatch: return "mismatch";
+    case Verdict::outcome_unknown: return "outcome_unknown";
+    case Verdict::key_missing: return "key_missing";
+    case Verdict::key_invalid: return "key_invalid";
+    case Verdict::store_unavailable: return "store_unavailable";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(FinishStatus status) {
+  switch (status) {
+    case FinishStatus::stored: return "stored";
+    case FinishStatus::released: return "released";
+    case FinishStatus::failed_retryable: return "failed_retryable";
+    case FinishStatus::fenced_out: return "fenced_out";
+  }
+  return "unknown";
+}
+
+Disposition classify_status(int status, bool store_server_errors) {
+  // These say "not processed, try again": storing them would make the retry replay a refusal.
+  if (status == 408 || status == 409 || status == 425 || status == 429) return Disposition::release;
+  if (status >= 500) return store_server_errors ? Disposition::store : Disposition::fail;
+  return Disposition::store;
+}
+
+bool is_safe_method(std::string_view method) {
+  return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "TRACE";
+}
+
+std::uint64_t new_fencing_token() {
+  std::uint64_t token = 0;
+  while (token == 0) {
+    std::array<unsigned char, sizeof token> bytes{};
+    if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
+      // Without a CSPRNG fencing is unsafe; this only happens on a broken system.
+      throw std::runtime_error("OpenSSL RAND_bytes failed: no entropy for fencing tokens");
+    }
+    std::memcpy(&token, bytes.data(), sizeof token);
+  }
+  return token;
+}
+
+Engine::Engine(Store& store, const Clock& clock) : store_(store), clock_(clock) {}
+
+namespace {
+
+Decision refuse(Verdict verdict, std::string detail, std::chrono::seconds retry_after = {}) {
+  Decision d;
+  d.verdict = verdict;
+  d.detail = std::move(detail);
+  d.retry_after = retry_after;
+  return d;
+}
+
+// The parts of a Policy a decision needs once the store has answered; copied into the callback
+// so the caller's Policy need not outlive begin().
+struct Terms {
+  std::chrono::seconds retry_after;
+  Millis retention;
+  bool store_server_errors;
+};
+
+Decision decision_from_claim(const Terms& policy, const ClaimRequest& request, ClaimResult claim) {
+  switch (claim.status) {
+    case ClaimStatus::claimed: {
+      Decision d;
+      d.verdict = Verdict::execute;
+      d.ticket = Ticket{Fence{request.id, request.token}, request.request_hash, claim.kind,
+                        request.lease_expires, policy.retention, policy.store_server_errors};
+      return d;
+    }
+    case ClaimStatus::completed: {
+      Decision d;
+      d.verdict = Verdict::replay;
+      d.replay = std::move(claim.record.response);
+      if (!d.replay) {
+        // A completed record without a response can only come from a damaged store.
+        return refuse(Verdict::store_unavailable, "the stored response for this key is unreadable",
+                      policy.retry_after);
+      }
+      return d;
+    }
+    case ClaimStatus::mismatch:
+      return refuse(Verdict::mismatch,
+                    "this key was already used with a different request; use a new key for a new "
+                    "request");
+    case ClaimStatus::in_progress:
+      return refuse(Verdict::in_use, "a request with this key is being processed; retry later",
+                    policy.retry_after);
+    case ClaimStatus::outcome_unknown:
+      return refuse(Verdict::outcome_unknown,
+                    "a request with this key started but its outcome is unknown; an operator must "
+                    "resolve the key");
+  }
+  return refuse(Verdict::store_unavailable, "unexpected claim status", policy.retry_after);
+}
+
+}  // namespace
+
+void Engine::begin(const Policy& policy, const RequestView& request, std::string tenant,
+                   std::move_only_function<void(Decision)> done) {
+  if (is_safe_method(request.method)) return done(Decision{});
+
+  std::vector<std::string_view> key_values;
+  for (const auto& h : request.headers) {
+    if (iequals(h.name, policy.key_header)) key_values.push_back(h.value);
+  }
+  if (key_values.empty() && !policy.key_required) return done(Decision{});
+
+  auto key = parse_key(key_values, policy.key);
+  if (!key) {
+    const auto verdict = key.error().code == KeyErrc::missing ? Verdict::key_missing : Verdict::key_invalid;
+    return done(refuse(verdict, std::move(key.error().detail)));
+  }
+
+  const TimePoint now = clock_.now();
+  ClaimRequest claim;
+  claim.id = RecordId{std::move(tenant), std::move(*key)};
+  claim.request_hash = fingerprint(request, policy.fingerprint);
+  claim.token = new_fencing_token();
+  claim.now = now;
+  claim.lease_expires = now + policy.lease;
+  claim.expires = now + std::max(policy.retention, policy.lease);
+  claim.take_over_expired_lease = policy.on_lease_expiry == LeaseExpiry::reexecute;
+
+  const Terms terms{policy.retry_after, policy.retention, policy.store_server_errors};
+  ClaimRequest copy = claim;  // the store consumes its request; the decision needs its fields
+  store_.claim(std::move(claim), [terms, copy = std::move(copy),
+                                  done = std::move(done)](StoreResult<ClaimResult> result) mutable {
+    if (!result) {
+      Decision d = refuse(Verdict::store_unavailable,
+                          "the idempotency store is unavailable; nothing was executed, retry later",
+                          terms.retry_after);
+      d.store_error = std::move(result.error());
+      return done(std::move(d));
+    }
+    done(decision_from_claim(terms, copy, std::move(*result)));
+  });
+}
+
+void Engine::finish(const Ticket& ticket, StoredResponse response, Callback<FinishStatus> done) {
+  auto on_fence = [](FinishStatus success) {
+    return [success](StoreResult<FenceStatus> r) -> StoreResult<FinishStatus> {
+      if (!r) return std::unexpected(std::move(r.error()));
+      return *r == FenceStatus::ok ? success : FinishStatus::fenced_out;
+    };
+  };
+  const TimePoint now = clock_.now();
+  switch (classify_status(response.status, ticket.store_server_errors)) {
+    case Disposition::store:
+      store_.complete(CompleteRequest{ticket.fence, std::move(response), now, now + ticket.retention},
+                      [map = on_fence(FinishStatus::stored), done = std::move(done)](auto r) mutable {
+                        done(map(std::move(r)));
+                      });
+      return;
+    case Disposition::fail:
+      store_.fail(FailRequest{ticket.fence, now, now + ticket.retention},
+                  [map = on_fence(FinishStatus::failed_retryable), done = std::move(done)](auto r) mutable {
+                    done(map(std::move(r)));
+                  });
+      return;
+    case Disposition::release:
+      release(ticket, std::move(done));
+      return;
+  }
+}
+
+void Engine::release(const Ticket& ticket, Callback<FinishStatus> done) {
+  store_.release(ticket.fence, [done = std::move(done)](StoreResult<FenceStatus> r) mutable {
+    if (!r) return done(std::unexpected(std::move(r.error())));
+    done(*r == FenceStatus::ok ? FinishStatus::released : FinishStatus::fenced_out);
+  });
+}
+
+Decision Engine::begin_and_wait(const Policy& policy, const RequestView& request, std::string tenant) {
+  std::promise<Decision> promise;
+  auto future = promise.get_future();
+  begin(policy, request, std::move(tenant), [&promise](Decision d) { promise.set_value(std::move(d)); });
+  return future.get();
+}
+
+StoreResult<FinishStatus> Engine::finish_and_wait(const Ticket& ticket, StoredResponse response) {
+  std::promise<StoreResult<FinishStatus>> promise;
+  auto future = promise.get_future();
+  finish(ticket, std::move(response), [&promise](auto r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+StoreResult<FinishStatus> Engine::release_and_wait(const Ticket& ticket) {
+  std::promise<StoreResult<FinishStatus>> promise;
+  auto future = promise.get_future();
+  release(ticket, [&promise](auto r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+}  // namespace idem

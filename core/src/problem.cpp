@@ -1,0 +1,98 @@
+#include "idem/problem.hpp"
+
+#include <cstdio>
+
+namespace idem {
+namespace {
+
+// JSON string literal for text we produce ourselves (codes, titles, details); control characters
+// are escaped so a detail quoting client input cannot break the document.
+void append_json_string(std::string& out, std::string_view s) {
+  out.push_back('"');
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char escape[8];
+          std::snprintf(escape, sizeof escape, "\\u%04x", c);
+          out += escape;
+        } else {
+          out.push_back(ch);
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+}  // namespace
+
+Problem make_problem(int status, std::string code, std::string title, std::string detail) {
+  Problem p;
+  p.status = status;
+  p.code = std::move(code);
+  p.title = std::move(title);
+  p.detail = std::move(detail);
+  return p;
+}
+
+std::optional<Problem> problem_for(const Decision& decision) {
+  switch (decision.verdict) {
+    case Verdict::pass_through:
+    case Verdict::execute:
+    case Verdict::replay:
+      return std::nullopt;
+    case Verdict::key_missing:
+      return make_problem(400, "idempotency_key_missing", "Idempotency-Key is missing", decision.detail);
+    case Verdict::key_invalid:
+      return make_problem(400, "idempotency_key_invalid", "Idempotency-Key is invalid", decision.detail);
+    case Verdict::in_use: {
+      auto p = make_problem(409, "idempotency_key_in_use", "A request with this key is in progress",
+                            decision.detail);
+      p.retry_after_seconds = std::max<long>(1, decision.retry_after.count());
+      return p;
+    }
+    case Verdict::outcome_unknown:
+      return make_problem(409, "idempotency_outcome_unknown",
+                          "The outcome of the request with this key is unknown", decision.detail);
+    case Verdict::mismatch: {
+      auto p = make_problem(422, "idempotency_key_mismatch",
+                            "This key was used with a different request", decision.detail);
+      p.conflict = true;
+      return p;
+    }
+    case Verdict::store_unavailable: {
+      auto p = make_problem(503, "idempotency_store_unavailable", "The idempotency store is unavailable",
+                            decision.detail);
+      p.retry_after_seconds = std::max<long>(1, decision.retry_after.count());
+      return p;
+    }
+  }
+  return std::nullopt;
+}
+
+Problem request_too_large(std::string detail) {
+  return make_problem(413, "request_too_large", "The request is too large", std::move(detail));
+}
+
+std::string problem_json(const Problem& problem) {
+  std::string out;
+  out.reserve(160 + problem.detail.size());
+  out += "{\"type\":";
+  append_json_string(out, "https://idem.dev/problems/" + problem.code);
+  out += ",\"title\":";
+  append_json_string(out, problem.title);
+  out += ",\"status\":" + std::to_string(problem.status) + ",\"detail\":";
+  append_json_string(out, problem.detail);
+  out += ",\"code\":";
+  append_json_string(out, problem.code);
+  out += "}";
+  return out;
+}
+
+}  // namespace idem

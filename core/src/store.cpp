@@ -1,0 +1,74 @@
+#include "idem/store.hpp"
+
+#include <future>
+
+namespace idem {
+namespace {
+
+// Runs one asynchronous store call and waits for its callback.
+template <class T, class Call>
+StoreResult<T> wait_for(Call&& call) {
+  std::promise<StoreResult<T>> promise;
+  auto future = promise.get_future();
+  call([&promise](StoreResult<T> result) { promise.set_value(std::move(result)); });
+  return future.get();
+}
+
+}  // namespace
+
+StoreResult<ClaimResult> BlockingStore::claim(ClaimRequest request) {
+  return wait_for<ClaimResult>([&](auto cb) { store_.claim(std::move(request), std::move(cb)); });
+}
+StoreResult<FenceStatus> BlockingStore::complete(CompleteRequest request) {
+  return wait_for<FenceStatus>([&](auto cb) { store_.complete(std::move(request), std::move(cb)); });
+}
+StoreResult<FenceStatus> BlockingStore::fail(FailRequest request) {
+  return wait_for<FenceStatus>([&](auto cb) { store_.fail(std::move(request), std::move(cb)); });
+}
+StoreResult<FenceStatus> BlockingStore::release(Fence fence) {
+  return wait_for<FenceStatus>([&](auto cb) { store_.release(std::move(fence), std::move(cb)); });
+}
+StoreResult<std::optional<Record>> BlockingStore::get(RecordId id) {
+  return wait_for<std::optional<Record>>([&](auto cb) { store_.get(std::move(id), std::move(cb)); });
+}
+StoreResult<std::size_t> BlockingStore::purge_expired(TimePoint now, std::size_t limit) {
+  return wait_for<std::size_t>([&](auto cb) { store_.purge_expired(now, limit, std::move(cb)); });
+}
+StoreResult<Done> BlockingStore::ping() {
+  return wait_for<Done>([&](auto cb) { store_.ping(std::move(cb)); });
+}
+
+ClaimDecision decide_claim(const std::optional<Record>& current, const ClaimRequest& request) {
+  if (!current || current->expires <= request.now) return {ClaimStatus::claimed, ClaimKind::fresh};
+  // A different request under the same key is refused whatever the record's state, and the
+  // record is left as it is: a mismatch never poisons the key.
+  if (current->request_hash != request.request_hash) return {ClaimStatus::mismatch};
+  switch (current->state) {
+    case RecordState::completed:
+      return {ClaimStatus::completed};
+    case RecordState::failed_retryable:
+      return {ClaimStatus::claimed, ClaimKind::after_failure};
+    case RecordState::in_progress:
+      if (current->lease_expires > request.now) return {ClaimStatus::in_progress};
+      if (!request.take_over_expired_lease) return {ClaimStatus::outcome_unknown};
+      return {ClaimStatus::claimed, ClaimKind::after_lease_expiry};
+  }
+  return {ClaimStatus::in_progress};  // unreachable: every state is handled above
+}
+
+Record claimed_record(const ClaimRequest& request, const std::optional<Record>& previous) {
+  Record r;
+  r.tenant = request.id.tenant;
+  r.key = request.id.key;
+  r.state = RecordState::in_progress;
+  r.request_hash = request.request_hash;
+  r.fencing_token = request.token;
+  r.lease_expires = request.lease_expires;
+  // A takeover continues the same operation, so it keeps the first attempt's creation time.
+  const bool takeover = previous && previous->expires > request.now;
+  r.created = takeover ? previous->created : request.now;
+  r.expires = request.expires;
+  return r;
+}
+
+}  // namespace idem

@@ -1,0 +1,70 @@
+#include "connection.hpp"
+
+#include <format>
+
+namespace idem::sqlite_detail {
+
+StoreError map_error(int code, std::string_view what, sqlite3* db) {
+  StoreError error;
+  switch (code & 0xff) {
+    // Another writer (maybe another process) held the lock past busy_timeout: try again later.
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_PROTOCOL:  // lost a race on the WAL's locks; transient by SQLite's own account
+      error.code = StoreErrc::unavailable;
+      break;
+    // The disk or the file is the problem, not the data: an operator can fix it, then retry.
+    case SQLITE_IOERR:
+    case SQLITE_FULL:
+    case SQLITE_CANTOPEN:
+      error.code = StoreErrc::unavailable;
+      break;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      error.code = StoreErrc::corrupt;
+      break;
+    default:
+      error.code = StoreErrc::internal;
+      break;
+  }
+  const char* detail = db ? sqlite3_errmsg(db) : sqlite3_errstr(code);
+  error.message = std::format("sqlite: {}: {} (code {})", what, detail, code);
+  return error;
+}
+
+StoreResult<Connection> open_connection(const std::string& path, int busy_timeout_ms) {
+  sqlite3* raw = nullptr;
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  Connection db(raw);  // closes even a half-opened handle
+  if (rc != SQLITE_OK) return std::unexpected(map_error(rc, std::format("open {}", path), db.get()));
+  sqlite3_extended_result_codes(db.get(), 1);
+  sqlite3_busy_timeout(db.get(), busy_timeout_ms);
+  return db;
+}
+
+StoreResult<Done> exec(sqlite3* db, const char* sql, std::string_view what) {
+  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return std::unexpected(map_error(rc, what, db));
+  return Done{};
+}
+
+StoreResult<Statement> Statement::prepare(sqlite3* db, std::string_view sql) {
+  sqlite3_stmt* stmt = nullptr;
+  const int rc = sqlite3_prepare_v3(db, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT, &stmt,
+                                    nullptr);
+  if (rc != SQLITE_OK) {
+    sqlite3_finalize(stmt);
+    return std::unexpected(map_error(rc, std::format("prepare \"{}\"", sql), db));
+  }
+  return Statement(stmt);
+}
+
+StoreResult<Done> Statement::run(std::string_view what) {
+  ResetOnExit reset(*this);
+  const int rc = step();
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return std::unexpected(map_error(rc, what, sqlite3_db_handle(stmt_)));
+  return Done{};
+}
+
+}  // namespace idem::sqlite_detail

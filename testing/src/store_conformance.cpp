@@ -1,0 +1,428 @@
+// The Store conformance suite: every rule of SPEC §4 and §6 that a backend must keep, run
+// unchanged against each backend (see store_conformance.hpp for how a backend instantiates it).
+#include "idem/testing/store_conformance.hpp"
+
+#include <atomic>
+#include <barrier>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "idem/testing/manual_clock.hpp"
+
+namespace idem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr Millis kLease = 60s;
+
+// "prefix-000042": fixed-width names so keys sort and read alike on every backend.
+std::string numbered(const char* prefix, int i) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s-%08d", prefix, i);
+  return buf;
+}
+constexpr Millis kRetention = 24h;
+
+class Harness {
+ public:
+  explicit Harness(Store& store) : store_(store), blocking_(store) {}
+
+  ClaimRequest request(const std::string& tenant, const std::string& key, const std::string& hash,
+                       bool take_over = true) {
+    ClaimRequest r;
+    r.id = RecordId{tenant, key};
+    r.request_hash = hash;
+    r.token = next_token_++;
+    r.now = clock.now();
+    r.lease_expires = r.now + kLease;
+    r.expires = r.now + kRetention;
+    r.take_over_expired_lease = take_over;
+    return r;
+  }
+
+  ClaimResult claim(const std::string& tenant, const std::string& key, const std::string& hash,
+                    bool take_over = true) {
+    auto result = blocking_.claim(request(tenant, key, hash, take_over));
+    EXPECT_TRUE(result.has_value()) << (result ? "" : result.error().message);
+    return result.value_or(ClaimResult{});
+  }
+
+  FenceStatus complete(const Fence& fence, StoredResponse response) {
+    auto result = blocking_.complete(CompleteRequest{fence, std::move(response), clock.now(), clock.now() + kRetention});
+    EXPECT_TRUE(result.has_value()) << (result ? "" : result.error().message);
+    return result.value_or(FenceStatus::lost);
+  }
+
+  FenceStatus fail(const Fence& fence) {
+    auto result = blocking_.fail(FailRequest{fence, clock.now(), clock.now() + kRetention});
+    EXPECT_TRUE(result.has_value()) << (result ? "" : result.error().message);
+    return result.value_or(FenceStatus::lost);
+  }
+
+  FenceStatus release(const Fence& fence) {
+    auto result = blocking_.release(fence);
+    EXPECT_TRUE(result.has_value()) << (result ? "" : result.error().message);
+    return result.value_or(FenceStatus::lost);
+  }
+
+  std::optional<Record> get(const std::string& tenant, const std::string& key) {
+    auto result = blocking_.get(RecordId{tenant, key});
+    EXPECT_TRUE(result.has_value()) << (result ? "" : result.error().message);
+    return result.value_or(std::nullopt);
+  }
+
+  static Fence fence_of(const ClaimResult& c) { return Fence{RecordId{c.record.tenant, c.record.key}, c.record.fencing_token}; }
+
+  ManualClock clock;
+
+ private:
+  Store& store_;
+  BlockingStore blocking_;
+  std::atomic<std::uint64_t> next_token_{1000};
+};
+
+StoredResponse sample_response(std::string body = "{\"id\":\"pay_1\"}") {
+  return StoredResponse{201, {{"Content-Type", "application/json"}, {"Location", "/v1/payments/pay_1"}}, std::move(body)};
+}
+
+}  // namespace
+
+// The suite's tests are declared on StoreConformance so backends instantiate that name.
+#define STORE_TEST(name) TEST_P(StoreConformance, name)
+
+namespace {
+struct Fixture {
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Harness> h;
+  explicit Fixture(const StoreFactory& f) : store(f.make()), h(std::make_unique<Harness>(*store)) {}
+};
+}  // namespace
+
+STORE_TEST(PingAnswers) {
+  Fixture f(GetParam());
+  BlockingStore b(*f.store);
+  EXPECT_TRUE(b.ping().has_value());
+}
+
+STORE_TEST(AbsentRecordReadsAsNothing) {
+  Fixture f(GetParam());
+  EXPECT_FALSE(f.h->get("t", "absent-key-0000000").has_value());
+}
+
+STORE_TEST(FreshClaimHoldsTheKey) {
+  Fixture f(GetParam());
+  auto c = f.h->claim("t", "key-fresh-000000", "h1");
+  EXPECT_EQ(c.status, ClaimStatus::claimed);
+  EXPECT_EQ(c.kind, ClaimKind::fresh);
+  auto r = f.h->get("t", "key-fresh-000000");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->state, RecordState::in_progress);
+  EXPECT_EQ(r->request_hash, "h1");
+  EXPECT_EQ(r->fencing_token, c.record.fencing_token);
+  EXPECT_EQ(r->lease_expires, f.h->clock.now() + kLease);
+  EXPECT_EQ(r->created, f.h->clock.now());
+  EXPECT_FALSE(r->response.has_value());
+}
+
+STORE_TEST(SecondClaimWhileLeaseValidIsInProgress) {
+  Fixture f(GetParam());
+  auto first = f.h->claim("t", "key-inprogress-01", "h1");
+  ASSERT_EQ(first.status, ClaimStatus::claimed);
+  f.h->clock.advance(kLease - 1ms);
+  auto second = f.h->claim("t", "key-inprogress-01", "h1");
+  EXPECT_EQ(second.status, ClaimStatus::in_progress);
+  EXPECT_EQ(second.record.lease_expires, first.record.lease_expires);
+  EXPECT_EQ(f.h->get("t", "key-inprogress-01")->fencing_token, first.record.fencing_token);
+}
+
+STORE_TEST(CompletedRecordReplaysExactBytes) {
+  Fixture f(GetParam());
+  auto c = f.h->claim("t", "key-complete-0001", "h1");
+  std::string body("binary\0body\xff\xfe\n\r", 16);
+  StoredResponse response{201,
+                          {{"Content-Type", "application/json"},
+                           {"Set-Cookie", "a=1"},
+                           {"Set-Cookie", "b=2"},
+                           {"X-Odd", "v\xc3\xa9 \t;,\"q\""}},
+                          body};
+  ASSERT_EQ(f.h->complete(Harness::fence_of(c), response), FenceStatus::ok);
+  f.h->clock.advance(1h);
+  auto replay = f.h->claim("t", "key-complete-0001", "h1");
+  ASSERT_EQ(replay.status, ClaimStatus::completed);
+  ASSERT_TRUE(replay.record.response);
+  EXPECT_EQ(*replay.record.response, response);
+  auto r = f.h->get("t", "key-complete-0001");
+  ASSERT_TRUE(r && r->completed);
+  EXPECT_EQ(r->state, RecordState::completed);
+  EXPECT_EQ(*r->completed, f.h->clock.now() - 1h);
+}
+
+STORE_TEST(EmptyBodyAndNoHeadersRoundTrip) {
+  Fixture f(GetParam());
+  auto c = f.h->claim("t", "key-empty-body-01", "h1");
+  ASSERT_EQ(f.h->complete(Harness::fence_of(c), StoredResponse{204, {}, ""}), FenceStatus::ok);
+  auto replay = f.h->claim("t", "key-empty-body-01", "h1");
+  ASSERT_EQ(replay.status, ClaimStatus::completed);
+  EXPECT_EQ(*replay.record.response, (StoredResponse{204, {}, ""}));
+}
+
+STORE_TEST(ExpiredLeaseIsTakenOverAndFencesTheOldHolder) {
+  Fixture f(GetParam());
+  auto old_holder = f.h->claim("t", "key-takeover-001", "h1");
+  f.h->clock.advance(kLease);
+  auto new_holder = f.h->claim("t", "key-takeover-001", "h1");
+  ASSERT_EQ(new_holder.status, ClaimStatus::claimed);
+  EXPECT_EQ(new_holder.kind, ClaimKind::after_lease_expiry);
+  EXPECT_NE(new_holder.record.fencing_token, old_holder.record.fencing_token);
+  EXPECT_EQ(new_holder.record.created, old_holder.record.created);
+  // The crashed holder wakes up: every write it attempts is refused.
+  EXPECT_EQ(f.h->complete(Harness::fence_of(old_holder), sample_response("stale")), FenceStatus::lost);
+  EXPECT_EQ(f.h->fail(Harness::fence_of(old_holder)), FenceStatus::lost);
+  EXPECT_EQ(f.h->release(Harness::fence_of(old_holder)), FenceStatus::lost);
+  EXPECT_EQ(f.h->get("t", "key-takeover-001")->state, RecordState::in_progress);
+  EXPECT_EQ(f.h->complete(Harness::fence_of(new_holder), sample_response("fresh")), FenceStatus::ok);
+  EXPECT_EQ(f.h->claim("t", "key-takeover-001", "h1").record.response->body, "fresh");
+}
+
+STORE_TEST(ExpiredLeaseWithUnknownPolicyIsReportedNotTaken) {
+  Fixture f(GetParam());
+  auto holder = f.h->claim("t", "key-unknown-0001", "h1");
+  f.h->clock.advance(kLease + 1s);
+  auto c = f.h->claim("t", "key-unknown-0001", "h1", /*take_over=*/false);
+  EXPECT_EQ(c.status, ClaimStatus::outcome_unknown);
+  auto r = f.h->get("t", "key-unknown-0001");
+  EXPECT_EQ(r->fencing_token, holder.record.fencing_token);
+  EXPECT_EQ(r->state, RecordState::in_progress);
+  // The original holder may still finish: its token is intact.
+  EXPECT_EQ(f.h->complete(Harness::fence_of(holder), sample_response()), FenceStatus::ok);
+}
+
+STORE_TEST(FailedRecordExecutesAgainWithANewToken) {
+  Fixture f(GetParam());
+  auto first = f.h->claim("t", "key-failed-00001", "h1");
+  ASSERT_EQ(f.h->fail(Harness::fence_of(first)), FenceStatus::ok);
+  EXPECT_EQ(f.h->get("t", "key-failed-00001")->state, RecordState::failed_retryable);
+  auto retry = f.h->claim("t", "key-failed-00001", "h1");
+  ASSERT_EQ(retry.status, ClaimStatus::claimed);
+  EXPECT_EQ(retry.kind, ClaimKind::after_failure);
+  EXPECT_NE(retry.record.fencing_token, first.record.fencing_token);
+  EXPECT_EQ(f.h->complete(Harness::fence_of(first), sample_response()), FenceStatus::lost);
+  EXPECT_EQ(f.h->complete(Harness::fence_of(retry), sample_response()), FenceStatus::ok);
+}
+
+STORE_TEST(ReleaseForgetsTheKey) {
+  Fixture f(GetParam());
+  auto c = f.h->claim("t", "key-release-0001", "h1");
+  ASSERT_EQ(f.h->release(Harness::fence_of(c)), FenceStatus::ok);
+  EXPECT_FALSE(f.h->get("t", "key-release-0001").has_value());
+  auto again = f.h->claim("t", "key-release-0001", "h2");  // even another request may use it now
+  EXPECT_EQ(again.status, ClaimStatus::claimed);
+  EXPECT_EQ(again.kind, ClaimKind::fresh);
+}
+
+STORE_TEST(WrongTokenChangesNothing) {
+  Fixture f(GetParam());
+  auto c = f.h->claim("t", "key-wrongtoken-01", "h1");
+  Fence forged = Harness::fence_of(c);
+  forged.token += 1;
+  EXPECT_EQ(f.h->complete(forged, sample_response()), FenceStatus::lost);
+  EXPECT_EQ(f.h->fail(forged), FenceStatus::lost);
+  EXPECT_EQ(f.h->release(forged), FenceStatus::lost);
+  auto r = f.h->get("t", "key-wrongtoken-01");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->state, RecordState::in_progress);
+  EXPECT_EQ(r->fencing_token, c.record.fencing_token);
+}
+
+STORE_TEST(CompletedRecordCannotBeWrittenAgain) {
+  Fixture f(GetParam());
+  auto c = f.h->claim("t", "key-double-done-1", "h1");
+  ASSERT_EQ(f.h->complete(Harness::fence_of(c), sample_response("first")), FenceStatus::ok);
+  EXPECT_EQ(f.h->complete(Harness::fence_of(c), sample_response("second")), FenceStatus::lost);
+  EXPECT_EQ(f.h->fail(Harness::fence_of(c)), FenceStatus::lost);
+  EXPECT_EQ(f.h->release(Harness::fence_of(c)), FenceStatus::lost);
+  EXPECT_EQ(f.h->get("t", "key-double-done-1")->response->body, "first");
+}
+
+STORE_TEST(MismatchNeverPoisonsTheKeyInAnyState) {
+  Fixture f(GetParam());
+  // in_progress
+  auto a = f.h->claim("t", "key-mismatch-in-p", "h1");
+  EXPECT_EQ(f.h->claim("t", "key-mismatch-in-p", "other").status, ClaimStatus::mismatch);
+  EXPECT_EQ(f.h->get("t", "key-mismatch-in-p")->fencing_token, a.record.fencing_token);
+  EXPECT_EQ(f.h->complete(Harness::fence_of(a), sample_response()), FenceStatus::ok);
+  // completed
+  auto m = f.h->claim("t", "key-mismatch-in-p", "other");
+  EXPECT_EQ(m.status, ClaimStatus::mismatch);
+  auto replay = f.h->claim("t", "key-mismatch-in-p", "h1");
+  EXPECT_EQ(replay.status, ClaimStatus::completed);
+  EXPECT_EQ(*replay.record.response, sample_response());
+  // failed_retryable
+  auto b = f.h->claim("t", "key-mismatch-fail", "h1");
+  ASSERT_EQ(f.h->fail(Harness::fence_of(b)), FenceStatus::ok);
+  EXPECT_EQ(f.h->claim("t", "key-mismatch-fail", "other").status, ClaimStatus::mismatch);
+  EXPECT_EQ(f.h->get("t", "key-mismatch-fail")->state, RecordState::failed_retryable);
+  EXPECT_EQ(f.h->claim("t", "key-mismatch-fail", "h1").status, ClaimStatus::claimed);
+  // in_progress with an expired lease: still a mismatch, no takeover by the other request
+  auto c = f.h->claim("t", "key-mismatch-lease", "h1");
+  f.h->clock.advance(kLease * 2);
+  EXPECT_EQ(f.h->claim("t", "key-mismatch-lease", "other").status, ClaimStatus::mismatch);
+  EXPECT_EQ(f.h->get("t", "key-mismatch-lease")->fencing_token, c.record.fencing_token);
+}
+
+STORE_TEST(RetentionExpiryForgetsTheRecord) {
+  Fixture f(GetParam());
+  auto c = f.h->claim("t", "key-retention-001", "h1");
+  ASSERT_EQ(f.h->complete(Harness::fence_of(c), sample_response()), FenceStatus::ok);
+  f.h->clock.advance(kRetention - 1ms);
+  EXPECT_EQ(f.h->claim("t", "key-retention-001", "h1").status, ClaimStatus::completed);
+  f.h->clock.advance(1ms);
+  // Past retention the key is new again, even for another request.
+  auto again = f.h->claim("t", "key-retention-001", "h2");
+  EXPECT_EQ(again.status, ClaimStatus::claimed);
+  EXPECT_EQ(again.kind, ClaimKind::fresh);
+  EXPECT_EQ(again.record.created, f.h->clock.now());
+}
+
+STORE_TEST(PurgeDeletesOnlyExpiredRecordsInBatches) {
+  Fixture f(GetParam());
+  for (int i = 0; i < 25; ++i) {
+    auto c = f.h->claim("t", numbered("key-purge-old", i), "h");
+    ASSERT_EQ(f.h->complete(Harness::fence_of(c), sample_response()), FenceStatus::ok);
+  }
+  f.h->clock.advance(kRetention);
+  for (int i = 0; i < 5; ++i) f.h->claim("t", numbered("key-purge-new", i), "h");
+  BlockingStore b(*f.store);
+  auto first = b.purge_expired(f.h->clock.now(), 10);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(*first, 10u);
+  std::size_t total = *first;
+  while (true) {
+    auto n = b.purge_expired(f.h->clock.now(), 10);
+    ASSERT_TRUE(n);
+    if (*n == 0) break;
+    total += *n;
+  }
+  EXPECT_EQ(total, 25u);
+  for (int i = 0; i < 25; ++i) EXPECT_FALSE(f.h->get("t", numbered("key-purge-old", i)));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(f.h->get("t", numbered("key-purge-new", i)));
+}
+
+STORE_TEST(TenantsNeverSeeEachOthersRecords) {
+  Fixture f(GetParam());
+  auto a = f.h->claim("tenant-a", "shared-key-000001", "ha");
+  auto b = f.h->claim("tenant-b", "shared-key-000001", "hb");
+  EXPECT_EQ(a.status, ClaimStatus::claimed);
+  EXPECT_EQ(b.status, ClaimStatus::claimed);  // no mismatch: another tenant's key is another key
+  ASSERT_EQ(f.h->complete(Harness::fence_of(a), sample_response("for a")), FenceStatus::ok);
+  EXPECT_EQ(f.h->get("tenant-b", "shared-key-000001")->state, RecordState::in_progress);
+  ASSERT_EQ(f.h->complete(Harness::fence_of(b), sample_response("for b")), FenceStatus::ok);
+  EXPECT_EQ(f.h->claim("tenant-a", "shared-key-000001", "ha").record.response->body, "for a");
+  EXPECT_EQ(f.h->claim("tenant-b", "shared-key-000001", "hb").record.response->body, "for b");
+  EXPECT_EQ(f.h->claim("tenant-c", "shared-key-000001", "ha").status, ClaimStatus::claimed);
+  // A tenant that is a prefix of another, and keys that concatenate alike, stay apart.
+  EXPECT_EQ(f.h->claim("ab", "c-key-0000000000", "x").status, ClaimStatus::claimed);
+  EXPECT_EQ(f.h->claim("a", "bc-key-0000000000", "y").status, ClaimStatus::claimed);
+}
+
+// Runs `threads` workers that each send the same request `rounds` times, like clients retrying,
+// executing only when they win the claim. Returns how many executions happened.
+int hammer_one_key(std::vector<Store*> stores, int threads, int rounds, Harness& h) {
+  std::atomic<int> executions{0};
+  std::atomic<int> errors{0};
+  std::barrier start(threads);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      BlockingStore store(*stores[t % stores.size()]);
+      start.arrive_and_wait();
+      for (int round = 0; round < rounds; ++round) {
+        auto c = store.claim(h.request("t", "one-hammered-key-0001", "same-request"));
+        if (!c) {
+          ++errors;
+          continue;
+        }
+        if (c->status == ClaimStatus::claimed) {
+          ++executions;
+          std::this_thread::yield();
+          auto done = store.complete(CompleteRequest{Harness::fence_of(*c), sample_response(), h.clock.now(),
+                                                     h.clock.now() + kRetention});
+          if (!done || *done != FenceStatus::ok) ++errors;
+        } else if (c->status != ClaimStatus::in_progress && c->status != ClaimStatus::completed) {
+          ++errors;
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(errors.load(), 0);
+  return executions.load();
+}
+
+STORE_TEST(SixtyFourThreadsOnOneKeyExecuteOnce) {
+  Fixture f(GetParam());
+  EXPECT_EQ(hammer_one_key({f.store.get()}, 64, 20, *f.h), 1);
+  auto r = f.h->get("t", "one-hammered-key-0001");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->state, RecordState::completed);
+}
+
+STORE_TEST(TenThousandKeysFromEightThreadsExecuteTenThousandTimes) {
+  Fixture f(GetParam());
+  constexpr int kThreads = 8, kKeys = 10'000;
+  std::atomic<int> next{0}, executions{0}, errors{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) {
+    workers.emplace_back([&] {
+      BlockingStore store(*f.store);
+      for (int i = next++; i < kKeys; i = next++) {
+        auto c = store.claim(f.h->request("t", numbered("distinct-key", i), "h"));
+        if (!c || c->status != ClaimStatus::claimed) {
+          ++errors;
+          continue;
+        }
+        ++executions;
+        auto done = store.complete(CompleteRequest{Harness::fence_of(*c), sample_response(), f.h->clock.now(),
+                                                   f.h->clock.now() + kRetention});
+        if (!done || *done != FenceStatus::ok) ++errors;
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(executions.load(), kKeys);
+  for (int i = 0; i < kKeys; i += 997) {
+    auto r = f.h->get("t", numbered("distinct-key", i));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->state, RecordState::completed);
+  }
+}
+
+STORE_TEST(ConcurrentTakeoverHasOneWinner) {
+  Fixture f(GetParam());
+  f.h->claim("t", "one-hammered-key-0001", "same-request");  // a holder that then crashes
+  f.h->clock.advance(kLease);
+  EXPECT_EQ(hammer_one_key({f.store.get()}, 32, 5, *f.h), 1);
+}
+
+STORE_TEST(ReplicasSharingStorageExecuteOnce) {
+  Fixture f(GetParam());
+  // A backend whose storage cannot be shared between instances (memory) plays every replica
+  // with its one instance.
+  const auto& share = GetParam().share;
+  std::unique_ptr<Store> second = share ? share() : nullptr, third = share ? share() : nullptr;
+  Store* replica2 = second ? second.get() : f.store.get();
+  Store* replica3 = third ? third.get() : f.store.get();
+  EXPECT_EQ(hammer_one_key({f.store.get(), replica2, replica3}, 48, 10, *f.h), 1);
+  // What one replica wrote, the others read.
+  Harness h2(*replica2);
+  auto c = f.h->claim("t", "key-cross-replica", "h1");
+  ASSERT_EQ(f.h->complete(Harness::fence_of(c), sample_response("from replica 1")), FenceStatus::ok);
+  auto seen = h2.claim("t", "key-cross-replica", "h1");
+  ASSERT_EQ(seen.status, ClaimStatus::completed);
+  EXPECT_EQ(seen.record.response->body, "from replica 1");
+}
+
+}  // namespace idem::testing

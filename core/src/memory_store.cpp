@@ -10,6 +10,17 @@ Record* MemoryStore::find_held(const Fence& fence) {
   return &r;
 }
 
+void MemoryStore::set_expiry(const Key& key, Record& r, TimePoint expires) {
+  by_expiry_.erase({r.expires, key});
+  r.expires = expires;
+  by_expiry_.insert({expires, key});
+}
+
+void MemoryStore::erase(std::map<Key, Record>::iterator it) {
+  by_expiry_.erase({it->second.expires, it->first});
+  records_.erase(it);
+}
+
 void MemoryStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
   ClaimResult result;
   {
@@ -21,9 +32,12 @@ void MemoryStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
     result.status = decision.status;
     result.kind = decision.kind;
     if (decision.status == ClaimStatus::claimed) {
+      Key key{request.id.tenant, request.id.key};
+      if (it != records_.end()) erase(it);
       Record fresh = claimed_record(request, current);
       result.record = fresh;
-      records_.insert_or_assign(Key{request.id.tenant, request.id.key}, std::move(fresh));
+      by_expiry_.insert({fresh.expires, key});
+      records_.emplace(std::move(key), std::move(fresh));
     } else {
       result.record = std::move(*current);
     }
@@ -39,7 +53,7 @@ void MemoryStore::complete(CompleteRequest request, Callback<FenceStatus> done) 
       r->state = RecordState::completed;
       r->response = std::move(request.response);
       r->completed = request.now;
-      r->expires = request.expires;
+      set_expiry(Key{request.fence.id.tenant, request.fence.id.key}, *r, request.expires);
       status = FenceStatus::ok;
     }
   }
@@ -52,7 +66,7 @@ void MemoryStore::fail(FailRequest request, Callback<FenceStatus> done) {
     std::lock_guard lock(mutex_);
     if (Record* r = find_held(request.fence)) {
       r->state = RecordState::failed_retryable;
-      r->expires = request.expires;
+      set_expiry(Key{request.fence.id.tenant, request.fence.id.key}, *r, request.expires);
       status = FenceStatus::ok;
     }
   }
@@ -64,7 +78,7 @@ void MemoryStore::release(Fence fence, Callback<FenceStatus> done) {
   {
     std::lock_guard lock(mutex_);
     if (find_held(fence)) {
-      records_.erase(Key{fence.id.tenant, fence.id.key});
+      erase(records_.find(Key{fence.id.tenant, fence.id.key}));
       status = FenceStatus::ok;
     }
   }
@@ -85,13 +99,10 @@ void MemoryStore::purge_expired(TimePoint now, std::size_t limit, Callback<std::
   std::size_t purged = 0;
   {
     std::lock_guard lock(mutex_);
-    for (auto it = records_.begin(); it != records_.end() && purged < limit;) {
-      if (it->second.expires <= now) {
-        it = records_.erase(it);
-        ++purged;
-      } else {
-        ++it;
-      }
+    while (purged < limit && !by_expiry_.empty() && by_expiry_.begin()->first <= now) {
+      records_.erase(by_expiry_.begin()->second);
+      by_expiry_.erase(by_expiry_.begin());
+      ++purged;
     }
   }
   done(purged);

@@ -20,10 +20,31 @@ struct FingerprintOptions {
 /// sha256(method "\n" path "\n" canonical query "\n" selected headers "\n" canonical body).
 /// JSON bodies (application/json, *+json) are canonicalised with RFC 8785; invalid JSON is hashed
 /// raw. application/x-www-form-urlencoded bodies are decoded and sorted; anything else is raw.
+///
+/// Exact format (version 1). Every field is framed as its length in decimal, ':', its bytes and
+/// '\n', so no content (a path or body holding "\n", say) can be read as a field boundary:
+///
+///   field(method) field(path) field(canonical_form_urlencoded(query))
+///   field(selected headers) field(body kind) field(canonical body)
+///
+/// e.g. "4:POST\n9:/payments\n0:\n0:\n4:json\n9:{\"a\":1}\n". Method and path are taken as
+/// given (no case folding, no path normalisation). Selected headers: for each name in
+/// `options.headers`, in that order and lowercased, for each header of that name in request
+/// order, field(name) field(value without leading/trailing spaces and tabs); a header that is
+/// absent contributes nothing. The body kind is "json" (RFC 8785 form, `json_ignore` left out),
+/// "form" (canonical_form_urlencoded) or "raw" (the bytes as received), chosen by the media type
+/// of the first Content-Type header (case-insensitive, parameters ignored); so a JSON body that
+/// is not valid JSON is "raw".
 std::string fingerprint(const RequestView& request, const FingerprintOptions& options = {});
 
 /// The canonical form of a query string or form-urlencoded body: pairs percent-decoded ('+' is a
 /// space), sorted by name then value, re-encoded uniformly, joined with '&'.
+///
+/// Pairs split on '&', then on the first '='. A '%' not followed by two hex digits stays a
+/// literal '%'. A name without '=' has an empty value ("a" reads as "a="); pairs with empty name
+/// and value ("", "=") are dropped. Sorting is bytewise on the decoded bytes; re-encoding keeps
+/// A-Z a-z 0-9 - . _ ~ and writes every other byte as %XX (uppercase), so "a=1&b" becomes
+/// "a=1&b=" and "b=x+y&a=%7e" becomes "a=~&b=x%20y".
 std::string canonical_form_urlencoded(std::string_view text);
 
 /// Lowercase hex SHA-256 of `data` (OpenSSL).

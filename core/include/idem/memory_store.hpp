@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "idem/store.hpp"
 
@@ -21,10 +22,14 @@ class MemoryStore final : public Store {
 
  private:
   using Key = std::pair<std::string, std::string>;
-  Record* find_held(const Fence& fence);  // requires mutex_
+  Record* find_held(const Fence& fence);                // requires mutex_
+  void set_expiry(const Key& key, Record& r, TimePoint expires);  // requires mutex_
+  void erase(std::map<Key, Record>::iterator it);       // requires mutex_
 
   std::mutex mutex_;
   std::map<Key, Record> records_;
+  // (expires, key) for every record, so purging touches only what expired instead of scanning.
+  std::set<std::pair<TimePoint, Key>> by_expiry_;
 };
 
 }  // namespace idem

@@ -1,0 +1,842 @@
+#include "idem/jcs.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
+
+// Two passes. The parser validates the input and builds a flat tree whose scalars point at their
+// canonical text: in the input itself when it is already canonical (strings without escapes,
+// literals, most numbers), otherwise in a side buffer. Objects sort their members when they
+// close. The writer then copies every byte once into an output of exactly the right size, so
+// the work stays linear however deeply unsorted objects nest.
+
+namespace idem {
+namespace {
+
+constexpr int kMaxDepth = 512;
+// Offsets are 32-bit; numbers can grow about 5x when canonicalised ("1e20"), so this keeps
+// every offset and size far from overflowing.
+constexpr std::size_t kMaxInput = std::size_t{256} << 20;
+
+enum class Kind : std::uint8_t {
+  input,   // text in the input
+  side,    // text in the side buffer
+  keys,    // text in the decoded-names buffer
+  array,   // a container: `off` indexes elements_, `len` counts them
+  object,  // a container: `off` indexes members_, `len` counts them
+};
+
+struct Text {
+  Kind kind = Kind::input;
+  std::uint32_t off = 0;
+  std::uint32_t len = 0;
+};
+
+struct Node {
+  Text text;               // scalars: their canonical text; containers: their children
+  std::uint32_t size = 0;  // length of the canonical form
+};
+
+struct Member {
+  Text name;                // decoded (UTF-8), for ordering and JSON Pointer matching
+  Text name_out;            // canonical, with quotes
+  std::uint32_t value = 0;  // index into nodes_
+  std::uint32_t at = 0;     // input offset of the name, for errors
+  bool excluded = false;
+};
+
+struct PointerToken {
+  std::string text;
+  std::size_t index = 0;  // the array index this token denotes, if is_index
+  bool is_index = false;
+};
+
+// Maps a byte of UTF-8 so that bytewise order becomes UTF-16 code-unit order: only the lead
+// bytes of U+E000..U+FFFF (0xEE, 0xEF) must move above those of the supplementary planes
+// (0xF0..0xF4), whose surrogates (0xD800..) sort below U+E000 in UTF-16.
+inline unsigned utf16_rank(unsigned char c) { return (c == 0xEE || c == 0xEF) ? c + 0x10u : c; }
+
+// Strict weak order of valid UTF-8 strings by their UTF-16 code units (RFC 8785 §3.2.3). The
+// first differing byte is at the same position of a code point in both strings, so comparing
+// it (remapped) decides.
+bool utf16_less(std::string_view a, std::string_view b) {
+  const std::size_t n = std::min(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (a[i] != b[i]) {
+      return utf16_rank(static_cast<unsigned char>(a[i])) <
+             utf16_rank(static_cast<unsigned char>(b[i]));
+    }
+  }
+  return a.size() < b.size();
+}
+
+// Length of the valid UTF-8 sequence at p (RFC 3629: no overlongs, no surrogates, at most
+// U+10FFFF), or 0.
+inline std::size_t utf8_sequence(const unsigned char* p, std::size_t avail) {
+  const unsigned c = p[0];
+  auto cont = [&](std::size_t i) { return (p[i] & 0xC0u) == 0x80u; };
+  if (c < 0xC2) return 0;
+  if (c < 0xE0) return avail >= 2 && cont(1) ? 2 : 0;
+  if (c < 0xF0) {
+    if (avail < 3) return 0;
+    const unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    return p[1] >= lo && p[1] <= hi && cont(2) ? 3 : 0;
+  }
+  if (c < 0xF5) {
+    if (avail < 4) return 0;
+    const unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    return p[1] >= lo && p[1] <= hi && cont(2) && cont(3) ? 4 : 0;
+  }
+  return 0;
+}
+
+void append_utf8(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// Appends the RFC 8785 escape of an ASCII character that needs one, or the character itself.
+void append_escaped_ascii(std::string& out, unsigned char c) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  switch (c) {
+    case '"': out += "\\\""; return;
+    case '\\': out += "\\\\"; return;
+    case '\b': out += "\\b"; return;
+    case '\f': out += "\\f"; return;
+    case '\n': out += "\\n"; return;
+    case '\r': out += "\\r"; return;
+    case '\t': out += "\\t"; return;
+    default:
+      if (c < 0x20) {
+        const char esc[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xF]};
+        out.append(esc, sizeof esc);
+      } else {
+        out += static_cast<char>(c);
+      }
+  }
+}
+
+// A JSON string literal for valid UTF-8 `s`, escaped as RFC 8785 does; for error messages.
+std::string quoted(std::string_view s) {
+  constexpr std::size_t kMax = 64;
+  std::string out = "\"";
+  std::size_t i = 0;
+  while (i < s.size() && i < kMax) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      append_escaped_ascii(out, c);
+      ++i;
+    } else {
+      const std::size_t n = std::max<std::size_t>(
+          1, utf8_sequence(reinterpret_cast<const unsigned char*>(s.data()) + i, s.size() - i));
+      out.append(s.substr(i, n));
+      i += n;
+    }
+  }
+  if (i < s.size()) out += "...";
+  out += '"';
+  return out;
+}
+
+inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+inline int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Whether any of the 8 bytes in `w` is a quote, a backslash, a control character or non-ASCII:
+// the bytes a string scan must look at one by one.
+inline bool needs_attention(std::uint64_t w) {
+  constexpr std::uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+  const std::uint64_t quote = w ^ (ones * '"'), backslash = w ^ (ones * '\\');
+  const std::uint64_t zero_quote = (quote - ones) & ~quote;
+  const std::uint64_t zero_backslash = (backslash - ones) & ~backslash;
+  const std::uint64_t control = w - ones * 0x20;
+  return ((zero_quote | zero_backslash | control | w) & highs) != 0;
+}
+
+// Writes `value` (finite) as ECMAScript's Number::toString into buf[0..32); returns the length.
+std::size_t format_number(double value, char* buf) {
+  if (value == 0) {  // also -0
+    buf[0] = '0';
+    return 1;
+  }
+  // Shortest round-trip digits (the closest of them on ties, as ECMAScript requires), then
+  // ECMAScript's layout rules (ECMA-262 Number::toString, steps 5-12).
+  char sci[32];
+  const auto r = std::to_chars(sci, sci + sizeof sci, value, std::chars_format::scientific);
+  const char* p = sci;
+  char* o = buf;
+  if (*p == '-') *o++ = *p++;
+  char digits[20];
+  int k = 0;
+  digits[k++] = *p++;
+  if (*p == '.') {
+    ++p;
+    while (*p != 'e') digits[k++] = *p++;
+  }
+  ++p;  // 'e'
+  const bool exp_negative = *p == '-';
+  ++p;  // to_chars always writes the exponent's sign
+  int e = 0;
+  std::from_chars(p, r.ptr, e);
+  const int n = (exp_negative ? -e : e) + 1;  // the decimal point sits after n digits
+  if (k <= n && n <= 21) {
+    std::memcpy(o, digits, k);
+    o += k;
+    std::memset(o, '0', n - k);
+    o += n - k;
+  } else if (0 < n && n <= 21) {
+    std::memcpy(o, digits, n);
+    o += n;
+    *o++ = '.';
+    std::memcpy(o, digits + n, k - n);
+    o += k - n;
+  } else if (-6 < n && n <= 0) {
+    *o++ = '0';
+    *o++ = '.';
+    std::memset(o, '0', -n);
+    o += -n;
+    std::memcpy(o, digits, k);
+    o += k;
+  } else {
+    *o++ = digits[0];
+    if (k > 1) {
+      *o++ = '.';
+      std::memcpy(o, digits + 1, k - 1);
+      o += k - 1;
+    }
+    *o++ = 'e';
+    *o++ = n - 1 < 0 ? '-' : '+';
+    o = std::to_chars(o, buf + 32, n - 1 < 0 ? 1 - n : n - 1).ptr;
+  }
+  return static_cast<std::size_t>(o - buf);
+}
+
+class Parser {
+ public:
+  Parser(std::string_view input, std::span<const std::string> exclude)
+      : in_(input.data()), n_(input.size()) {
+    for (const std::string& pointer : exclude) add_pointer(pointer);
+  }
+
+  std::expected<std::string, JsonError> run() {
+    if (n_ > kMaxInput) return std::unexpected(JsonError{"input larger than 256 MiB", 0});
+    nodes_.reserve(n_ / 16 + 8);
+    for (std::uint32_t i = 0; i < pointers_.size(); ++i) active_.push_back(i);
+    skip_ws();
+    std::uint32_t root = 0;
+    if (!value(0, 0, static_cast<std::uint32_t>(active_.size()), root)) {
+      return std::unexpected(std::move(error_));
+    }
+    skip_ws();
+    if (pos_ != n_) {
+      fail(pos_, "unexpected data after the JSON value");
+      return std::unexpected(std::move(error_));
+    }
+    std::string out;
+    out.resize_and_overwrite(nodes_[root].size, [&](char* p, std::size_t size) {
+      write(nodes_[root], p);
+      return size;
+    });
+    return out;
+  }
+
+ private:
+  bool fail(std::size_t at, std::string message) {
+    error_ = JsonError{std::move(message), at};
+    return false;
+  }
+
+  bool fail_unexpected(std::size_t at) {
+    if (at >= n_) return fail(at, "unexpected end of input");
+    const auto c = static_cast<unsigned char>(in_[at]);
+    if (c > 0x20 && c < 0x7F) return fail(at, std::string("unexpected '") + in_[at] + "'");
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    return fail(at, std::string("unexpected byte 0x") + kHex[c >> 4] + kHex[c & 0xF]);
+  }
+
+  // An RFC 6901 pointer; malformed ones (no leading '/', a '~' not followed by 0 or 1) and ""
+  // (the whole document, which cannot be left out of itself) match nothing, so are dropped.
+  void add_pointer(std::string_view pointer) {
+    if (pointer.empty() || pointer[0] != '/') return;
+    std::vector<PointerToken> tokens;
+    std::size_t i = 1;
+    for (;;) {
+      const std::size_t end = std::min(pointer.find('/', i), pointer.size());
+      PointerToken token;
+      for (std::size_t j = i; j < end; ++j) {
+        if (pointer[j] != '~') {
+          token.text += pointer[j];
+        } else if (j + 1 < end && (pointer[j + 1] == '0' || pointer[j + 1] == '1')) {
+          token.text += pointer[++j] == '0' ? '~' : '/';
+        } else {
+          return;
+        }
+      }
+      const std::string& t = token.text;
+      if (!t.empty() && t.size() <= 18 && std::all_of(t.begin(), t.end(), is_digit) &&
+          (t.size() == 1 || t[0] != '0')) {
+        token.is_index = true;
+        std::from_chars(t.data(), t.data() + t.size(), token.index);
+      }
+      tokens.push_back(std::move(token));
+      if (end == pointer.size()) break;
+      i = end + 1;
+    }
+    pointers_.push_back(std::move(tokens));
+  }
+
+  std::string_view view(Text t) const {
+    switch (t.kind) {
+      case Kind::input: return {in_ + t.off, t.len};
+      case Kind::side: return {side_.data() + t.off, t.len};
+      default: return {keys_.data() + t.off, t.len};
+    }
+  }
+
+  void skip_ws() {
+    while (pos_ < n_) {
+      const char c = in_[pos_];
+      if (c != ' ' && c != '\n' && c != '\r' && c != '\t') break;
+      ++pos_;
+    }
+  }
+
+  std::uint32_t add_node(Text text, std::uint64_t size) {
+    nodes_.push_back(Node{text, static_cast<std::uint32_t>(size)});
+    return static_cast<std::uint32_t>(nodes_.size() - 1);
+  }
+
+  Text side_text(std::size_t begin) const {
+    return Text{Kind::side, static_cast<std::uint32_t>(begin),
+                static_cast<std::uint32_t>(side_.size() - begin)};
+  }
+
+  // `active_[act_begin, act_end)` are the pointers whose first `depth` tokens lead here.
+  bool value(int depth, std::uint32_t act_begin, std::uint32_t act_end, std::uint32_t& node) {
+    if (pos_ >= n_) return fail(pos_, "unexpected end of input");
+    switch (in_[pos_]) {
+      case '{': return object(depth, act_begin, act_end, node);
+      case '[': return array(depth, act_begin, act_end, node);
+      case '"': {
+        Text text;
+        if (!string(text, nullptr)) return false;
+        node = add_node(text, text.len);
+        return true;
+      }
+      case 't': return literal("true", node);
+      case 'f': return literal("false", node);
+      case 'n': return literal("null", node);
+      default:
+        if (in_[pos_] == '-' || is_digit(in_[pos_])) return number(node);
+        return fail_unexpected(pos_);
+    }
+  }
+
+  bool literal(std::string_view word, std::uint32_t& node) {
+    if (std::string_view(in_ + pos_, n_ - pos_).substr(0, word.size()) != word) {
+      return fail_unexpected(pos_);
+    }
+    node = add_node(Text{Kind::input, static_cast<std::uint32_t>(pos_),
+                         static_cast<std::uint32_t>(word.size())},
+                    word.size());
+    pos_ += word.size();
+    return true;
+  }
+
+  bool object(int depth, std::uint32_t act_begin, std::uint32_t act_end, std::uint32_t& node) {
+    if (depth >= kMaxDepth) return fail(pos_, "nesting deeper than 512 levels");
+    ++pos_;
+    const std::size_t mark = member_stack_.size();
+    skip_ws();
+    if (pos_ < n_ && in_[pos_] == '}') {
+      ++pos_;
+      node = add_node(Text{Kind::object, 0, 0}, 2);
+      return true;
+    }
+    for (;;) {
+      if (pos_ >= n_ || in_[pos_] != '"') {
+        if (pos_ >= n_) return fail(pos_, "unexpected end of input");
+        return fail(pos_, "expected a string as object key");
+      }
+      Member m;
+      m.at = static_cast<std::uint32_t>(pos_);
+      if (!string(m.name_out, &m.name)) return false;
+      skip_ws();
+      if (pos_ >= n_ || in_[pos_] != ':') {
+        if (pos_ >= n_) return fail(pos_, "unexpected end of input");
+        return fail(pos_, "expected ':' after object key");
+      }
+      ++pos_;
+      skip_ws();
+      const auto child_begin = static_cast<std::uint32_t>(active_.size());
+      if (act_begin != act_end) {
+        const std::string_view name = view(m.name);
+        for (std::uint32_t i = act_begin; i < act_end; ++i) {
+          const std::uint32_t p = active_[i];
+          const std::vector<PointerToken>& tokens = pointers_[p];
+          if (tokens[depth].text != name) continue;
+          if (tokens.size() == static_cast<std::size_t>(depth) + 1) {
+            m.excluded = true;
+          } else {
+            active_.push_back(p);
+          }
+        }
+        if (m.excluded) active_.resize(child_begin);
+      }
+      const bool ok =
+          value(depth + 1, child_begin, static_cast<std::uint32_t>(active_.size()), m.value);
+      active_.resize(child_begin);
+      if (!ok) return false;
+      member_stack_.push_back(m);
+      skip_ws();
+      if (pos_ < n_ && in_[pos_] == ',') {
+        ++pos_;
+        skip_ws();
+        continue;
+      }
+      if (pos_ < n_ && in_[pos_] == '}') {
+        ++pos_;
+        break;
+      }
+      if (pos_ >= n_) return fail(pos_, "unexpected end of input");
+      return fail(pos_, "expected ',' or '}' in object");
+    }
+    return close_object(mark, node);
+  }
+
+  bool close_object(std::size_t mark, std::uint32_t& node) {
+    const auto first = member_stack_.begin() + static_cast<std::ptrdiff_t>(mark);
+    const auto last = member_stack_.end();
+    auto less = [this](const Member& a, const Member& b) {
+      return utf16_less(view(a.name), view(b.name));
+    };
+    // Bodies often arrive sorted already (canonical clients, re-sent requests).
+    if (std::adjacent_find(first, last, [&](const Member& a, const Member& b) {
+          return !less(a, b);
+        }) != last) {
+      std::sort(first, last, less);
+      // Report the duplicate the reader meets first: the earliest second occurrence.
+      const Member* dup = nullptr;
+      std::uint32_t dup_at = 0;
+      for (auto it = first; it + 1 < last; ++it) {
+        if (less(*it, *(it + 1))) continue;
+        const std::uint32_t at = std::max(it->at, (it + 1)->at);
+        if (dup == nullptr || at < dup_at) {
+          dup = &*it;
+          dup_at = at;
+        }
+      }
+      if (dup != nullptr) {
+        return fail(dup_at, "duplicate object key " + quoted(view(dup->name)));
+      }
+    }
+    const auto off = static_cast<std::uint32_t>(members_.size());
+    std::uint64_t size = 2;
+    std::uint32_t kept = 0;
+    for (auto it = first; it != last; ++it) {
+      if (it->excluded) continue;
+      members_.push_back(*it);
+      size += it->name_out.len + 1 + nodes_[it->value].size + (kept > 0 ? 1 : 0);
+      ++kept;
+    }
+    member_stack_.resize(mark);
+    if (size > std::numeric_limits<std::uint32_t>::max()) {
+      return fail(pos_, "canonical form larger than 4 GiB");
+    }
+    node = add_node(Text{Kind::object, off, kept}, size);
+    return true;
+  }
+
+  bool array(int depth, std::uint32_t act_begin, std::uint32_t act_end, std::uint32_t& node) {
+    if (depth >= kMaxDepth) return fail(pos_, "nesting deeper than 512 levels");
+    ++pos_;
+    const std::size_t mark = element_stack_.size();
+    skip_ws();
+    if (pos_ < n_ && in_[pos_] == ']') {
+      ++pos_;
+      node = add_node(Text{Kind::array, 0, 0}, 2);
+      return true;
+    }
+    std::uint64_t size = 2;
+    for (std::size_t index = 0;; ++index) {
+      const auto child_begin = static_cast<std::uint32_t>(active_.size());
+      bool excluded = false;
+      for (std::uint32_t i = act_begin; i < act_end; ++i) {
+        const std::uint32_t p = active_[i];
+        const std::vector<PointerToken>& tokens = pointers_[p];
+        const PointerToken& token = tokens[depth];
+        if (!token.is_index || token.index != index) continue;
+        if (tokens.size() == static_cast<std::size_t>(depth) + 1) {
+          excluded = true;
+        } else {
+          active_.push_back(p);
+        }
+      }
+      if (excluded) active_.resize(child_begin);
+      std::uint32_t child = 0;
+      const bool ok =
+          value(depth + 1, child_begin, static_cast<std::uint32_t>(active_.size()), child);
+      active_.resize(child_begin);
+      if (!ok) return false;
+      if (!excluded) {
+        size += nodes_[child].size + (element_stack_.size() > mark ? 1 : 0);
+        element_stack_.push_back(child);
+      }
+      skip_ws();
+      if (pos_ < n_ && in_[pos_] == ',') {
+        ++pos_;
+        skip_ws();
+        continue;
+      }
+      if (pos_ < n_ && in_[pos_] == ']') {
+        ++pos_;
+        break;
+      }
+      if (pos_ >= n_) return fail(pos_, "unexpected end of input");
+      return fail(pos_, "expected ',' or ']' in array");
+    }
+    const auto off = static_cast<std::uint32_t>(elements_.size());
+    const auto count = static_cast<std::uint32_t>(element_stack_.size() - mark);
+    elements_.insert(elements_.end(), element_stack_.begin() + static_cast<std::ptrdiff_t>(mark),
+                     element_stack_.end());
+    element_stack_.resize(mark);
+    if (size > std::numeric_limits<std::uint32_t>::max()) {
+      return fail(pos_, "canonical form larger than 4 GiB");
+    }
+    node = add_node(Text{Kind::array, off, count}, size);
+    return true;
+  }
+
+  // Parses the string at pos_ (a '"'). `out` receives its canonical form, quotes included;
+  // `name`, if given, its decoded text.
+  bool string(Text& out, Text* name) {
+    const std::size_t begin = pos_;
+    std::size_t i = pos_ + 1;
+    const auto* u = reinterpret_cast<const unsigned char*>(in_);
+    for (;;) {
+      while (i + 8 <= n_) {
+        std::uint64_t w;
+        std::memcpy(&w, in_ + i, 8);
+        if (needs_attention(w)) break;
+        i += 8;
+      }
+      if (i >= n_) return fail(n_, "unterminated string");
+      const unsigned char c = u[i];
+      if (c == '"') break;
+      if (c == '\\') return escaped_string(begin, i, out, name);
+      if (c < 0x20) return fail(i, "control character in string");
+      if (c < 0x80) {
+        ++i;
+        continue;
+      }
+      const std::size_t len = utf8_sequence(u + i, n_ - i);
+      if (len == 0) return fail(i, "invalid UTF-8 in string");
+      i += len;
+    }
+    // Without escapes, the input is already the canonical form.
+    out = Text{Kind::input, static_cast<std::uint32_t>(begin),
+               static_cast<std::uint32_t>(i + 1 - begin)};
+    if (name != nullptr) {
+      *name = Text{Kind::input, static_cast<std::uint32_t>(begin + 1),
+                   static_cast<std::uint32_t>(i - begin - 1)};
+    }
+    pos_ = i + 1;
+    return true;
+  }
+
+  // The rest of a string from its first backslash at `i`, decoding into the side buffer.
+  bool escaped_string(std::size_t begin, std::size_t i, Text& out, Text* name) {
+    const auto* u = reinterpret_cast<const unsigned char*>(in_);
+    const std::size_t out_begin = side_.size();
+    const std::size_t name_begin = keys_.size();
+    side_.append(in_ + begin, i - begin);
+    if (name != nullptr) keys_.append(in_ + begin + 1, i - begin - 1);
+    for (;;) {
+      if (i >= n_) return fail(n_, "unterminated string");
+      const unsigned char c = u[i];
+      if (c == '"') break;
+      if (c == '\\') {
+        std::uint32_t cp = 0;
+        if (!escape(i, cp)) return false;
+        if (cp < 0x80) {
+          append_escaped_ascii(side_, static_cast<unsigned char>(cp));
+        } else {
+          append_utf8(side_, cp);
+        }
+        if (name != nullptr) append_utf8(keys_, cp);
+        continue;
+      }
+      if (c < 0x20) return fail(i, "control character in string");
+      std::size_t run = i;
+      while (run < n_ && u[run] >= 0x20 && u[run] < 0x80 && u[run] != '"' && u[run] != '\\') ++run;
+      if (run == i) {
+        run += utf8_sequence(u + i, n_ - i);
+        if (run == i) return fail(i, "invalid UTF-8 in string");
+      }
+      side_.append(in_ + i, run - i);
+      if (name != nullptr) keys_.append(in_ + i, run - i);
+      i = run;
+    }
+    side_ += '"';
+    pos_ = i + 1;
+    if (side_.size() > std::numeric_limits<std::uint32_t>::max() ||
+        keys_.size() > std::numeric_limits<std::uint32_t>::max()) {
+      return fail(begin, "canonical form larger than 4 GiB");
+    }
+    out = side_text(out_begin);
+    if (name != nullptr) {
+      *name = Text{Kind::keys, static_cast<std::uint32_t>(name_begin),
+                   static_cast<std::uint32_t>(keys_.size() - name_begin)};
+    }
+    return true;
+  }
+
+  // Decodes the escape at i (a backslash) into a code point and moves i past it.
+  bool escape(std::size_t& i, std::uint32_t& cp) {
+    if (i + 1 >= n_) return fail(n_, "unterminated string");
+    const char c = in_[i + 1];
+    switch (c) {
+      case '"': cp = '"'; break;
+      case '\\': cp = '\\'; break;
+      case '/': cp = '/'; break;
+      case 'b': cp = '\b'; break;
+      case 'f': cp = '\f'; break;
+      case 'n': cp = '\n'; break;
+      case 'r': cp = '\r'; break;
+      case 't': cp = '\t'; break;
+      case 'u': {
+        std::uint32_t unit = 0;
+        if (!hex4(i + 2, unit)) return false;
+        if (unit >= 0xDC00 && unit <= 0xDFFF) return fail(i, "lone surrogate in string");
+        if (unit >= 0xD800 && unit <= 0xDBFF) {
+          std::uint32_t low = 0;
+          if (i + 7 >= n_ || in_[i + 6] != '\\' || in_[i + 7] != 'u' || !hex4(i + 8, low) ||
+              low < 0xDC00 || low > 0xDFFF) {
+            return fail(i, "lone surrogate in string");
+          }
+          cp = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+          i += 12;
+          return true;
+        }
+        cp = unit;
+        i += 6;
+        return true;
+      }
+      default: return fail(i, "invalid escape in string");
+    }
+    i += 2;
+    return true;
+  }
+
+  bool hex4(std::size_t at, std::uint32_t& unit) {
+    if (at + 4 > n_) return fail(at, "invalid \\u escape in string");
+    unit = 0;
+    for (std::size_t j = at; j < at + 4; ++j) {
+      const int h = hex_value(in_[j]);
+      if (h < 0) return fail(at, "invalid \\u escape in string");
+      unit = unit * 16 + static_cast<std::uint32_t>(h);
+    }
+    return true;
+  }
+
+  bool number(std::uint32_t& node) {
+    const std::size_t begin = pos_;
+    std::size_t i = pos_;
+    const bool negative = in_[i] == '-';
+    if (negative) ++i;
+    const std::size_t int_begin = i;
+    if (i < n_ && in_[i] == '0') {
+      ++i;
+      if (i < n_ && is_digit(in_[i])) return fail(int_begin, "leading zero in number");
+    } else if (i < n_ && is_digit(in_[i])) {
+      while (i < n_ && is_digit(in_[i])) ++i;
+    } else {
+      return fail(begin, "invalid number");
+    }
+    const std::size_t int_end = i;
+    std::size_t frac_begin = i, frac_end = i;
+    if (i < n_ && in_[i] == '.') {
+      frac_begin = ++i;
+      while (i < n_ && is_digit(in_[i])) ++i;
+      frac_end = i;
+      if (frac_end == frac_begin) return fail(begin, "invalid number");
+    }
+    bool has_exponent = false;
+    if (i < n_ && (in_[i] == 'e' || in_[i] == 'E')) {
+      has_exponent = true;
+      ++i;
+      if (i < n_ && (in_[i] == '+' || in_[i] == '-')) ++i;
+      const std::size_t exp_begin = i;
+      while (i < n_ && is_digit(in_[i])) ++i;
+      if (i == exp_begin) return fail(begin, "invalid number");
+    }
+    pos_ = i;
+    if (!has_exponent && fast_number(begin, int_begin, int_end, frac_begin, frac_end, node)) {
+      return true;
+    }
+
+    double value = 0;
+    const auto r = std::from_chars(in_ + begin, in_ + i, value);
+    if (r.ec == std::errc::result_out_of_range) {
+      // from_chars reports underflow like overflow; ECMAScript reads a tiny number as 0.
+      if (!is_tiny(int_begin, int_end, frac_begin, frac_end, i)) {
+        return fail(begin, "number out of range");
+      }
+      value = 0;
+    } else if (r.ec != std::errc() || r.ptr != in_ + i || !std::isfinite(value)) {
+      return fail(begin, "invalid number");
+    }
+    char buf[32];
+    const std::size_t len = format_number(value, buf);
+    const std::size_t out_begin = side_.size();
+    side_.append(buf, len);
+    node = add_node(side_text(out_begin), len);
+    return true;
+  }
+
+  // Numbers without exponent whose significant digits number at most 15 and whose decimal
+  // point sits where ECMAScript prints them in fixed notation. Every decimal of at most 15
+  // significant digits round-trips through a double, so the shortest form of its double has
+  // exactly those digits: the canonical form is the input without trailing fraction zeros,
+  // which is a prefix of the input (or "0" for zero).
+  bool fast_number(std::size_t begin, std::size_t int_begin, std::size_t int_end,
+                   std::size_t frac_begin, std::size_t frac_end, std::uint32_t& node) {
+    const std::size_t int_len = int_end - int_begin;
+    if (int_len > 21) return false;
+    std::size_t trimmed = frac_end;
+    while (trimmed > frac_begin && in_[trimmed - 1] == '0') --trimmed;
+    std::size_t significant = 0;
+    if (in_[int_begin] != '0') {
+      if (trimmed > frac_begin) {
+        significant = int_len + (trimmed - frac_begin);
+      } else {
+        std::size_t last = int_end;
+        while (in_[last - 1] == '0') --last;
+        significant = last - int_begin;
+      }
+    } else {
+      std::size_t first = frac_begin;
+      while (first < trimmed && in_[first] == '0') ++first;
+      if (first == trimmed) {  // zero, maybe "-0.0"; the '0' at int_begin is its canonical form
+        node = add_node(Text{Kind::input, static_cast<std::uint32_t>(int_begin), 1}, 1);
+        return true;
+      }
+      if (first - frac_begin >= 6) return false;  // 1e-7 and smaller print in exponent form
+      significant = trimmed - first;
+    }
+    if (significant > 15) return false;
+    const std::size_t end = trimmed > frac_begin ? trimmed : int_end;
+    node = add_node(Text{Kind::input, static_cast<std::uint32_t>(begin),
+                         static_cast<std::uint32_t>(end - begin)},
+                    end - begin);
+    return true;
+  }
+
+  // Whether an out-of-range number is below the smallest double rather than above the largest:
+  // its decimal magnitude is negative.
+  bool is_tiny(std::size_t int_begin, std::size_t int_end, std::size_t frac_begin,
+               std::size_t frac_end, std::size_t end) const {
+    std::int64_t exponent = 0;
+    std::size_t i = frac_end;
+    if (i < end) {  // 'e', sign, digits
+      ++i;
+      const bool negative = in_[i] == '-';
+      if (in_[i] == '+' || in_[i] == '-') ++i;
+      for (; i < end; ++i) exponent = std::min<std::int64_t>(exponent * 10 + (in_[i] - '0'), 1'000'000'000);
+      if (negative) exponent = -exponent;
+    }
+    std::size_t first = int_begin;
+    while (first < int_end && in_[first] == '0') ++first;
+    if (first < int_end) return exponent + static_cast<std::int64_t>(int_end - first) - 1 < 0;
+    std::size_t zeros = 0;
+    while (frac_begin + zeros < frac_end && in_[frac_begin + zeros] == '0') ++zeros;
+    return exponent - static_cast<std::int64_t>(zeros) - 1 < 0;
+  }
+
+  void write(const Node& node, char*& p) const {
+    switch (node.text.kind) {
+      case Kind::array: {
+        *p++ = '[';
+        for (std::uint32_t j = 0; j < node.text.len; ++j) {
+          if (j > 0) *p++ = ',';
+          write(nodes_[elements_[node.text.off + j]], p);
+        }
+        *p++ = ']';
+        return;
+      }
+      case Kind::object: {
+        *p++ = '{';
+        for (std::uint32_t j = 0; j < node.text.len; ++j) {
+          if (j > 0) *p++ = ',';
+          const Member& m = members_[node.text.off + j];
+          const std::string_view name = view(m.name_out);
+          std::memcpy(p, name.data(), name.size());
+          p += name.size();
+          *p++ = ':';
+          write(nodes_[m.value], p);
+        }
+        *p++ = '}';
+        return;
+      }
+      default: {
+        const std::string_view text = view(node.text);
+        std::memcpy(p, text.data(), text.size());
+        p += text.size();
+      }
+    }
+  }
+
+  const char* in_;
+  std::size_t n_;
+  std::size_t pos_ = 0;
+  std::string side_;  // canonical text of scalars the input does not already hold
+  std::string keys_;  // decoded names that had escapes
+  std::vector<Node> nodes_;
+  std::vector<Member> member_stack_;  // members of the objects being parsed
+  std::vector<Member> members_;       // members of closed objects, each object's sorted
+  std::vector<std::uint32_t> element_stack_;
+  std::vector<std::uint32_t> elements_;
+  std::vector<std::vector<PointerToken>> pointers_;
+  std::vector<std::uint32_t> active_;  // stacked sets of pointers still matching
+  JsonError error_;
+};
+
+}  // namespace
+
+std::expected<std::string, JsonError> canonicalize_json(std::string_view json,
+                                                        std::span<const std::string> exclude) {
+  return Parser(json, exclude).run();
+}
+
+std::string format_json_number(double value) {
+  // Outside the contract, but as ECMAScript prints them rather than undefined behaviour.
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value < 0 ? "-Infinity" : "Infinity";
+  char buf[32];
+  return std::string(buf, format_number(value, buf));
+}
+
+}  // namespace idem

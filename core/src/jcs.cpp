@@ -1,6 +1,7 @@
 #include "idem/jcs.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -23,7 +24,7 @@ constexpr int kMaxDepth = 512;
 // every offset and size far from overflowing.
 constexpr std::size_t kMaxInput = std::size_t{256} << 20;
 
-enum class Kind : std::uint8_t {
+enum class Kind : std::uint32_t {
   input,   // text in the input
   side,    // text in the side buffer
   keys,    // text in the decoded-names buffer
@@ -31,10 +32,17 @@ enum class Kind : std::uint8_t {
   object,  // a container: `off` indexes members_, `len` counts them
 };
 
+// Where some text is (or a container's children are); 8 bytes, as there is one per value.
 struct Text {
-  Kind kind = Kind::input;
   std::uint32_t off = 0;
-  std::uint32_t len = 0;
+  std::uint32_t len_kind = 0;  // len << 3 | kind
+
+  static Text make(Kind kind, std::size_t off, std::size_t len) {
+    return Text{static_cast<std::uint32_t>(off),
+                static_cast<std::uint32_t>(len << 3 | static_cast<std::uint32_t>(kind))};
+  }
+  Kind kind() const { return static_cast<Kind>(len_kind & 7); }
+  std::uint32_t len() const { return len_kind >> 3; }
 };
 
 struct Node {
@@ -42,12 +50,20 @@ struct Node {
   std::uint32_t size = 0;  // length of the canonical form
 };
 
+// A member while its object is being parsed.
 struct Member {
-  Text name;                // decoded (UTF-8), for ordering and JSON Pointer matching
-  Text name_out;            // canonical, with quotes
-  std::uint32_t value = 0;  // index into nodes_
-  std::uint32_t at = 0;     // input offset of the name, for errors
+  std::uint64_t prefix = 0;  // the name's first 8 bytes, ordered like UTF-16; see name_prefix
+  Text name;                 // decoded (UTF-8), for ordering and JSON Pointer matching
+  Text name_out;             // canonical, with quotes
+  std::uint32_t value = 0;   // index into nodes_
+  std::uint32_t at = 0;      // input offset of the name, for errors
   bool excluded = false;
+};
+
+// A member of a closed object, in canonical order.
+struct Entry {
+  Text name_out;
+  std::uint32_t value = 0;
 };
 
 struct PointerToken {
@@ -73,6 +89,28 @@ bool utf16_less(std::string_view a, std::string_view b) {
     }
   }
   return a.size() < b.size();
+}
+
+// The first 8 bytes of a name, zero-padded, remapped by utf16_rank and read big-endian: if
+// two prefixes differ they order the names as utf16_less does; if equal, compare in full.
+// `readable` says whether 8 bytes may be read at `name.data()` even if the name is shorter.
+std::uint64_t name_prefix(std::string_view name, bool readable) {
+  const std::size_t n = std::min<std::size_t>(name.size(), 8);
+  unsigned char b[8] = {};
+  if (readable) {
+    std::memcpy(b, name.data(), 8);
+    if (n < 8) std::memset(b + n, 0, 8 - n);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>(name[i]);
+  }
+  std::uint64_t w;
+  std::memcpy(&w, b, 8);
+  if ((w & 0x8080808080808080ull) != 0) {  // non-ASCII: remap byte by byte
+    for (unsigned char& c : b) c = static_cast<unsigned char>(std::min(utf16_rank(c), 0xFFu));
+    std::memcpy(&w, b, 8);
+  }
+  if constexpr (std::endian::native == std::endian::little) w = std::byteswap(w);
+  return w;
 }
 
 // Length of the valid UTF-8 sequence at p (RFC 3629: no overlongs, no surrogates, at most
@@ -165,15 +203,16 @@ inline int hex_value(char c) {
   return -1;
 }
 
-// Whether any of the 8 bytes in `w` is a quote, a backslash, a control character or non-ASCII:
-// the bytes a string scan must look at one by one.
-inline bool needs_attention(std::uint64_t w) {
+// Flags (high bit of the byte) the bytes of `w` that a string scan must look at: quotes,
+// backslashes, control characters, non-ASCII. Borrows can flag bytes above a flagged one, never
+// below, so the lowest flag is exact.
+inline std::uint64_t attention_mask(std::uint64_t w) {
   constexpr std::uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
   const std::uint64_t quote = w ^ (ones * '"'), backslash = w ^ (ones * '\\');
   const std::uint64_t zero_quote = (quote - ones) & ~quote;
   const std::uint64_t zero_backslash = (backslash - ones) & ~backslash;
   const std::uint64_t control = w - ones * 0x20;
-  return ((zero_quote | zero_backslash | control | w) & highs) != 0;
+  return (zero_quote | zero_backslash | control | w) & highs;
 }
 
 // Writes `value` (finite) as ECMAScript's Number::toString into buf[0..32); returns the length.
@@ -234,16 +273,67 @@ std::size_t format_number(double value, char* buf) {
   return static_cast<std::size_t>(o - buf);
 }
 
+// The parser's working memory. Kept per thread between calls: allocating it afresh costs more
+// than the parsing (the allocator hands large blocks back to the kernel and page-faults them in
+// again on every request).
+struct Scratch {
+  std::string side;  // canonical text of scalars the input does not already hold
+  std::string keys;  // decoded names that had escapes
+  std::vector<Node> nodes;
+  std::vector<Member> member_stack;  // members of the objects being parsed
+  std::vector<Entry> members;        // members of closed objects, each object's sorted
+  std::vector<std::uint32_t> element_stack;
+  std::vector<std::uint32_t> elements;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> order;  // sorting an object's members
+  std::vector<std::vector<PointerToken>> pointers;
+  std::vector<std::uint32_t> active;  // stacked sets of pointers still matching
+
+  // Empties the buffers; frees them after an unusually large input.
+  void reset() {
+    constexpr std::size_t kKeep = std::size_t{4} << 20;
+    const std::size_t held = side.capacity() + keys.capacity() + nodes.capacity() * sizeof(Node) +
+                             member_stack.capacity() * sizeof(Member) +
+                             members.capacity() * sizeof(Entry) +
+                             (element_stack.capacity() + elements.capacity()) * 4;
+    if (held > kKeep) {
+      *this = Scratch();
+      return;
+    }
+    side.clear();
+    keys.clear();
+    nodes.clear();
+    member_stack.clear();
+    members.clear();
+    element_stack.clear();
+    elements.clear();
+    pointers.clear();
+    active.clear();
+  }
+};
+
+// Copies text of at most 16 bytes with one fixed-size move when both ends have room for it.
+inline void copy_text(char*& p, const char* src, std::size_t len, bool src_padded) {
+  if (len <= 16 && src_padded) {
+    std::memcpy(p, src, 16);
+  } else {
+    std::memcpy(p, src, len);
+  }
+  p += len;
+}
+
 class Parser {
  public:
-  Parser(std::string_view input, std::span<const std::string> exclude)
-      : in_(input.data()), n_(input.size()) {
+  Parser(std::string_view input, std::span<const std::string> exclude, Scratch& scratch)
+      : in_(input.data()), n_(input.size()), scratch_(scratch) {
+    scratch_.reset();
     for (const std::string& pointer : exclude) add_pointer(pointer);
   }
+  ~Parser() { scratch_.reset(); }
+  Parser(const Parser&) = delete;
+  Parser& operator=(const Parser&) = delete;
 
   std::expected<std::string, JsonError> run() {
     if (n_ > kMaxInput) return std::unexpected(JsonError{"input larger than 256 MiB", 0});
-    nodes_.reserve(n_ / 16 + 8);
     for (std::uint32_t i = 0; i < pointers_.size(); ++i) active_.push_back(i);
     skip_ws();
     std::uint32_t root = 0;
@@ -255,11 +345,14 @@ class Parser {
       fail(pos_, "unexpected data after the JSON value");
       return std::unexpected(std::move(error_));
     }
-    std::string out;
-    out.resize_and_overwrite(nodes_[root].size, [&](char* p, std::size_t size) {
-      write(nodes_[root], p);
-      return size;
-    });
+    // Room for copy_text's fixed-size moves past the last byte of each buffer.
+    side_.append(16, '\0');
+    keys_.append(16, '\0');
+    const std::size_t size = nodes_[root].size;
+    std::string out(size + 16, '\0');
+    char* p = out.data();
+    write(nodes_[root], p);
+    out.resize(size);
     return out;
   }
 
@@ -308,13 +401,15 @@ class Parser {
     pointers_.push_back(std::move(tokens));
   }
 
-  std::string_view view(Text t) const {
-    switch (t.kind) {
-      case Kind::input: return {in_ + t.off, t.len};
-      case Kind::side: return {side_.data() + t.off, t.len};
-      default: return {keys_.data() + t.off, t.len};
+  const char* base(Kind kind) const {
+    switch (kind) {
+      case Kind::input: return in_;
+      case Kind::side: return side_.data();
+      default: return keys_.data();
     }
   }
+
+  std::string_view view(Text t) const { return {base(t.kind()) + t.off, t.len()}; }
 
   void skip_ws() {
     while (pos_ < n_) {
@@ -329,11 +424,6 @@ class Parser {
     return static_cast<std::uint32_t>(nodes_.size() - 1);
   }
 
-  Text side_text(std::size_t begin) const {
-    return Text{Kind::side, static_cast<std::uint32_t>(begin),
-                static_cast<std::uint32_t>(side_.size() - begin)};
-  }
-
   // `active_[act_begin, act_end)` are the pointers whose first `depth` tokens lead here.
   bool value(int depth, std::uint32_t act_begin, std::uint32_t act_end, std::uint32_t& node) {
     if (pos_ >= n_) return fail(pos_, "unexpected end of input");
@@ -343,7 +433,7 @@ class Parser {
       case '"': {
         Text text;
         if (!string(text, nullptr)) return false;
-        node = add_node(text, text.len);
+        node = add_node(text, text.len());
         return true;
       }
       case 't': return literal("true", node);
@@ -356,12 +446,10 @@ class Parser {
   }
 
   bool literal(std::string_view word, std::uint32_t& node) {
-    if (std::string_view(in_ + pos_, n_ - pos_).substr(0, word.size()) != word) {
+    if (n_ - pos_ < word.size() || std::memcmp(in_ + pos_, word.data(), word.size()) != 0) {
       return fail_unexpected(pos_);
     }
-    node = add_node(Text{Kind::input, static_cast<std::uint32_t>(pos_),
-                         static_cast<std::uint32_t>(word.size())},
-                    word.size());
+    node = add_node(Text::make(Kind::input, pos_, word.size()), word.size());
     pos_ += word.size();
     return true;
   }
@@ -373,7 +461,7 @@ class Parser {
     skip_ws();
     if (pos_ < n_ && in_[pos_] == '}') {
       ++pos_;
-      node = add_node(Text{Kind::object, 0, 0}, 2);
+      node = add_node(Text::make(Kind::object, 0, 0), 2);
       return true;
     }
     for (;;) {
@@ -381,9 +469,11 @@ class Parser {
         if (pos_ >= n_) return fail(pos_, "unexpected end of input");
         return fail(pos_, "expected a string as object key");
       }
-      Member m;
+      Member& m = member_stack_.emplace_back();
       m.at = static_cast<std::uint32_t>(pos_);
       if (!string(m.name_out, &m.name)) return false;
+      const std::string_view name = view(m.name);
+      m.prefix = name_prefix(name, m.name.kind() == Kind::input && m.name.off + 8 <= n_);
       skip_ws();
       if (pos_ >= n_ || in_[pos_] != ':') {
         if (pos_ >= n_) return fail(pos_, "unexpected end of input");
@@ -392,25 +482,26 @@ class Parser {
       ++pos_;
       skip_ws();
       const auto child_begin = static_cast<std::uint32_t>(active_.size());
-      if (act_begin != act_end) {
-        const std::string_view name = view(m.name);
-        for (std::uint32_t i = act_begin; i < act_end; ++i) {
-          const std::uint32_t p = active_[i];
-          const std::vector<PointerToken>& tokens = pointers_[p];
-          if (tokens[depth].text != name) continue;
-          if (tokens.size() == static_cast<std::size_t>(depth) + 1) {
-            m.excluded = true;
-          } else {
-            active_.push_back(p);
-          }
+      bool excluded = false;
+      for (std::uint32_t i = act_begin; i < act_end; ++i) {
+        const std::uint32_t p = active_[i];
+        const std::vector<PointerToken>& tokens = pointers_[p];
+        if (tokens[depth].text != name) continue;
+        if (tokens.size() == static_cast<std::size_t>(depth) + 1) {
+          excluded = true;
+        } else {
+          active_.push_back(p);
         }
-        if (m.excluded) active_.resize(child_begin);
       }
+      if (excluded) active_.resize(child_begin);
+      const std::size_t index = member_stack_.size() - 1;  // `m` may move while the value parses
+      std::uint32_t child = 0;
       const bool ok =
-          value(depth + 1, child_begin, static_cast<std::uint32_t>(active_.size()), m.value);
+          value(depth + 1, child_begin, static_cast<std::uint32_t>(active_.size()), child);
       active_.resize(child_begin);
       if (!ok) return false;
-      member_stack_.push_back(m);
+      member_stack_[index].value = child;
+      member_stack_[index].excluded = excluded;
       skip_ws();
       if (pos_ < n_ && in_[pos_] == ',') {
         ++pos_;
@@ -427,46 +518,62 @@ class Parser {
     return close_object(mark, node);
   }
 
+  // -1, 0 or 1 as member a's name orders before, like or after b's, in UTF-16 code units.
+  int compare_names(const Member& a, const Member& b) const {
+    if (a.prefix != b.prefix) return a.prefix < b.prefix ? -1 : 1;
+    const std::string_view x = view(a.name), y = view(b.name);
+    if (x == y) return 0;
+    return utf16_less(x, y) ? -1 : 1;
+  }
+
   bool close_object(std::size_t mark, std::uint32_t& node) {
-    const auto first = member_stack_.begin() + static_cast<std::ptrdiff_t>(mark);
-    const auto last = member_stack_.end();
-    auto less = [this](const Member& a, const Member& b) {
-      return utf16_less(view(a.name), view(b.name));
+    const std::size_t count = member_stack_.size() - mark;
+    const Member* members = member_stack_.data() + mark;
+    const auto off = static_cast<std::uint32_t>(members_.size());
+    std::uint64_t size = 2;
+    std::uint32_t kept = 0;
+    auto keep = [&](const Member& m) {
+      if (m.excluded) return;
+      members_.push_back(Entry{m.name_out, m.value});
+      size += m.name_out.len() + 1 + nodes_[m.value].size + (kept > 0 ? 1 : 0);
+      ++kept;
     };
     // Bodies often arrive sorted already (canonical clients, re-sent requests).
-    if (std::adjacent_find(first, last, [&](const Member& a, const Member& b) {
-          return !less(a, b);
-        }) != last) {
-      std::sort(first, last, less);
+    std::size_t sorted = 1;
+    while (sorted < count && compare_names(members[sorted - 1], members[sorted]) < 0) ++sorted;
+    if (sorted >= count) {
+      for (std::size_t i = 0; i < count; ++i) keep(members[i]);
+    } else {
+      std::vector<std::pair<std::uint64_t, std::uint32_t>>& order = scratch_.order;
+      order.clear();
+      for (std::uint32_t i = 0; i < count; ++i) order.emplace_back(members[i].prefix, i);
+      std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+        if (a.first != b.first) return a.first < b.first;
+        return compare_names(members[a.second], members[b.second]) < 0;
+      });
       // Report the duplicate the reader meets first: the earliest second occurrence.
       const Member* dup = nullptr;
       std::uint32_t dup_at = 0;
-      for (auto it = first; it + 1 < last; ++it) {
-        if (less(*it, *(it + 1))) continue;
-        const std::uint32_t at = std::max(it->at, (it + 1)->at);
+      for (std::size_t i = 0; i + 1 < count; ++i) {
+        const Member& a = members[order[i].second];
+        const Member& b = members[order[i + 1].second];
+        if (compare_names(a, b) != 0) continue;
+        const std::uint32_t at = std::max(a.at, b.at);
         if (dup == nullptr || at < dup_at) {
-          dup = &*it;
+          dup = &a;
           dup_at = at;
         }
       }
       if (dup != nullptr) {
         return fail(dup_at, "duplicate object key " + quoted(view(dup->name)));
       }
-    }
-    const auto off = static_cast<std::uint32_t>(members_.size());
-    std::uint64_t size = 2;
-    std::uint32_t kept = 0;
-    for (auto it = first; it != last; ++it) {
-      if (it->excluded) continue;
-      members_.push_back(*it);
-      size += it->name_out.len + 1 + nodes_[it->value].size + (kept > 0 ? 1 : 0);
-      ++kept;
+      for (const auto& entry : order) keep(members[entry.second]);
     }
     member_stack_.resize(mark);
     if (size > std::numeric_limits<std::uint32_t>::max()) {
       return fail(pos_, "canonical form larger than 4 GiB");
     }
-    node = add_node(Text{Kind::object, off, kept}, size);
+    node = add_node(Text::make(Kind::object, off, kept), size);
     return true;
   }
 
@@ -477,7 +584,7 @@ class Parser {
     skip_ws();
     if (pos_ < n_ && in_[pos_] == ']') {
       ++pos_;
-      node = add_node(Text{Kind::array, 0, 0}, 2);
+      node = add_node(Text::make(Kind::array, 0, 0), 2);
       return true;
     }
     std::uint64_t size = 2;
@@ -519,14 +626,14 @@ class Parser {
       return fail(pos_, "expected ',' or ']' in array");
     }
     const auto off = static_cast<std::uint32_t>(elements_.size());
-    const auto count = static_cast<std::uint32_t>(element_stack_.size() - mark);
+    const std::size_t count = element_stack_.size() - mark;
     elements_.insert(elements_.end(), element_stack_.begin() + static_cast<std::ptrdiff_t>(mark),
                      element_stack_.end());
     element_stack_.resize(mark);
     if (size > std::numeric_limits<std::uint32_t>::max()) {
       return fail(pos_, "canonical form larger than 4 GiB");
     }
-    node = add_node(Text{Kind::array, off, count}, size);
+    node = add_node(Text::make(Kind::array, off, count), size);
     return true;
   }
 
@@ -537,11 +644,19 @@ class Parser {
     std::size_t i = pos_ + 1;
     const auto* u = reinterpret_cast<const unsigned char*>(in_);
     for (;;) {
-      while (i + 8 <= n_) {
-        std::uint64_t w;
-        std::memcpy(&w, in_ + i, 8);
-        if (needs_attention(w)) break;
-        i += 8;
+      // Eight bytes at a time to the first byte that needs a look: the lowest flagged byte of
+      // needs_attention's mask is always a real one.
+      if constexpr (std::endian::native == std::endian::little) {
+        while (i + 8 <= n_) {
+          std::uint64_t w;
+          std::memcpy(&w, in_ + i, 8);
+          const std::uint64_t mask = attention_mask(w);
+          if (mask != 0) {
+            i += static_cast<std::size_t>(std::countr_zero(mask)) >> 3;
+            break;
+          }
+          i += 8;
+        }
       }
       if (i >= n_) return fail(n_, "unterminated string");
       const unsigned char c = u[i];
@@ -557,12 +672,8 @@ class Parser {
       i += len;
     }
     // Without escapes, the input is already the canonical form.
-    out = Text{Kind::input, static_cast<std::uint32_t>(begin),
-               static_cast<std::uint32_t>(i + 1 - begin)};
-    if (name != nullptr) {
-      *name = Text{Kind::input, static_cast<std::uint32_t>(begin + 1),
-                   static_cast<std::uint32_t>(i - begin - 1)};
-    }
+    out = Text::make(Kind::input, begin, i + 1 - begin);
+    if (name != nullptr) *name = Text::make(Kind::input, begin + 1, i - begin - 1);
     pos_ = i + 1;
     return true;
   }
@@ -602,15 +713,12 @@ class Parser {
     }
     side_ += '"';
     pos_ = i + 1;
-    if (side_.size() > std::numeric_limits<std::uint32_t>::max() ||
-        keys_.size() > std::numeric_limits<std::uint32_t>::max()) {
+    if (side_.size() > std::numeric_limits<std::uint32_t>::max() - 16 ||
+        keys_.size() > std::numeric_limits<std::uint32_t>::max() - 16) {
       return fail(begin, "canonical form larger than 4 GiB");
     }
-    out = side_text(out_begin);
-    if (name != nullptr) {
-      *name = Text{Kind::keys, static_cast<std::uint32_t>(name_begin),
-                   static_cast<std::uint32_t>(keys_.size() - name_begin)};
-    }
+    out = Text::make(Kind::side, out_begin, side_.size() - out_begin);
+    if (name != nullptr) *name = Text::make(Kind::keys, name_begin, keys_.size() - name_begin);
     return true;
   }
 
@@ -713,7 +821,7 @@ class Parser {
     const std::size_t len = format_number(value, buf);
     const std::size_t out_begin = side_.size();
     side_.append(buf, len);
-    node = add_node(side_text(out_begin), len);
+    node = add_node(Text::make(Kind::side, out_begin, len), len);
     return true;
   }
 
@@ -741,7 +849,7 @@ class Parser {
       std::size_t first = frac_begin;
       while (first < trimmed && in_[first] == '0') ++first;
       if (first == trimmed) {  // zero, maybe "-0.0"; the '0' at int_begin is its canonical form
-        node = add_node(Text{Kind::input, static_cast<std::uint32_t>(int_begin), 1}, 1);
+        node = add_node(Text::make(Kind::input, int_begin, 1), 1);
         return true;
       }
       if (first - frac_begin >= 6) return false;  // 1e-7 and smaller print in exponent form
@@ -749,9 +857,7 @@ class Parser {
     }
     if (significant > 15) return false;
     const std::size_t end = trimmed > frac_begin ? trimmed : int_end;
-    node = add_node(Text{Kind::input, static_cast<std::uint32_t>(begin),
-                         static_cast<std::uint32_t>(end - begin)},
-                    end - begin);
+    node = add_node(Text::make(Kind::input, begin, end - begin), end - begin);
     return true;
   }
 
@@ -765,7 +871,9 @@ class Parser {
       ++i;
       const bool negative = in_[i] == '-';
       if (in_[i] == '+' || in_[i] == '-') ++i;
-      for (; i < end; ++i) exponent = std::min<std::int64_t>(exponent * 10 + (in_[i] - '0'), 1'000'000'000);
+      for (; i < end; ++i) {
+        exponent = std::min<std::int64_t>(exponent * 10 + (in_[i] - '0'), 1'000'000'000);
+      }
       if (negative) exponent = -exponent;
     }
     std::size_t first = int_begin;
@@ -776,51 +884,53 @@ class Parser {
     return exponent - static_cast<std::int64_t>(zeros) - 1 < 0;
   }
 
+  void write_text(Text t, char*& p) const {
+    const Kind kind = t.kind();
+    // side_ and keys_ end with 16 spare bytes; the input may not.
+    copy_text(p, base(kind) + t.off, t.len(), kind != Kind::input || t.off + 16 <= n_);
+  }
+
   void write(const Node& node, char*& p) const {
-    switch (node.text.kind) {
+    switch (node.text.kind()) {
       case Kind::array: {
         *p++ = '[';
-        for (std::uint32_t j = 0; j < node.text.len; ++j) {
+        const std::uint32_t* child = elements_.data() + node.text.off;
+        for (std::uint32_t j = 0; j < node.text.len(); ++j) {
           if (j > 0) *p++ = ',';
-          write(nodes_[elements_[node.text.off + j]], p);
+          write(nodes_[child[j]], p);
         }
         *p++ = ']';
         return;
       }
       case Kind::object: {
         *p++ = '{';
-        for (std::uint32_t j = 0; j < node.text.len; ++j) {
+        const Entry* entry = members_.data() + node.text.off;
+        for (std::uint32_t j = 0; j < node.text.len(); ++j) {
           if (j > 0) *p++ = ',';
-          const Member& m = members_[node.text.off + j];
-          const std::string_view name = view(m.name_out);
-          std::memcpy(p, name.data(), name.size());
-          p += name.size();
+          write_text(entry[j].name_out, p);
           *p++ = ':';
-          write(nodes_[m.value], p);
+          write(nodes_[entry[j].value], p);
         }
         *p++ = '}';
         return;
       }
-      default: {
-        const std::string_view text = view(node.text);
-        std::memcpy(p, text.data(), text.size());
-        p += text.size();
-      }
+      default: write_text(node.text, p);
     }
   }
 
   const char* in_;
   std::size_t n_;
   std::size_t pos_ = 0;
-  std::string side_;  // canonical text of scalars the input does not already hold
-  std::string keys_;  // decoded names that had escapes
-  std::vector<Node> nodes_;
-  std::vector<Member> member_stack_;  // members of the objects being parsed
-  std::vector<Member> members_;       // members of closed objects, each object's sorted
-  std::vector<std::uint32_t> element_stack_;
-  std::vector<std::uint32_t> elements_;
-  std::vector<std::vector<PointerToken>> pointers_;
-  std::vector<std::uint32_t> active_;  // stacked sets of pointers still matching
+  Scratch& scratch_;
+  std::string& side_ = scratch_.side;
+  std::string& keys_ = scratch_.keys;
+  std::vector<Node>& nodes_ = scratch_.nodes;
+  std::vector<Member>& member_stack_ = scratch_.member_stack;
+  std::vector<Entry>& members_ = scratch_.members;
+  std::vector<std::uint32_t>& element_stack_ = scratch_.element_stack;
+  std::vector<std::uint32_t>& elements_ = scratch_.elements;
+  std::vector<std::vector<PointerToken>>& pointers_ = scratch_.pointers;
+  std::vector<std::uint32_t>& active_ = scratch_.active;
   JsonError error_;
 };
 
@@ -828,7 +938,8 @@ class Parser {
 
 std::expected<std::string, JsonError> canonicalize_json(std::string_view json,
                                                         std::span<const std::string> exclude) {
-  return Parser(json, exclude).run();
+  thread_local Scratch scratch;
+  return Parser(json, exclude, scratch).run();
 }
 
 std::string format_json_number(double value) {

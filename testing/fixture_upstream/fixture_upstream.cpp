@@ -7,15 +7,16 @@
 //
 //   idem-fixture-upstream --listen 127.0.0.1:0 [--port-file PATH]
 //
-// Execution routes (any method, counted):
-//   /echo                      200, JSON with method, target, body, every request header
-//   /slow?ms=N                 waits N ms (asynchronously), then 200
-//   /status/{code}             answers that status
-//   /sequence?codes=500,201    the n-th execution for a key answers the n-th code (last repeats)
-//   /large?bytes=N             200 with an N-byte body
-//   /close-mid-response        headers with Content-Length, half the body, then close
-//   /hang                      never answers (until the client closes)
-//   /hang-first                never answers on a key's first execution, 200 afterwards
+// Execution routes (any method, counted). The first path segment picks the behaviour and the
+// rest is free, so a gateway config can give /echo/ct and /echo/optional different policies:
+//   /echo[/...]                200, JSON with method, target, key, body and every request header
+//   /slow[/...]?ms=N           waits N ms (asynchronously), then 200
+//   /status/{code}[/...]       answers that status
+//   /sequence[/...]?codes=500,201  the n-th execution for a key answers the n-th code (last repeats)
+//   /large[/...]?bytes=N       200 with an N-byte body
+//   /close-mid-response[/...]  headers with Content-Length: 1000, 100 bytes of body, then close
+//   /hang[/...]                never answers (until the client closes)
+//   /hang-first[/...]          never answers on a key's first execution, 200 afterwards
 //   any of them with ?hop=1    also sends hop-by-hop response headers (Keep-Alive, Proxy-*)
 // Control routes (not counted):
 //   GET /counts                {"total":N,"keys":{"K":n},"requests":[{method,path,key,count}]}
@@ -108,6 +109,12 @@ std::string key_of(const Request& req) {
   return v;
 }
 
+/// "/echo" for "/echo/ct": the segment that picks an execution route's behaviour.
+std::string first_segment(std::string_view path) {
+  const auto slash = path.find('/', 1);
+  return std::string(path.substr(0, slash));
+}
+
 std::string_view path_of(std::string_view target) {
   return target.substr(0, target.find('?'));
 }
@@ -162,6 +169,7 @@ Response make_response(const Request& req, http::status status, std::string body
   res.keep_alive(req.keep_alive());
   res.body() = std::move(body);
   res.prepare_payload();
+  if (req.method() == http::verb::head) res.body().clear();  // keeps the Content-Length it would have
   return res;
 }
 
@@ -229,6 +237,7 @@ net::awaitable<void> session(tcp::socket socket) {
     Request req = parser.release();
     const std::string path(path_of(sv(req.target())));
     const std::string target(sv(req.target()));
+    const std::string route = first_segment(path);
     std::optional<Response> res;
 
     if (path == "/counts") {
@@ -247,9 +256,9 @@ net::awaitable<void> session(tcp::socket socket) {
     } else {
       const long nth = count_execution(req);
       const std::string id = new_execution_id();
-      if (path == "/echo") {
+      if (route == "/echo") {
         res = make_response(req, http::status::ok, echo_json(req, id, nth), "application/json", id);
-      } else if (path == "/slow") {
+      } else if (route == "/slow") {
         const long ms = to_long(query_param(target, "ms"), 1000);
         net::steady_timer timer(co_await net::this_coro::executor);
         timer.expires_after(std::chrono::milliseconds(ms));
@@ -257,12 +266,12 @@ net::awaitable<void> session(tcp::socket socket) {
         res = make_response(req, http::status::ok,
                             "{\"execution_id\":" + jstr(id) + ",\"slept_ms\":" + std::to_string(ms) + "}",
                             "application/json", id);
-      } else if (path.starts_with("/status/")) {
-        const long code = to_long(std::string_view(path).substr(8), 500);
+      } else if (route == "/status") {
+        const long code = to_long(first_segment(std::string_view(path).substr(7)).substr(1), 500);
         std::string body = "{\"execution_id\":" + jstr(id) + ",\"status\":" + std::to_string(code) + "}";
         if (code == 204 || code == 304) body.clear();
         res = make_response(req, static_cast<http::status>(code), std::move(body), "application/json", id);
-      } else if (path == "/sequence") {
+      } else if (route == "/sequence") {
         std::vector<long> codes;
         std::string list = query_param(target, "codes");
         for (std::size_t pos = 0; pos <= list.size();) {
@@ -276,18 +285,18 @@ net::awaitable<void> session(tcp::socket socket) {
                             "{\"execution_id\":" + jstr(id) + ",\"status\":" + std::to_string(code) +
                                 ",\"execution\":" + std::to_string(nth) + "}",
                             "application/json", id);
-      } else if (path == "/large") {
+      } else if (route == "/large") {
         const long n = std::max(0L, to_long(query_param(target, "bytes"), 1024));
         std::string body(static_cast<std::size_t>(n), '\0');
         for (long i = 0; i < n; ++i) body[i] = static_cast<char>('a' + i % 26);
         res = make_response(req, http::status::ok, std::move(body), "application/octet-stream", id);
-      } else if (path == "/close-mid-response") {
+      } else if (route == "/close-mid-response") {
         co_await close_mid_response(stream, id);
         co_return;
-      } else if (path == "/hang" || (path == "/hang-first" && nth == 1)) {
+      } else if (route == "/hang" || (route == "/hang-first" && nth == 1)) {
         co_await hang(stream);
         co_return;
-      } else if (path == "/hang-first") {
+      } else if (route == "/hang-first") {
         res = make_response(req, http::status::ok,
                             "{\"execution_id\":" + jstr(id) + ",\"execution\":" + std::to_string(nth) + "}",
                             "application/json", id);

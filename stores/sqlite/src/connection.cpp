@@ -1,6 +1,5 @@
 #include "connection.hpp"
 
-#include <format>
 
 namespace idem::sqlite_detail {
 
@@ -28,7 +27,7 @@ StoreError map_error(int code, std::string_view what, sqlite3* db) {
       break;
   }
   const char* detail = db ? sqlite3_errmsg(db) : sqlite3_errstr(code);
-  error.message = std::format("sqlite: {}: {} (code {})", what, detail, code);
+  error.message = "sqlite: " + std::string(what) + ": " + detail + " (code " + std::to_string(code) + ")";
   return error;
 }
 
@@ -37,7 +36,7 @@ StoreResult<Connection> open_connection(const std::string& path, int busy_timeou
   const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
   const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   Connection db(raw);  // closes even a half-opened handle
-  if (rc != SQLITE_OK) return std::unexpected(map_error(rc, std::format("open {}", path), db.get()));
+  if (rc != SQLITE_OK) return std::unexpected(map_error(rc, "open " + path, db.get()));
   sqlite3_extended_result_codes(db.get(), 1);
   sqlite3_busy_timeout(db.get(), busy_timeout_ms);
   return db;
@@ -55,7 +54,7 @@ StoreResult<Statement> Statement::prepare(sqlite3* db, std::string_view sql) {
                                     nullptr);
   if (rc != SQLITE_OK) {
     sqlite3_finalize(stmt);
-    return std::unexpected(map_error(rc, std::format("prepare \"{}\"", sql), db));
+    return std::unexpected(map_error(rc, "prepare \"" + std::string(sql) + "\"", db));
   }
   return Statement(stmt);
 }

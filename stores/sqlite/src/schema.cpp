@@ -1,6 +1,6 @@
 #include "schema.hpp"
 
-#include <format>
+#include <string>
 #include <span>
 
 namespace idem::sqlite_detail {
@@ -49,7 +49,7 @@ constexpr Migration kMigrations[] = {
 int latest_schema_version() { return std::span(kMigrations).back().version; }
 
 StoreResult<int> read_schema_version(sqlite3* db) {
-  auto exists = Statement::prepare(db, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'idem_schema_version'");
+  auto exists = Statement::prepare(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'idem_schema_version'");
   if (!exists) return std::unexpected(exists.error());
   if (exists->step() != SQLITE_ROW) return std::unexpected(map_error(sqlite3_errcode(db), "read schema", db));
   if (exists->int64(0) == 0) return 0;
@@ -71,28 +71,26 @@ StoreResult<Done> migrate(sqlite3* db) {
     if (*current > latest) {
       return std::unexpected(StoreError{
           StoreErrc::corrupt,
-          std::format("sqlite: the database's idem schema is version {}, newer than this build understands ({}); "
-                      "open it with a newer idem, or use another file",
-                      *current, latest)});
+          "sqlite: the database's idem schema is version " + std::to_string(*current) +
+              ", newer than this build understands (" + std::to_string(latest) +
+              "); open it with a newer idem, or use another file"});
     }
     if (*current == latest) return Done{};
     if (auto made = exec(db, kVersionTable, "create idem_schema_version"); !made) return made;
     for (const auto& m : kMigrations) {
       if (m.version <= *current) continue;
-      if (auto applied = exec(db, m.sql, std::format("apply migration {}", m.version)); !applied) return applied;
+      if (auto applied = exec(db, m.sql, "apply migration " + std::to_string(m.version)); !applied) return applied;
     }
-    return exec(db, std::format("INSERT INTO idem_schema_version (id, version) VALUES (1, {0}) "
-                                "ON CONFLICT (id) DO UPDATE SET version = {0}",
-                                latest)
-                        .c_str(),
-                "record schema version");
+    const std::string record = "INSERT INTO idem_schema_version (id, version) VALUES (1, " + std::to_string(latest) +
+                               ") ON CONFLICT (id) DO UPDATE SET version = excluded.version";
+    return exec(db, record.c_str(), "record schema version");
   }();
   if (!result) {
-    exec(db, "ROLLBACK", "roll back migration");
+    (void)exec(db, "ROLLBACK", "roll back migration");
     return result;
   }
   if (auto committed = exec(db, "COMMIT", "commit migration"); !committed) {
-    exec(db, "ROLLBACK", "roll back migration");
+    (void)exec(db, "ROLLBACK", "roll back migration");
     return committed;
   }
   return Done{};

@@ -1,0 +1,127 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/engine.hpp"
+#include "idem/gateway/routes.hpp"
+#include "idem/tenant.hpp"
+
+namespace idem::gateway {
+
+using namespace std::chrono_literals;
+
+/// A bad flag or configuration: the message is one line naming the problem, e.g.
+/// `config.toml: [[route]] #2: unknown key "retentoin" (line 14)`. main() prints it and exits 2.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A listening address, "HOST:PORT" ("[::1]:8080" for IPv6).
+struct ListenAddress {
+  std::string host;
+  std::uint16_t port = 0;
+  /// "HOST:PORT" as it would be written in the configuration.
+  std::string text() const;
+};
+
+/// The upstream service: http://HOST[:PORT] (plain HTTP/1.1; no path, no TLS).
+struct UpstreamUrl {
+  std::string host;
+  std::uint16_t port = 80;
+  /// HOST[:PORT] as written: the Host header sent when the client sent none.
+  std::string authority;
+};
+
+/// Where idempotency records live.
+struct StoreUrl {
+  enum class Kind { memory, sqlite };
+  Kind kind = Kind::sqlite;
+  /// For sqlite: the database file.
+  std::string path;
+  /// The URL as configured.
+  std::string text;
+};
+
+/// How much the gateway says on stderr.
+enum class LogLevel { error, warn, info, debug };
+
+/// Everything idem-gateway runs with; defaults are written here and in docs/gateway.md.
+struct Config {
+  ListenAddress listen{"127.0.0.1", 8080};
+  /// nullopt: no admin listener (admin_listen = "off").
+  std::optional<ListenAddress> admin_listen = ListenAddress{"127.0.0.1", 9090};
+  UpstreamUrl upstream{"127.0.0.1", 8081, "127.0.0.1:8081"};
+  StoreUrl store{StoreUrl::Kind::sqlite, "./var/idem.db", "sqlite:./var/idem.db"};
+
+  Millis upstream_timeout = 30s;          ///< request sent -> response fully received
+  Millis upstream_connect_timeout = 5s;   ///< TCP connect to the upstream
+  Millis upstream_idle_timeout = 4s;      ///< pooled upstream connections idle longer are closed
+  std::size_t upstream_max_idle = 64;     ///< idle upstream connections kept, per thread
+
+  std::size_t max_body = 1024 * 1024;             ///< request body; above: 413
+  std::size_t max_header = 16 * 1024;             ///< request line + headers; above: 431
+  std::size_t max_stored_response = 1024 * 1024;  ///< response body stored for replay
+  std::size_t max_connections = 10000;            ///< client connections; above: refused
+
+  Millis idle_timeout = 60s;    ///< a keep-alive client connection waiting for its next request
+  Millis client_timeout = 30s;  ///< reading one request (headers + body); each write to a client
+  Millis drain_timeout = 30s;   ///< SIGTERM: how long in-flight requests may take to finish
+
+  unsigned threads = 0;              ///< event loops; 0: one per core
+  Millis reaper_interval = 60s;      ///< 0: no reaper
+  std::size_t reaper_batch = 1000;   ///< records deleted per purge call
+
+  LogLevel log_level = LogLevel::info;
+
+  /// [idempotency]: the policy of POST/PATCH requests no route lists (key optional) and the base
+  /// every route overrides.
+  Policy defaults;
+  TenantRule tenant;
+  std::vector<Route> routes;
+
+  /// Things worth saying at start-up that do not stop it (retention outside 1h-7d, ...).
+  std::vector<std::string> warnings;
+};
+
+/// Values given on the command line; each replaces the file's.
+struct Overrides {
+  std::optional<std::string> listen;
+  std::optional<std::string> upstream;
+  std::optional<std::string> store;
+  std::optional<std::string> admin_listen;
+};
+
+/// Reads the TOML file at `path` (or only defaults when nullopt) and applies `overrides`.
+/// Unknown keys, wrong types and bad values are ConfigErrors naming the file, the table and key.
+Config load_config(const std::optional<std::string>& path, const Overrides& overrides = {});
+
+/// load_config for text already in memory; `source` names it in errors (e.g. "config.toml").
+Config parse_config(std::string_view toml, std::string_view source, const Overrides& overrides = {});
+
+/// "30s", "1500ms", "1h30m", "7d": integers with units ms, s, m, h, d (summed when several).
+/// Throws ConfigError (message without context) for anything else.
+Millis parse_duration(std::string_view text);
+
+/// "1MiB", "512KiB", "10MB", "4096": bytes, with B, KiB/MiB/GiB (1024-based) or KB/MB/GB
+/// (1000-based) units, case-insensitive. Throws ConfigError for anything else.
+std::uint64_t parse_size(std::string_view text);
+
+/// "HOST:PORT", "[v6]:PORT". Throws ConfigError.
+ListenAddress parse_listen_address(std::string_view text);
+
+/// "http://HOST[:PORT]" with an optional trailing "/". Throws ConfigError.
+UpstreamUrl parse_upstream_url(std::string_view text);
+
+/// "memory:" or "sqlite:PATH"; postgres://, redis:// and redis+cluster:// are recognised and
+/// refused as not built yet. Throws ConfigError.
+StoreUrl parse_store_url(std::string_view text);
+
+}  // namespace idem::gateway

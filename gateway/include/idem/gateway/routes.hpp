@@ -1,0 +1,55 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/engine.hpp"
+
+namespace idem::gateway {
+
+/// A route's path pattern: literal segments, "*" for exactly one non-empty segment, and an
+/// optional trailing "/**" for zero or more further segments. Matched against the raw path (no
+/// percent-decoding, no dot-segment removal), without the query.
+class PathPattern {
+ public:
+  /// Parses a pattern; throws std::invalid_argument with a sentence saying what is wrong.
+  explicit PathPattern(std::string_view pattern);
+  PathPattern() = default;
+
+  /// Whether `path` matches. Does not allocate.
+  bool matches(std::string_view path) const;
+  /// The pattern as written.
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+  std::vector<std::string> segments_;  // "*" for a wildcard segment
+  bool rest_ = false;                  // trailing "/**"
+};
+
+/// One [[route]]: the methods and path it applies to, and its policy.
+struct Route {
+  std::vector<std::string> methods;  ///< upper-case, e.g. {"POST"}
+  PathPattern path;
+  Policy policy;  ///< key_required = the route's `required` (default true)
+};
+
+/// Chooses the policy for a request (SPEC §3). Holds pointers into the routes and default
+/// policy it was built from, which must outlive it.
+class Router {
+ public:
+  Router(const std::vector<Route>& routes, const Policy& defaults);
+
+  /// The policy of a request, or nullptr when the gateway passes it through untouched:
+  /// safe methods never are handled; the first route whose method and path match wins; POST and
+  /// PATCH that no route lists get `defaults` with the key optional; anything else (PUT, DELETE,
+  /// unknown methods) passes through.
+  const Policy* policy_for(std::string_view method, std::string_view path) const;
+
+ private:
+  const std::vector<Route>& routes_;
+  Policy unlisted_;  // defaults, key optional
+};
+
+}  // namespace idem::gateway

@@ -1,0 +1,663 @@
+#include "idem/gateway/config.hpp"
+
+#include <toml++/toml.h>
+
+#include <cctype>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace idem::gateway {
+namespace {
+
+constexpr std::uint64_t kMaxU64 = std::numeric_limits<std::uint64_t>::max();
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string upper(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+// RFC 9110 token characters: header names and methods.
+bool is_token(std::string_view s) {
+  if (s.empty()) return false;
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c)) continue;
+    if (std::string_view("!#$%&'*+-.^_`|~").find(ch) != std::string_view::npos) continue;
+    return false;
+  }
+  return true;
+}
+
+// Where in the file a value is, for error messages: "config.toml: [[route]] #2: ".
+struct Context {
+  std::string source;
+  std::string where;  // "", "[idempotency]", "[[route]] #2", ...
+
+  [[noreturn]] void fail(const toml::node* node, const std::string& message) const {
+    std::string text = source + ": ";
+    if (!where.empty()) text += where + ": ";
+    text += message;
+    if (node != nullptr && node->source().begin.line > 0) {
+      text += " (line " + std::to_string(node->source().begin.line) + ")";
+    }
+    throw ConfigError(text);
+  }
+};
+
+std::string_view type_name(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    default: return "a date/time";
+  }
+}
+
+std::string get_string(const Context& ctx, std::string_view key, const toml::node& node) {
+  if (const auto* s = node.as_string()) return s->get();
+  ctx.fail(&node, std::string(key) + ": expected a string, got " + std::string(type_name(node)));
+}
+
+bool get_bool(const Context& ctx, std::string_view key, const toml::node& node) {
+  if (const auto* b = node.as_boolean()) return b->get();
+  ctx.fail(&node, std::string(key) + ": expected true or false, got " + std::string(type_name(node)));
+}
+
+std::int64_t get_int(const Context& ctx, std::string_view key, const toml::node& node, std::int64_t min,
+                     std::int64_t max) {
+  const auto* i = node.as_integer();
+  if (i == nullptr) {
+    ctx.fail(&node, std::string(key) + ": expected an integer, got " + std::string(type_name(node)));
+  }
+  const std::int64_t v = i->get();
+  if (v < min || v > max) {
+    ctx.fail(&node, std::string(key) + ": " + std::to_string(v) + " is outside " + std::to_string(min) + ".." +
+                        std::to_string(max));
+  }
+  return v;
+}
+
+Millis get_duration(const Context& ctx, std::string_view key, const toml::node& node, bool allow_zero = false) {
+  if (node.is_integer()) {
+    ctx.fail(&node, std::string(key) + ": a duration needs a unit, e.g. \"30s\" (units ms, s, m, h, d)");
+  }
+  const std::string text = get_string(ctx, key, node);
+  Millis value{};
+  try {
+    value = parse_duration(text);
+  } catch (const ConfigError& e) {
+    ctx.fail(&node, std::string(key) + ": " + quoted(text) + ": " + e.what());
+  }
+  if (!allow_zero && value.count() == 0) ctx.fail(&node, std::string(key) + ": must be longer than 0");
+  return value;
+}
+
+std::size_t get_size(const Context& ctx, std::string_view key, const toml::node& node, std::uint64_t min = 0) {
+  std::uint64_t value = 0;
+  if (const auto* i = node.as_integer()) {
+    if (i->get() < 0) ctx.fail(&node, std::string(key) + ": must not be negative");
+    value = static_cast<std::uint64_t>(i->get());
+  } else {
+    const std::string text = get_string(ctx, key, node);
+    try {
+      value = parse_size(text);
+    } catch (const ConfigError& e) {
+      ctx.fail(&node, std::string(key) + ": " + quoted(text) + ": " + e.what());
+    }
+  }
+  if (value < min) ctx.fail(&node, std::string(key) + ": must be at least " + std::to_string(min) + " bytes");
+  if (value > std::numeric_limits<std::size_t>::max() / 2) ctx.fail(&node, std::string(key) + ": too large");
+  return static_cast<std::size_t>(value);
+}
+
+std::vector<std::string> get_string_array(const Context& ctx, std::string_view key, const toml::node& node) {
+  const auto* arr = node.as_array();
+  if (arr == nullptr) {
+    ctx.fail(&node, std::string(key) + ": expected an array of strings, got " + std::string(type_name(node)));
+  }
+  std::vector<std::string> out;
+  for (const auto& element : *arr) out.push_back(get_string(ctx, key, element));
+  return out;
+}
+
+std::string get_header_name(const Context& ctx, std::string_view key, const toml::node& node) {
+  std::string name = get_string(ctx, key, node);
+  if (!is_token(name)) ctx.fail(&node, std::string(key) + ": " + quoted(name) + " is not a valid header name");
+  return name;
+}
+
+// Policy keys, shared by [idempotency] and [[route]]. Returns false for keys it does not know.
+struct PolicyKeys {
+  bool retention_set = false;
+  bool min_set = false;
+  bool max_set = false;
+};
+
+void apply_fingerprint(const Context& ctx, const toml::node& node, FingerprintOptions& fp) {
+  const auto* table = node.as_table();
+  if (table == nullptr) {
+    ctx.fail(&node, "fingerprint: expected a table (fingerprint.json_ignore, fingerprint.headers), got " +
+                        std::string(type_name(node)));
+  }
+  for (const auto& [k, v] : *table) {
+    const std::string_view key = k.str();
+    if (key == "json_ignore") {
+      fp.json_ignore = get_string_array(ctx, "fingerprint.json_ignore", v);
+      for (const auto& pointer : fp.json_ignore) {
+        if (pointer.empty() || pointer.front() != '/') {
+          ctx.fail(&v, "fingerprint.json_ignore: " + quoted(pointer) +
+                           " is not a JSON Pointer to a member (it must start with \"/\")");
+        }
+      }
+    } else if (key == "headers") {
+      fp.headers = get_string_array(ctx, "fingerprint.headers", v);
+      for (const auto& name : fp.headers) {
+        if (!is_token(name)) ctx.fail(&v, "fingerprint.headers: " + quoted(name) + " is not a valid header name");
+      }
+    } else {
+      ctx.fail(&v, "unknown key " + quoted("fingerprint." + std::string(key)));
+    }
+  }
+}
+
+bool apply_policy_key(const Context& ctx, std::string_view key, const toml::node& node, Policy& policy,
+                      PolicyKeys& seen) {
+  if (key == "header") {
+    policy.key_header = get_header_name(ctx, key, node);
+  } else if (key == "key_min_length") {
+    policy.key.min_length = static_cast<std::size_t>(get_int(ctx, key, node, 1, 4096));
+    seen.min_set = true;
+  } else if (key == "key_max_length") {
+    policy.key.max_length = static_cast<std::size_t>(get_int(ctx, key, node, 1, 4096));
+    seen.max_set = true;
+  } else if (key == "retention") {
+    policy.retention = get_duration(ctx, key, node);
+    seen.retention_set = true;
+  } else if (key == "lease") {
+    policy.lease = get_duration(ctx, key, node);
+  } else if (key == "retry_after") {
+    const Millis d = get_duration(ctx, key, node);
+    // Retry-After carries whole seconds; round up so a client never retries early.
+    policy.retry_after = std::max<std::chrono::seconds>(std::chrono::ceil<std::chrono::seconds>(d), 1s);
+  } else if (key == "store_server_errors") {
+    policy.store_server_errors = get_bool(ctx, key, node);
+  } else if (key == "on_lease_expiry") {
+    const std::string v = get_string(ctx, key, node);
+    if (v == "reexecute") {
+      policy.on_lease_expiry = LeaseExpiry::reexecute;
+    } else if (v == "unknown") {
+      policy.on_lease_expiry = LeaseExpiry::unknown;
+    } else {
+      ctx.fail(&node, "on_lease_expiry: " + quoted(v) + ": expected \"reexecute\" or \"unknown\"");
+    }
+  } else if (key == "fingerprint") {
+    apply_fingerprint(ctx, node, policy.fingerprint);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void check_key_bounds(const Context& ctx, const toml::node* node, const Policy& policy) {
+  if (policy.key.min_length > policy.key.max_length) {
+    ctx.fail(node, "key_min_length (" + std::to_string(policy.key.min_length) + ") is greater than key_max_length (" +
+                       std::to_string(policy.key.max_length) + ")");
+  }
+}
+
+void warn_retention(Config& config, const std::string& where, Millis retention) {
+  if (retention < 1h || retention > 24h * 7) {
+    config.warnings.push_back(where + "retention of " + std::to_string(retention.count()) +
+                              " ms is outside 1h-7d (SPEC 4.3): clients retrying later than that re-execute");
+  }
+}
+
+const toml::table& expect_table(const Context& ctx, std::string_view key, const toml::node& node) {
+  const auto* table = node.as_table();
+  if (table == nullptr) ctx.fail(&node, quoted(key) + ": expected a table [" + std::string(key) + "]");
+  return *table;
+}
+
+void parse_idempotency(const Context& parent, const toml::node& node, Config& config) {
+  const Context ctx{parent.source, "[idempotency]"};
+  const auto& table = expect_table(parent, "idempotency", node);
+  PolicyKeys seen;
+  for (const auto& [k, v] : table) {
+    if (!apply_policy_key(ctx, k.str(), v, config.defaults, seen)) {
+      ctx.fail(&v, "unknown key " + quoted(k.str()));
+    }
+  }
+  check_key_bounds(ctx, &node, config.defaults);
+}
+
+void parse_tenant(const Context& parent, const toml::node& node, Config& config) {
+  const Context ctx{parent.source, "[tenant]"};
+  const auto& table = expect_table(parent, "tenant", node);
+  std::optional<std::string> header;
+  std::optional<std::string> from;
+  const toml::node* from_node = nullptr;
+  for (const auto& [k, v] : table) {
+    if (k.str() == "header") {
+      header = get_header_name(ctx, "header", v);
+    } else if (k.str() == "from") {
+      from = get_string(ctx, "from", v);
+      from_node = &v;
+    } else {
+      ctx.fail(&v, "unknown key " + quoted(k.str()));
+    }
+  }
+  TenantRule rule;
+  if (from && *from == "authorization") {
+    if (header) ctx.fail(from_node, "use either header = \"...\" or from = \"authorization\", not both");
+    rule.source = TenantRule::Source::authorization;
+  } else if (from && *from == "none") {
+    if (header) ctx.fail(from_node, "from = \"none\" takes no header");
+    rule.source = TenantRule::Source::none;
+  } else if (from && *from != "header") {
+    ctx.fail(from_node, "from: " + quoted(*from) + ": expected \"header\", \"authorization\" or \"none\"");
+  } else if (header || from) {
+    rule.source = TenantRule::Source::header;
+    if (header) rule.header = *header;
+  }
+  config.tenant = rule;
+}
+
+std::string describe(const Route& route) {
+  std::string methods;
+  for (const auto& m : route.methods) methods += (methods.empty() ? "" : ",") + m;
+  return methods + " " + route.path.text();
+}
+
+void parse_route(const Context& ctx, const toml::table& table, Config& config) {
+  Route route;
+  route.policy = config.defaults;
+  route.policy.key_required = true;
+  PolicyKeys seen;
+  bool have_path = false;
+  for (const auto& [k, v] : table) {
+    const std::string_view key = k.str();
+    if (key == "method") {
+      std::vector<std::string> methods;
+      if (v.is_array()) {
+        methods = get_string_array(ctx, "method", v);
+      } else {
+        methods.push_back(get_string(ctx, "method", v));
+      }
+      if (methods.empty()) ctx.fail(&v, "method: list at least one method");
+      for (auto& m : methods) {
+        if (!is_token(m)) ctx.fail(&v, "method: " + quoted(m) + " is not an HTTP method");
+        m = upper(m);
+        if (is_safe_method(m)) {
+          ctx.fail(&v, "method: " + m + " is never handled (safe methods always pass through, SPEC 3); remove the route");
+        }
+      }
+      route.methods = std::move(methods);
+    } else if (key == "path") {
+      const std::string text = get_string(ctx, "path", v);
+      try {
+        route.path = PathPattern(text);
+      } catch (const std::invalid_argument& e) {
+        ctx.fail(&v, "path " + quoted(text) + ": " + e.what());
+      }
+      have_path = true;
+    } else if (key == "required") {
+      route.policy.key_required = get_bool(ctx, "required", v);
+    } else if (!apply_policy_key(ctx, key, v, route.policy, seen)) {
+      ctx.fail(&v, "unknown key " + quoted(key));
+    }
+  }
+  if (route.methods.empty()) ctx.fail(&table, "missing key \"method\"");
+  if (!have_path) ctx.fail(&table, "missing key \"path\"");
+  check_key_bounds(ctx, &table, route.policy);
+  if (seen.retention_set) warn_retention(config, ctx.where + " (" + describe(route) + "): ", route.policy.retention);
+  config.routes.push_back(std::move(route));
+}
+
+template <class F>
+auto wrap(const Context& ctx, const toml::node* node, std::string_view key, const std::string& text, F&& parse) {
+  try {
+    return parse(text);
+  } catch (const ConfigError& e) {
+    ctx.fail(node, std::string(key) + ": " + e.what());
+  }
+}
+
+void parse_top(const Context& ctx, const toml::table& root, Config& config) {
+  for (const auto& [k, v] : root) {
+    const std::string_view key = k.str();
+    if (key == "listen") {
+      config.listen = wrap(ctx, &v, key, get_string(ctx, key, v), parse_listen_address);
+    } else if (key == "admin_listen") {
+      const std::string text = get_string(ctx, key, v);
+      if (text == "off") {
+        config.admin_listen.reset();
+      } else {
+        config.admin_listen = wrap(ctx, &v, key, text, parse_listen_address);
+      }
+    } else if (key == "upstream") {
+      config.upstream = wrap(ctx, &v, key, get_string(ctx, key, v), parse_upstream_url);
+    } else if (key == "store") {
+      config.store = wrap(ctx, &v, key, get_string(ctx, key, v), parse_store_url);
+    } else if (key == "upstream_timeout") {
+      config.upstream_timeout = get_duration(ctx, key, v);
+    } else if (key == "upstream_connect_timeout") {
+      config.upstream_connect_timeout = get_duration(ctx, key, v);
+    } else if (key == "upstream_idle_timeout") {
+      config.upstream_idle_timeout = get_duration(ctx, key, v, /*allow_zero=*/true);
+    } else if (key == "upstream_max_idle") {
+      config.upstream_max_idle = static_cast<std::size_t>(get_int(ctx, key, v, 0, 100000));
+    } else if (key == "max_body") {
+      config.max_body = get_size(ctx, key, v);
+    } else if (key == "max_header") {
+      config.max_header = get_size(ctx, key, v, 1024);
+    } else if (key == "max_stored_response") {
+      config.max_stored_response = get_size(ctx, key, v);
+    } else if (key == "max_connections") {
+      config.max_connections = static_cast<std::size_t>(get_int(ctx, key, v, 1, 10'000'000));
+    } else if (key == "idle_timeout") {
+      config.idle_timeout = get_duration(ctx, key, v);
+    } else if (key == "client_timeout") {
+      config.client_timeout = get_duration(ctx, key, v);
+    } else if (key == "drain_timeout") {
+      config.drain_timeout = get_duration(ctx, key, v, /*allow_zero=*/true);
+    } else if (key == "threads") {
+      config.threads = static_cast<unsigned>(get_int(ctx, key, v, 0, 256));
+    } else if (key == "reaper_interval") {
+      config.reaper_interval = get_duration(ctx, key, v, /*allow_zero=*/true);
+    } else if (key == "reaper_batch") {
+      config.reaper_batch = static_cast<std::size_t>(get_int(ctx, key, v, 1, 1'000'000));
+    } else if (key == "log_level") {
+      const std::string level = get_string(ctx, key, v);
+      if (level == "error") {
+        config.log_level = LogLevel::error;
+      } else if (level == "warn") {
+        config.log_level = LogLevel::warn;
+      } else if (level == "info") {
+        config.log_level = LogLevel::info;
+      } else if (level == "debug") {
+        config.log_level = LogLevel::debug;
+      } else {
+        ctx.fail(&v, "log_level: " + quoted(level) + ": expected \"error\", \"warn\", \"info\" or \"debug\"");
+      }
+    } else if (key == "idempotency" || key == "tenant" || key == "route") {
+      // Parsed after every top-level key, so routes inherit the finished [idempotency].
+    } else {
+      ctx.fail(&v, "unknown key " + quoted(key));
+    }
+  }
+  if (const auto* node = root.get("idempotency")) parse_idempotency(ctx, *node, config);
+  warn_retention(config, "[idempotency]: ", config.defaults.retention);
+  if (const auto* node = root.get("tenant")) parse_tenant(ctx, *node, config);
+  if (const auto* node = root.get("route")) {
+    const auto* routes = node->as_array();
+    if (routes == nullptr || !routes->is_array_of_tables()) {
+      ctx.fail(node, "\"route\": expected an array of tables, written [[route]]");
+    }
+    int n = 0;
+    for (const auto& element : *routes) {
+      ++n;
+      const Context route_ctx{ctx.source, "[[route]] #" + std::to_string(n)};
+      parse_route(route_ctx, *element.as_table(), config);
+    }
+  }
+}
+
+void apply_overrides(const Overrides& o, Config& config) {
+  auto flag = [](std::string_view name, const std::string& text, auto parse) {
+    try {
+      return parse(text);
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string(name) + " " + quoted(text) + ": " + e.what());
+    }
+  };
+  if (o.listen) config.listen = flag("--listen", *o.listen, parse_listen_address);
+  if (o.upstream) config.upstream = flag("--upstream", *o.upstream, parse_upstream_url);
+  if (o.store) config.store = flag("--store", *o.store, parse_store_url);
+  if (o.admin_listen) {
+    if (*o.admin_listen == "off") {
+      config.admin_listen.reset();
+    } else {
+      config.admin_listen = flag("--admin-listen", *o.admin_listen, parse_listen_address);
+    }
+  }
+}
+
+void finish(Config& config) {
+  if (config.store.kind == StoreUrl::Kind::memory) {
+    config.warnings.push_back(
+        "store memory: records live in this process only; a restart forgets every key (use sqlite:PATH in production)");
+  }
+  if (config.max_stored_response < 1024) {
+    config.warnings.push_back("max_stored_response below 1KiB: most responses will not be replayable");
+  }
+}
+
+}  // namespace
+
+std::string ListenAddress::text() const {
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+Millis parse_duration(std::string_view text) {
+  static const char* kHint = "expected a duration like \"30s\" or \"1h30m\" (units ms, s, m, h, d)";
+  if (text.empty()) throw ConfigError(kHint);
+  std::uint64_t total = 0;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    if (!std::isdigit(static_cast<unsigned char>(text[i]))) throw ConfigError(kHint);
+    std::uint64_t n = 0;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+      if (n > (kMaxU64 - 9) / 10) throw ConfigError("duration too large");
+      n = n * 10 + static_cast<std::uint64_t>(text[i] - '0');
+      ++i;
+    }
+    const std::size_t unit_start = i;
+    while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i]))) ++i;
+    const std::string_view unit = text.substr(unit_start, i - unit_start);
+    std::uint64_t scale = 0;
+    if (unit == "ms") {
+      scale = 1;
+    } else if (unit == "s") {
+      scale = 1000;
+    } else if (unit == "m") {
+      scale = 60'000;
+    } else if (unit == "h") {
+      scale = 3'600'000;
+    } else if (unit == "d") {
+      scale = 86'400'000;
+    } else if (unit.empty()) {
+      throw ConfigError("missing unit; " + std::string(kHint));
+    } else {
+      throw ConfigError("unknown unit " + quoted(unit) + "; " + kHint);
+    }
+    if (n > (kMaxU64 / 4) / scale || total > kMaxU64 / 4 - n * scale) throw ConfigError("duration too large");
+    total += n * scale;
+  }
+  if (total > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max() / 4)) {
+    throw ConfigError("duration too large");
+  }
+  return Millis{static_cast<std::int64_t>(total)};
+}
+
+std::uint64_t parse_size(std::string_view text) {
+  static const char* kHint = "expected a size like \"1MiB\", \"512KiB\" or \"10MB\" (units B, KiB, MiB, GiB, KB, MB, GB)";
+  std::size_t i = 0;
+  std::uint64_t n = 0;
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) throw ConfigError(kHint);
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+    if (n > (kMaxU64 - 9) / 10) throw ConfigError("size too large");
+    n = n * 10 + static_cast<std::uint64_t>(text[i] - '0');
+    ++i;
+  }
+  while (i < text.size() && text[i] == ' ') ++i;
+  const std::string unit = lower(text.substr(i));
+  std::uint64_t scale = 0;
+  if (unit.empty() || unit == "b") {
+    scale = 1;
+  } else if (unit == "kib") {
+    scale = 1024;
+  } else if (unit == "mib") {
+    scale = 1024 * 1024;
+  } else if (unit == "gib") {
+    scale = 1024ull * 1024 * 1024;
+  } else if (unit == "kb") {
+    scale = 1000;
+  } else if (unit == "mb") {
+    scale = 1000 * 1000;
+  } else if (unit == "gb") {
+    scale = 1000ull * 1000 * 1000;
+  } else {
+    throw ConfigError("unknown unit " + quoted(text.substr(i)) + "; " + kHint);
+  }
+  if (n > kMaxU64 / scale) throw ConfigError("size too large");
+  return n * scale;
+}
+
+ListenAddress parse_listen_address(std::string_view text) {
+  static const char* kHint = "expected HOST:PORT, e.g. \"127.0.0.1:8080\" or \"[::1]:8080\"";
+  ListenAddress out;
+  std::string_view port;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      throw ConfigError(kHint);
+    }
+    out.host = std::string(text.substr(1, close - 1));
+    port = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon == std::string_view::npos) throw ConfigError(kHint);
+    out.host = std::string(text.substr(0, colon));
+    if (out.host.find(':') != std::string::npos) throw ConfigError("IPv6 hosts go in brackets: \"[::1]:8080\"");
+    port = text.substr(colon + 1);
+  }
+  if (out.host.empty()) out.host = "0.0.0.0";
+  if (port.empty() || port.size() > 5) throw ConfigError(kHint);
+  unsigned value = 0;
+  for (const char c : port) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) throw ConfigError(kHint);
+    value = value * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (value > 65535) throw ConfigError("port " + std::string(port) + " is outside 0..65535");
+  out.port = static_cast<std::uint16_t>(value);
+  return out;
+}
+
+UpstreamUrl parse_upstream_url(std::string_view text) {
+  static const char* kHint = "expected http://HOST[:PORT]";
+  if (text.starts_with("https://")) {
+    throw ConfigError("https upstreams are not supported: the gateway speaks plain HTTP/1.1 to a local upstream");
+  }
+  if (!text.starts_with("http://")) throw ConfigError(kHint);
+  std::string_view rest = text.substr(7);
+  if (rest.ends_with('/')) rest.remove_suffix(1);
+  if (rest.find_first_of("/?#@") != std::string_view::npos) {
+    throw ConfigError("the upstream URL takes no path, query or credentials; " + std::string(kHint));
+  }
+  if (rest.empty()) throw ConfigError(kHint);
+  UpstreamUrl out;
+  out.authority = std::string(rest);
+  std::string_view port;
+  if (rest.front() == '[') {
+    const auto close = rest.find(']');
+    if (close == std::string_view::npos) throw ConfigError(kHint);
+    out.host = std::string(rest.substr(1, close - 1));
+    if (close + 1 < rest.size()) {
+      if (rest[close + 1] != ':') throw ConfigError(kHint);
+      port = rest.substr(close + 2);
+    }
+  } else {
+    const auto colon = rest.find(':');
+    out.host = std::string(rest.substr(0, colon));
+    if (colon != std::string_view::npos) port = rest.substr(colon + 1);
+  }
+  if (out.host.empty()) throw ConfigError(kHint);
+  if (!port.empty() || rest.ends_with(':')) {
+    if (port.empty() || port.size() > 5) throw ConfigError(kHint);
+    unsigned value = 0;
+    for (const char c : port) {
+      if (!std::isdigit(static_cast<unsigned char>(c))) throw ConfigError(kHint);
+      value = value * 10 + static_cast<unsigned>(c - '0');
+    }
+    if (value == 0 || value > 65535) throw ConfigError("port " + std::string(port) + " is outside 1..65535");
+    out.port = static_cast<std::uint16_t>(value);
+  }
+  return out;
+}
+
+StoreUrl parse_store_url(std::string_view text) {
+  StoreUrl out;
+  out.text = std::string(text);
+  if (text == "memory:" || text == "memory" || text == "memory://") {
+    out.kind = StoreUrl::Kind::memory;
+    return out;
+  }
+  if (text.starts_with("sqlite:")) {
+    std::string_view path = text.substr(7);
+    if (path.starts_with("//")) path.remove_prefix(2);  // sqlite:///abs/path
+    if (path.empty()) throw ConfigError("expected sqlite:PATH, e.g. \"sqlite:./var/idem.db\"");
+    out.kind = StoreUrl::Kind::sqlite;
+    out.path = std::string(path);
+    return out;
+  }
+  // Never echo these URLs: they may carry a password.
+  if (text.starts_with("postgres://") || text.starts_with("postgresql://")) {
+    throw ConfigError("the postgres store is not built yet in this version; use \"sqlite:PATH\" or \"memory:\"");
+  }
+  if (text.starts_with("redis+cluster://")) {
+    throw ConfigError("the redis+cluster store is not built yet in this version; use \"sqlite:PATH\" or \"memory:\"");
+  }
+  if (text.starts_with("redis://") || text.starts_with("rediss://")) {
+    throw ConfigError("the redis store is not built yet in this version; use \"sqlite:PATH\" or \"memory:\"");
+  }
+  throw ConfigError("unknown store URL; expected \"memory:\" or \"sqlite:PATH\"");
+}
+
+Config parse_config(std::string_view text, std::string_view source, const Overrides& overrides) {
+  Config config;
+  const Context ctx{std::string(source), ""};
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    std::string message = std::string(source);
+    if (e.source().begin.line > 0) {
+      message += ":" + std::to_string(e.source().begin.line) + ":" + std::to_string(e.source().begin.column);
+    }
+    throw ConfigError(message + ": " + std::string(e.description()));
+  }
+  parse_top(ctx, root, config);
+  apply_overrides(overrides, config);
+  finish(config);
+  return config;
+}
+
+Config load_config(const std::optional<std::string>& path, const Overrides& overrides) {
+  if (!path) {
+    Config config;
+    apply_overrides(overrides, config);
+    finish(config);
+    return config;
+  }
+  std::ifstream in(*path, std::ios::binary);
+  if (!in) throw ConfigError(*path + ": cannot read the file");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return parse_config(buffer.str(), *path, overrides);
+}
+
+}  // namespace idem::gateway

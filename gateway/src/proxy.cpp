@@ -1,0 +1,722 @@
+// A client connection: read a request, decide with the engine, forward to the upstream or
+// answer from the store, record the outcome, write the response. Also the upstream pool.
+#include "worker.hpp"
+
+#include <sys/socket.h>
+
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/serializer.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "idem/gateway/log.hpp"
+#include "idem/http/async.hpp"
+#include "idem/http/message.hpp"
+#include "idem/key.hpp"
+#include "idem/problem.hpp"
+#include "idem/tenant.hpp"
+
+namespace idem::gateway {
+namespace {
+
+namespace bhttp = beast::http;
+using http::Request;
+using http::Response;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kAwait = asio::use_awaitable;
+constexpr std::size_t kChunk = 64 * 1024;
+constexpr std::uint32_t kUpstreamHeaderLimit = 64 * 1024;
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+auto with(beast::error_code& ec) { return asio::redirect_error(kAwait, ec); }
+
+bool is_http_error(const beast::error_code& ec) {
+  return &ec.category() == &bhttp::make_error_code(bhttp::error::bad_target).category();
+}
+
+// Whether a pooled socket is still open: nothing to read yet (EAGAIN) means alive; EOF, an
+// error, or unsolicited bytes (the upstream should send nothing between responses) mean not.
+bool still_open(tcp::socket& socket) {
+  char byte;
+  const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Upstream pool
+
+asio::awaitable<UpstreamPool::Acquired> UpstreamPool::acquire(bool fresh) {
+  Acquired out;
+  if (!fresh) {
+    const auto now = Clock::now();
+    while (!idle_.empty()) {
+      auto conn = std::move(idle_.back());
+      idle_.pop_back();
+      if (now - conn->idle_since >= shared_.config.upstream_idle_timeout) continue;
+      if (!still_open(conn->stream.socket())) continue;
+      metrics_.upstream_reuses.fetch_add(1, std::memory_order_relaxed);
+      out.conn = std::move(conn);
+      out.reused = true;
+      co_return out;
+    }
+  }
+  auto conn = std::make_unique<UpstreamConn>(io_.get_executor());
+  conn->stream.expires_after(shared_.config.upstream_connect_timeout);
+  co_await conn->stream.async_connect(shared_.upstream_endpoints, with(out.ec));
+  if (out.ec) co_return out;
+  beast::error_code ignored;
+  conn->stream.socket().set_option(tcp::no_delay(true), ignored);
+  metrics_.upstream_connects.fetch_add(1, std::memory_order_relaxed);
+  out.conn = std::move(conn);
+  co_return out;
+}
+
+void UpstreamPool::release(std::unique_ptr<UpstreamConn> conn) {
+  if (idle_.size() >= shared_.config.upstream_max_idle || shared_.config.upstream_idle_timeout.count() == 0) return;
+  if (conn->buffer.size() != 0) return;  // bytes after the response: the connection is confused
+  conn->stream.expires_never();
+  conn->idle_since = Clock::now();
+  idle_.push_back(std::move(conn));
+}
+
+void UpstreamPool::sweep() {
+  const auto now = Clock::now();
+  // Oldest first: they sit at the front.
+  auto keep = std::find_if(idle_.begin(), idle_.end(), [&](const auto& c) {
+    return now - c->idle_since < shared_.config.upstream_idle_timeout;
+  });
+  idle_.erase(idle_.begin(), keep);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions
+
+struct Session {
+  Session(Worker& w, tcp::socket socket) : worker(w), stream(std::move(socket)) {
+    next = w.sessions;
+    if (next) next->prev = this;
+    w.sessions = this;
+    w.open.fetch_add(1, std::memory_order_relaxed);
+    w.metrics.connections.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~Session() {
+    if (prev) prev->next = next;
+    if (next) next->prev = prev;
+    if (worker.sessions == this) worker.sessions = next;
+    worker.metrics.connections.fetch_sub(1, std::memory_order_relaxed);
+    worker.open.fetch_sub(1, std::memory_order_relaxed);
+  }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  Worker& worker;
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  http::BeastRequestView view;
+  std::string client_ip;
+  bool idle = false;  // waiting for the first byte of the next request
+  Session* prev = nullptr;
+  Session* next = nullptr;
+};
+
+Worker::~Worker() {
+  // Pooled sockets belong to the io_context: close them first. Then destroy the io_context,
+  // and with it any suspended session, while the members those sessions unlink from still live.
+  pool.clear();
+  io.reset();
+}
+
+void Worker::drain() {
+  draining = true;
+  for (Session* s = sessions; s != nullptr; s = s->next) {
+    if (s->idle) s->stream.cancel();
+  }
+}
+
+namespace {
+
+// What happened to one request, for the caller and the log line.
+struct Exchange {
+  unsigned status = 0;  // sent to the client; 0 if nothing was sent
+  bool keep_alive = false;
+  std::optional<FinishResult> record;
+  std::optional<UpstreamError> upstream_error;
+};
+
+// The stored stand-in for a response too large to store: executed, not replayable.
+StoredResponse not_stored(unsigned status, std::size_t limit) {
+  Problem p = make_problem(
+      410, "idempotency_response_not_stored", "The response to this request was not stored",
+      "the request with this key was executed (upstream status " + std::to_string(status) +
+          ") but its response body was larger than max_stored_response (" + std::to_string(limit) +
+          " bytes), so it cannot be replayed; do not retry, look the result up instead");
+  StoredResponse stored;
+  stored.status = 410;
+  stored.headers = {{"Content-Type", std::string(kProblemContentType)},
+                    {"Cache-Control", "no-store"},
+                    {"Idempotent-Original-Status", std::to_string(status)}};
+  stored.body = problem_json(p);
+  return stored;
+}
+
+
+// Helpers bound to one session.
+class Handler {
+ public:
+  explicit Handler(Session& s)
+      : s_(s), w_(s.worker), cfg_(s.worker.shared.config), m_(s.worker.metrics), engine_(s.worker.shared.engine) {}
+
+  asio::awaitable<bool> handle(Request& req);
+
+ private:
+  asio::awaitable<Exchange> forward(Request& req, const Ticket* ticket, bool keep_alive);
+  asio::awaitable<Exchange> upstream_failed(UpstreamError kind, const Ticket* ticket, unsigned version,
+                                            bool keep_alive, std::string detail);
+  asio::awaitable<Exchange> deliver(Response& res, const Ticket* ticket, unsigned version, bool keep_alive,
+                                    bool head);
+  asio::awaitable<FinishResult> finish(const Ticket& ticket, StoredResponse stored);
+  asio::awaitable<FinishResult> release(const Ticket& ticket);
+  asio::awaitable<bool> write(Response& res);
+  StoredResponse to_record(const bhttp::fields& fields, unsigned status, std::string_view body, const Ticket& ticket);
+  StoredResponse oversized_record(unsigned status, const Ticket& ticket);
+  void prepare_forward(Request& req);
+  void log_key(const Decision& d, const Policy& policy, const std::string& tenant, const Request& req,
+               const Exchange& ex, Clock::time_point start);
+
+  Session& s_;
+  Worker& w_;
+  const Config& cfg_;
+  MetricsShard& m_;
+  Engine& engine_;
+};
+
+asio::awaitable<bool> Handler::write(Response& res) {
+  beast::error_code ec;
+  s_.stream.expires_after(cfg_.client_timeout);
+  co_await bhttp::async_write(s_.stream, res, with(ec));
+  co_return !ec;
+}
+
+// What is recorded for a response whose body exceeds max_stored_response: the status decides
+// as usual (5xx fail, 408/409/425/429 release); a response that would be stored is replaced by
+// a 410 stand-in, so a retry learns the request was executed instead of executing it again.
+StoredResponse Handler::oversized_record(unsigned status, const Ticket& ticket) {
+  StoredResponse stored;
+  stored.status = static_cast<int>(status);
+  if (classify_status(stored.status, ticket.store_server_errors) == Disposition::store) {
+    m_.oversized_responses.fetch_add(1, std::memory_order_relaxed);
+    return not_stored(status, cfg_.max_stored_response);
+  }
+  return stored;
+}
+
+StoredResponse Handler::to_record(const bhttp::fields& fields, unsigned status, std::string_view body,
+                                  const Ticket& ticket) {
+  if (body.size() > cfg_.max_stored_response) return oversized_record(status, ticket);
+  return http::to_stored_response(fields, status, body);
+}
+
+asio::awaitable<FinishResult> Handler::finish(const Ticket& ticket, StoredResponse stored) {
+  const auto t0 = Clock::now();
+  auto r = co_await http::async_finish(engine_, ticket, std::move(stored), kAwait);
+  m_.store_call(StoreCall::finish).observe(Clock::now() - t0);
+  FinishResult result = FinishResult::error;
+  if (!r) {
+    log::write(LogLevel::error, "store: recording the outcome of key " + ticket.fence.id.key + " failed (" +
+                                    std::string(to_string(r.error().code)) + ": " + r.error().message +
+                                    "); the record stays in progress until its lease expires");
+  } else {
+    switch (*r) {
+      case FinishStatus::stored: result = FinishResult::stored; break;
+      case FinishStatus::released: result = FinishResult::released; break;
+      case FinishStatus::failed_retryable: result = FinishResult::failed_retryable; break;
+      case FinishStatus::fenced_out: result = FinishResult::fenced_out; break;
+    }
+  }
+  m_.count(result);
+  co_return result;
+}
+
+asio::awaitable<FinishResult> Handler::release(const Ticket& ticket) {
+  const auto t0 = Clock::now();
+  auto r = co_await http::async_release(engine_, ticket, kAwait);
+  m_.store_call(StoreCall::release).observe(Clock::now() - t0);
+  FinishResult result = FinishResult::error;
+  if (!r) {
+    log::write(LogLevel::error, "store: releasing key " + ticket.fence.id.key + " failed (" + r.error().message +
+                                    "); the record stays in progress until its lease expires");
+  } else {
+    result = *r == FinishStatus::released ? FinishResult::released : FinishResult::fenced_out;
+  }
+  m_.count(result);
+  co_return result;
+}
+
+void Handler::prepare_forward(Request& req) {
+  http::strip_hop_by_hop(req.base());
+  req.erase(bhttp::field::expect);  // answered (100 Continue) and the body already read
+  // X-Forwarded-For: the client's own chain, then the client.
+  std::string xff;
+  for (auto [it, end] = req.equal_range(bhttp::field::x_forwarded_for); it != end; ++it) {
+    if (!xff.empty()) xff += ", ";
+    xff += it->value();
+  }
+  if (!xff.empty()) xff += ", ";
+  xff += s_.client_ip;
+  req.set(bhttp::field::x_forwarded_for, xff);
+  req.set("X-Forwarded-Proto", "http");
+  if (req.find(bhttp::field::host) == req.end()) req.set(bhttp::field::host, cfg_.upstream.authority);
+  req.version(11);
+  // The body was read whole; send it with a Content-Length (never chunked). Requests without a
+  // body keep no framing header, except methods whose body is expected.
+  const auto method = req.method();
+  if (!req.body().empty() || method == bhttp::verb::post || method == bhttp::verb::put ||
+      method == bhttp::verb::patch) {
+    req.content_length(req.body().size());
+  } else {
+    req.erase(bhttp::field::content_length);
+  }
+}
+
+asio::awaitable<Exchange> Handler::upstream_failed(UpstreamError kind, const Ticket* ticket, unsigned version,
+                                                   bool keep_alive, std::string detail) {
+  m_.count(kind);
+  Exchange ex;
+  ex.upstream_error = kind;
+  Problem problem;
+  if (kind == UpstreamError::unreachable) {
+    // Nothing was sent: the operation did not happen, so the next retry may execute it.
+    if (ticket) ex.record = co_await release(*ticket);
+    problem = make_problem(502, "upstream_unreachable", "The upstream could not be reached", std::move(detail));
+  } else {
+    // The request was sent; whether it took effect is unknown. The record stays in progress
+    // until its lease expires, then on_lease_expiry decides (SPEC 4.3).
+    if (ticket) {
+      ex.record = FinishResult::left_in_progress;
+      m_.count(FinishResult::left_in_progress);
+    }
+    problem = make_problem(504, "upstream_timeout", "The upstream did not answer completely", std::move(detail));
+  }
+  Response res = http::problem_response(problem, version, keep_alive);
+  ex.status = res.result_int();
+  ex.keep_alive = keep_alive && co_await write(res);
+  co_return ex;
+}
+
+// Sends a complete upstream response to the client, recording it first when a key is held: a
+// client that saw the response can always replay it.
+asio::awaitable<Exchange> Handler::deliver(Response& res, const Ticket* ticket, unsigned version, bool keep_alive,
+                                           bool head) {
+  Exchange ex;
+  if (ticket) ex.record = co_await finish(*ticket, to_record(res.base(), res.result_int(), res.body(), *ticket));
+  http::strip_hop_by_hop(res.base());
+  res.version(version);
+  res.keep_alive(keep_alive);
+  const unsigned status = res.result_int();
+  if (status == 204 || status < 200) {
+    res.erase(bhttp::field::content_length);
+  } else if (!head && status != 304) {
+    res.content_length(res.body().size());
+  }
+  ex.status = status;
+  ex.keep_alive = keep_alive && co_await write(res);
+  co_return ex;
+}
+
+
+asio::awaitable<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_alive) {
+  const unsigned version = req.version();
+  const bool head = req.method() == bhttp::verb::head;
+  const bool retry_safe = !ticket && http::is_idempotent_method(req.method_string());
+  prepare_forward(req);
+
+  std::unique_ptr<UpstreamConn> conn;
+  std::optional<bhttp::response_parser<bhttp::string_body>> parser;
+  beast::error_code ec;
+  Clock::time_point sent_at;
+  bool fresh = false;
+  for (int attempt = 0;; ++attempt) {
+    auto acquired = co_await w_.pool.acquire(fresh);
+    if (!acquired.conn) {
+      co_return co_await upstream_failed(UpstreamError::unreachable, ticket, version, keep_alive,
+                                         "connecting to the upstream failed: " + acquired.ec.message());
+    }
+    conn = std::move(acquired.conn);
+    conn->stream.expires_after(cfg_.upstream_timeout);
+    sent_at = Clock::now();
+    const std::size_t written = co_await bhttp::async_write(conn->stream, req, with(ec));
+    if (ec) {
+      if (written == 0) {
+        // Not one byte left this process: the upstream cannot have seen the request. A reused
+        // connection the upstream had closed is the usual cause; try once on a new one.
+        if (acquired.reused && attempt == 0) {
+          fresh = true;
+          continue;
+        }
+        co_return co_await upstream_failed(UpstreamError::unreachable, ticket, version, keep_alive,
+                                           "sending to the upstream failed: " + ec.message());
+      }
+      co_return co_await upstream_failed(ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped,
+                                         ticket, version, keep_alive,
+                                         "the upstream connection failed while sending the request: " + ec.message());
+    }
+    // Read the response header, skipping interim (1xx) responses.
+    for (;;) {
+      parser.emplace();
+      parser->header_limit(kUpstreamHeaderLimit);
+      parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+      if (head) parser->skip(true);
+      co_await bhttp::async_read_header(conn->stream, conn->buffer, *parser, with(ec));
+      if (ec) break;
+      const unsigned status = parser->get().result_int();
+      if (status >= 200 || status == 101) break;
+    }
+    if (ec) {
+      // The upstream closed a reused connection without answering. If that raced with our
+      // request it never processed it, but it may also have crashed while processing it; only
+      // requests that are idempotent by method, and carry no key, are sent again.
+      const bool silent = !parser->got_some() && conn->buffer.size() == 0 && ec != beast::error::timeout;
+      if (silent && acquired.reused && attempt == 0 && retry_safe) {
+        fresh = true;
+        continue;
+      }
+      co_return co_await upstream_failed(
+          ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped, ticket, version, keep_alive,
+          ec == beast::error::timeout ? "the upstream did not answer within upstream_timeout"
+                                      : "the upstream closed the connection before answering: " + ec.message());
+    }
+    break;
+  }
+  m_.upstream.observe(Clock::now() - sent_at);
+
+  const unsigned status = parser->get().result_int();
+  if (status == 101) {
+    co_return co_await upstream_failed(UpstreamError::dropped, ticket, version, keep_alive,
+                                       "the upstream switched protocols, which the gateway does not support");
+  }
+  const std::size_t limit = cfg_.max_stored_response;
+  const auto length = parser->content_length();
+
+  if (parser->is_done() || (length && *length <= limit)) {
+    // Fast path: the whole body fits; read it into the string body.
+    if (!parser->is_done()) co_await bhttp::async_read(conn->stream, conn->buffer, *parser, with(ec));
+    if (ec) {
+      co_return co_await upstream_failed(
+          ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped, ticket, version, keep_alive,
+          ec == beast::error::timeout ? "the upstream did not send the whole response within upstream_timeout"
+                                      : "the upstream closed the connection in the middle of the response: " + ec.message());
+    }
+    const bool reusable = parser->keep_alive();
+    Response res = parser->release();
+    if (reusable) w_.pool.release(std::move(conn));
+    conn.reset();
+    co_return co_await deliver(res, ticket, version, keep_alive, head);
+  }
+
+  // Slow path: unknown length (chunked, or until EOF) or too large to store. Collect up to the
+  // limit; beyond it, stream to the client.
+  bhttp::response_parser<bhttp::buffer_body> bp{std::move(*parser)};
+  std::string collected;
+  auto chunk = std::make_unique<char[]>(kChunk);
+  bool streaming = false;
+  bhttp::response<bhttp::buffer_body> out;
+  std::optional<bhttp::response_serializer<bhttp::buffer_body>> sr;
+  Exchange ex;
+
+  auto start_streaming = [&]() -> asio::awaitable<bool> {
+    // The outcome is decided by the status; the body cannot be stored.
+    if (ticket) ex.record = co_await finish(*ticket, oversized_record(status, *ticket));
+    out.base() = bp.get().base();
+    http::strip_hop_by_hop(out.base());
+    out.version(version);
+    out.erase(bhttp::field::content_length);
+    bool client_keep_alive = keep_alive;
+    if (length) {
+      out.content_length(*length);
+    } else if (version >= 11) {
+      out.chunked(true);
+    } else {
+      client_keep_alive = false;  // HTTP/1.0 without a length: the close delimits the body
+    }
+    out.keep_alive(client_keep_alive);
+    ex.keep_alive = client_keep_alive;
+    ex.status = status;
+    sr.emplace(out);
+    streaming = true;
+    co_return true;
+  };
+  auto send = [&](const char* data, std::size_t size, bool more) -> asio::awaitable<bool> {
+    out.body().data = size ? const_cast<char*>(data) : nullptr;
+    out.body().size = size;
+    out.body().more = more;
+    beast::error_code wec;
+    s_.stream.expires_after(cfg_.client_timeout);
+    co_await bhttp::async_write(s_.stream, *sr, with(wec));
+    co_return !wec || wec == bhttp::error::need_buffer;
+  };
+
+  if (length && *length > limit) co_await start_streaming();
+  for (;;) {
+    bp.get().body().data = chunk.get();
+    bp.get().body().size = kChunk;
+    conn->stream.expires_after(cfg_.upstream_timeout);
+    co_await bhttp::async_read(conn->stream, conn->buffer, bp, with(ec));
+    if (ec == bhttp::error::need_buffer) ec = {};
+    const std::size_t n = kChunk - bp.get().body().size;
+    if (ec) {
+      if (!streaming) {
+        co_return co_await upstream_failed(
+            ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped, ticket, version, keep_alive,
+            ec == beast::error::timeout ? "the upstream did not send the whole response within upstream_timeout"
+                                        : "the upstream closed the connection in the middle of the response: " +
+                                              ec.message());
+      }
+      // Headers are already out: all we can do is cut the client connection.
+      ex.upstream_error = ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped;
+      m_.count(*ex.upstream_error);
+      ex.keep_alive = false;
+      co_return ex;
+    }
+    const bool done = bp.is_done();
+    if (!streaming) {
+      if (collected.size() + n <= limit) {
+        collected.append(chunk.get(), n);
+        if (!done) continue;
+        // Everything fit after all: deliver it like a fast-path response.
+        const bool reusable = bp.keep_alive();
+        Response res{std::move(bp.get().base())};
+        res.body() = std::move(collected);
+        if (reusable) w_.pool.release(std::move(conn));
+        co_return co_await deliver(res, ticket, version, keep_alive, head);
+      }
+      co_await start_streaming();
+      if (!collected.empty() && !co_await send(collected.data(), collected.size(), true)) {
+        ex.keep_alive = false;
+        co_return ex;
+      }
+      collected.clear();
+      collected.shrink_to_fit();
+    }
+    if (!co_await send(chunk.get(), n, !done)) {
+      ex.keep_alive = false;
+      co_return ex;
+    }
+    if (done) break;
+  }
+  if (bp.keep_alive()) w_.pool.release(std::move(conn));
+  co_return ex;
+}
+
+void Handler::log_key(const Decision& d, const Policy& policy, const std::string& tenant, const Request& req,
+                      const Exchange& ex, Clock::time_point start) {
+  if (!log::enabled(LogLevel::info)) return;
+  std::string line;
+  line.reserve(256);
+  line += "key tenant=";
+  log::append_quoted(line, tenant);
+  line += " key=";
+  if (d.ticket) {
+    log::append_quoted(line, d.ticket->fence.id.key);
+  } else if (d.verdict == Verdict::key_invalid || d.verdict == Verdict::key_missing) {
+    line += '-';
+  } else {
+    std::string_view values[4];
+    std::size_t n = 0;
+    for (const auto& f : req) {
+      if (n < 4 && iequals(f.name_string(), policy.key_header)) values[n++] = f.value();
+    }
+    auto key = parse_key(std::span<const std::string_view>(values, n), policy.key);
+    if (key) {
+      log::append_quoted(line, *key);
+    } else {
+      line += '-';
+    }
+  }
+  line += " method=";
+  line += req.method_string();
+  line += " path=";
+  log::append_quoted(line, http::split_target(req.target()).path);
+  line += " verdict=";
+  line += to_string(d.verdict);
+  if (d.ticket && d.ticket->kind != ClaimKind::fresh) {
+    line += d.ticket->kind == ClaimKind::after_lease_expiry ? " takeover=lease_expired" : " takeover=after_failure";
+  }
+  line += " status=";
+  line += std::to_string(ex.status);
+  if (ex.record) {
+    static constexpr std::string_view kNames[] = {"stored",     "released", "failed_retryable",
+                                                  "fenced_out", "error",    "left_in_progress"};
+    line += " record=";
+    line += kNames[static_cast<std::size_t>(*ex.record)];
+  }
+  if (ex.upstream_error) {
+    static constexpr std::string_view kNames[] = {"unreachable", "timeout", "dropped"};
+    line += " upstream=";
+    line += kNames[static_cast<std::size_t>(*ex.upstream_error)];
+  }
+  char ms[32];
+  std::snprintf(ms, sizeof ms, " ms=%.2f",
+                std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  line += ms;
+  log::write(LogLevel::info, line);
+}
+
+asio::awaitable<bool> Handler::handle(Request& req) {
+  const auto start = Clock::now();
+  const bool keep_alive = req.keep_alive() && !w_.draining;
+  const unsigned version = req.version();
+  const Policy* policy =
+      w_.shared.router.policy_for(req.method_string(), http::split_target(req.target()).path);
+  if (policy == nullptr) {
+    m_.count(Outcome::passed_through);
+    const Exchange ex = co_await forward(req, nullptr, keep_alive);
+    co_return ex.keep_alive;
+  }
+
+  const RequestView& view = s_.view.assign(req);
+  std::string tenant = derive_tenant(cfg_.tenant, view.headers);
+  const auto t0 = Clock::now();
+  Decision d = co_await http::async_begin(engine_, *policy, view, tenant, kAwait);
+  if (d.verdict != Verdict::pass_through && d.verdict != Verdict::key_missing && d.verdict != Verdict::key_invalid) {
+    m_.store_call(StoreCall::begin).observe(Clock::now() - t0);
+  }
+  m_.count(outcome_of(d.verdict));
+
+  Exchange ex;
+  switch (d.verdict) {
+    case Verdict::pass_through:
+      ex = co_await forward(req, nullptr, keep_alive);
+      co_return ex.keep_alive;  // not an idempotent request: no key line
+    case Verdict::execute:
+      if (d.ticket->kind == ClaimKind::after_lease_expiry) m_.lease_takeovers.fetch_add(1, std::memory_order_relaxed);
+      if (d.ticket->kind == ClaimKind::after_failure) m_.failure_retries.fetch_add(1, std::memory_order_relaxed);
+      // forward() rewrites headers only; the log line needs the method, target and ticket.
+      ex = co_await forward(req, &*d.ticket, keep_alive);
+      log_key(d, *policy, tenant, req, ex, start);
+      co_return ex.keep_alive;
+    case Verdict::replay: {
+      Response res = http::replay_response(*d.replay, version, keep_alive);
+      ex.status = res.result_int();
+      ex.keep_alive = keep_alive && co_await write(res);
+      break;
+    }
+    default: {
+      Response res = http::problem_response(*problem_for(d), version, keep_alive);
+      ex.status = res.result_int();
+      ex.keep_alive = keep_alive && co_await write(res);
+      break;
+    }
+  }
+  log_key(d, *policy, tenant, req, ex, start);
+  co_return ex.keep_alive;
+}
+
+asio::awaitable<void> answer_and_close(Session& s, const Problem& problem, unsigned version) {
+  Response res = http::problem_response(problem, version == 10 ? 10 : 11, false);
+  beast::error_code ec;
+  s.stream.expires_after(s.worker.shared.config.client_timeout);
+  co_await bhttp::async_write(s.stream, res, with(ec));
+  s.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+}
+
+}  // namespace
+
+asio::awaitable<void> run_session(Worker& w, tcp::socket socket) {
+  Session s(w, std::move(socket));
+  const Config& cfg = w.shared.config;
+  beast::error_code ec;
+  {
+    const auto remote = s.stream.socket().remote_endpoint(ec);
+    s.client_ip = ec ? std::string("unknown") : remote.address().to_string();
+    s.stream.socket().set_option(tcp::no_delay(true), ec);
+  }
+  Handler handler(s);
+  for (;;) {
+    // Wait for the next request, at most idle_timeout.
+    if (s.buffer.size() == 0) {
+      if (w.draining) break;
+      s.idle = true;
+      s.stream.expires_after(cfg.idle_timeout);
+      const std::size_t n = co_await s.stream.async_read_some(s.buffer.prepare(8192), with(ec));
+      s.idle = false;
+      if (ec) break;  // closed, idle too long, or draining
+      s.buffer.commit(n);
+    }
+
+    // The whole request must arrive within client_timeout: a slow client cannot hold on.
+    bhttp::request_parser<bhttp::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(cfg.max_header, 0xffffffffu)));
+    parser.body_limit(cfg.max_body);
+    s.stream.expires_after(cfg.client_timeout);
+    co_await bhttp::async_read_header(s.stream, s.buffer, parser, with(ec));
+    if (ec == bhttp::error::header_limit) {
+      w.metrics.count(Outcome::bad_request);
+      co_await answer_and_close(s,
+                                make_problem(431, "request_header_too_large", "The request header is too large",
+                                             "the request line and headers exceed max_header (" +
+                                                 std::to_string(cfg.max_header) + " bytes)"),
+                                11);
+      break;
+    }
+    if (ec == bhttp::error::body_limit) {
+      w.metrics.count(Outcome::too_large);
+      co_await answer_and_close(s,
+                                request_too_large("the request body exceeds max_body (" +
+                                                  std::to_string(cfg.max_body) + " bytes)"),
+                                parser.get().version());
+      break;
+    }
+    if (ec) {
+      if (is_http_error(ec) && ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
+        w.metrics.count(Outcome::bad_request);
+        co_await answer_and_close(
+            s, make_problem(400, "bad_request", "The request could not be parsed", "malformed HTTP request: " + ec.message()),
+            11);
+      }
+      break;
+    }
+    Request& req = parser.get();
+    if (auto expect = req.find(bhttp::field::expect); expect != req.end()) {
+      if (iequals(expect->value(), "100-continue") && !parser.is_done()) {
+        co_await asio::async_write(s.stream, asio::buffer(kContinue.data(), kContinue.size()), with(ec));
+        if (ec) break;
+      }
+    }
+    if (!parser.is_done()) {
+      co_await bhttp::async_read(s.stream, s.buffer, parser, with(ec));
+      if (ec == bhttp::error::body_limit) {
+        w.metrics.count(Outcome::too_large);
+        co_await answer_and_close(s,
+                                  request_too_large("the request body exceeds max_body (" +
+                                                    std::to_string(cfg.max_body) + " bytes)"),
+                                  req.version());
+        break;
+      }
+      if (ec) break;  // timeout, reset, or the client gave up mid-body
+    }
+
+    w.metrics.in_flight.fetch_add(1, std::memory_order_relaxed);
+    const bool keep = co_await handler.handle(req);
+    w.metrics.in_flight.fetch_sub(1, std::memory_order_relaxed);
+    if (!keep || w.draining) break;
+  }
+  s.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  s.stream.close();
+}
+
+}  // namespace idem::gateway

@@ -1,0 +1,392 @@
+#include "server.hpp"
+
+#include "worker.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <csignal>
+#include <exception>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+#include "idem/gateway/log.hpp"
+#include "idem/http/async.hpp"
+#include "idem/http/message.hpp"
+
+namespace idem::gateway {
+namespace {
+
+namespace bhttp = beast::http;
+using Clock = std::chrono::steady_clock;
+constexpr auto kAwait = asio::use_awaitable;
+
+auto with(beast::error_code& ec) { return asio::redirect_error(kAwait, ec); }
+
+// co_spawn completion: an exception escaping a coroutine is logged, never fatal.
+struct LogFailure {
+  const char* what;
+  void operator()(std::exception_ptr e) const {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      log::write(LogLevel::error, std::string(what) + ": " + ex.what());
+    } catch (...) {
+      log::write(LogLevel::error, std::string(what) + ": unknown exception");
+    }
+  }
+};
+
+tcp::endpoint resolve_listen(asio::io_context& io, const ListenAddress& address, std::string_view what) {
+  beast::error_code ec;
+  const auto ip = asio::ip::make_address(address.host, ec);
+  if (!ec) return tcp::endpoint(ip, address.port);
+  tcp::resolver resolver(io);
+  const auto results = resolver.resolve(address.host, std::to_string(address.port), ec);
+  if (ec || results.empty()) {
+    throw std::runtime_error(std::string(what) + " " + address.text() + ": cannot resolve host: " + ec.message());
+  }
+  return *results.begin();
+}
+
+void open_acceptor(tcp::acceptor& acceptor, const tcp::endpoint& endpoint, const ListenAddress& address,
+                   std::string_view what) {
+  beast::error_code ec;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw std::runtime_error(std::string(what) + " " + address.text() + ": " + ec.message());
+}
+
+std::string describe(const tcp::endpoint& e) {
+  const auto a = e.address();
+  return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(e.port());
+}
+
+}  // namespace
+
+struct Gateway::Impl {
+  Impl(const Config& c, Engine& e)
+      : config(c),
+        engine(e),
+        router(c.routes, c.defaults),
+        metrics(c.threads != 0 ? c.threads : std::max(1u, std::thread::hardware_concurrency())),
+        shared{c, router, e, {}} {
+    const std::size_t n = c.threads != 0 ? c.threads : std::max(1u, std::thread::hardware_concurrency());
+    for (std::size_t i = 0; i < n; ++i) workers.push_back(std::make_unique<Worker>(i, shared, metrics.shard(i)));
+  }
+
+  asio::io_context& io0() { return *workers[0]->io; }
+
+  std::size_t open_connections() const {
+    std::size_t total = 0;
+    for (const auto& w : workers) total += w->open.load(std::memory_order_relaxed);
+    return total;
+  }
+
+  void start();
+  void run();
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> admin_loop();
+  asio::awaitable<void> admin_session(tcp::socket socket);
+  asio::awaitable<std::optional<std::string>> ready();
+  asio::awaitable<void> reaper();
+  asio::awaitable<void> housekeeping(Worker& w);
+  asio::awaitable<void> drain();
+  void on_signal();
+  void stop_all();
+
+  const Config& config;
+  Engine& engine;
+  Router router;
+  Metrics metrics;
+  Shared shared;
+  std::vector<std::unique_ptr<Worker>> workers;
+
+  // Worker 0's thread only.
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<tcp::acceptor> admin;
+  std::optional<asio::signal_set> signals;
+  std::optional<asio::steady_timer> reaper_timer;
+  bool draining = false;
+  bool stopped = false;
+};
+
+void Gateway::Impl::start() {
+  asio::io_context& io = io0();
+  {
+    tcp::resolver resolver(io);
+    beast::error_code ec;
+    const auto results = resolver.resolve(config.upstream.host, std::to_string(config.upstream.port), ec);
+    if (ec || results.empty()) {
+      throw std::runtime_error("upstream http://" + config.upstream.authority + ": cannot resolve host: " + ec.message());
+    }
+    for (const auto& r : results) shared.upstream_endpoints.push_back(r.endpoint());
+  }
+  acceptor.emplace(io);
+  open_acceptor(*acceptor, resolve_listen(io, config.listen, "listen"), config.listen, "listen");
+  if (config.admin_listen) {
+    admin.emplace(io);
+    open_acceptor(*admin, resolve_listen(io, *config.admin_listen, "admin_listen"), *config.admin_listen,
+                  "admin_listen");
+  }
+}
+
+void Gateway::Impl::run() {
+  asio::io_context& io = io0();
+  signals.emplace(io, SIGINT, SIGTERM);
+  std::function<void()> arm = [this, &arm] {
+    signals->async_wait([this, &arm](const beast::error_code& ec, int) {
+      if (ec || stopped) return;
+      on_signal();
+      arm();
+    });
+  };
+  arm();
+
+  std::string line = "listening on " + describe(acceptor->local_endpoint()) + ", upstream http://" +
+                     config.upstream.authority + ", store " + config.store.text + ", " +
+                     std::to_string(workers.size()) + " threads";
+  if (admin) line += ", admin on " + describe(admin->local_endpoint());
+  log::notice(line);
+
+  asio::co_spawn(io, accept_loop(), LogFailure{"listener"});
+  if (admin) asio::co_spawn(io, admin_loop(), LogFailure{"admin listener"});
+  if (config.reaper_interval.count() > 0) {
+    reaper_timer.emplace(io);
+    asio::co_spawn(io, reaper(), LogFailure{"reaper"});
+  }
+  for (auto& w : workers) asio::co_spawn(*w->io, housekeeping(*w), LogFailure{"housekeeping"});
+
+  auto loop = [](asio::io_context& ctx) {
+    log::buffer_this_thread();
+    for (;;) {
+      try {
+        ctx.run();
+        break;
+      } catch (const std::exception& e) {
+        log::write(LogLevel::error, std::string("event loop: ") + e.what());
+      }
+    }
+    log::flush();
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t i = 1; i < workers.size(); ++i) threads.emplace_back(loop, std::ref(*workers[i]->io));
+  loop(io);
+  for (auto& t : threads) t.join();
+  log::write(LogLevel::info, "stopped");
+}
+
+asio::awaitable<void> Gateway::Impl::accept_loop() {
+  std::size_t next = 0;
+  asio::steady_timer backoff(io0());
+  for (;;) {
+    Worker& w = *workers[next];
+    next = (next + 1) % workers.size();
+    beast::error_code ec;
+    tcp::socket socket = co_await acceptor->async_accept(*w.io, with(ec));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
+      // Out of file descriptors, mostly: wait a little instead of spinning.
+      log::write(LogLevel::warn, "accept: " + ec.message());
+      backoff.expires_after(std::chrono::milliseconds(50));
+      co_await backoff.async_wait(with(ec));
+      continue;
+    }
+    if (open_connections() >= config.max_connections) {
+      w.metrics.connections_refused.fetch_add(1, std::memory_order_relaxed);
+      socket.close(ec);
+      continue;
+    }
+    asio::co_spawn(*w.io, run_session(w, std::move(socket)), LogFailure{"session"});
+  }
+}
+
+asio::awaitable<void> Gateway::Impl::housekeeping(Worker& w) {
+  asio::steady_timer timer(*w.io);
+  for (unsigned tick = 0;; ++tick) {
+    timer.expires_after(std::chrono::milliseconds(250));
+    beast::error_code ec;
+    co_await timer.async_wait(with(ec));
+    if (ec) co_return;
+    log::flush();
+    if (tick % 4 == 0) w.pool.sweep();
+  }
+}
+
+asio::awaitable<void> Gateway::Impl::reaper() {
+  Store& store = engine.store();
+  MetricsShard& m = metrics.shard(0);
+  for (;;) {
+    reaper_timer->expires_after(config.reaper_interval);
+    beast::error_code ec;
+    co_await reaper_timer->async_wait(with(ec));
+    if (ec || stopped) co_return;
+    std::size_t total = 0;
+    for (;;) {
+      const auto t0 = Clock::now();
+      auto r = co_await http::async_purge_expired(store, engine.clock().now(), config.reaper_batch, kAwait);
+      m.store_call(StoreCall::purge).observe(Clock::now() - t0);
+      if (!r) {
+        log::write(LogLevel::warn, "reaper: purging expired records failed: " + r.error().message);
+        break;
+      }
+      total += *r;
+      m.reaper_deleted.fetch_add(*r, std::memory_order_relaxed);
+      if (*r < config.reaper_batch || stopped) break;
+    }
+    if (total > 0) log::write(LogLevel::debug, "reaper: deleted " + std::to_string(total) + " expired records");
+  }
+}
+
+// The store's readiness: nullopt when it answered a ping within 2 s, else why not.
+asio::awaitable<std::optional<std::string>> Gateway::Impl::ready() {
+  if (draining) co_return std::string("shutting down");
+  struct State {
+    explicit State(asio::io_context& io) : timer(io) {}
+    asio::steady_timer timer;
+    std::optional<StoreResult<Done>> result;
+  };
+  auto state = std::make_shared<State>(io0());
+  state->timer.expires_after(std::chrono::seconds(2));
+  const auto t0 = Clock::now();
+  // The store may call back on any thread; the answer is handed to this loop by post.
+  engine.store().ping([state, ex = io0().get_executor()](StoreResult<Done> r) mutable {
+    asio::post(ex, [state, r = std::move(r)]() mutable {
+      state->result = std::move(r);
+      state->timer.cancel();
+    });
+  });
+  beast::error_code ec;
+  if (!state->result) co_await state->timer.async_wait(with(ec));
+  metrics.shard(0).store_call(StoreCall::ping).observe(Clock::now() - t0);
+  if (!state->result) co_return std::string("store did not answer a ping within 2s");
+  if (!*state->result) co_return "store unavailable: " + state->result->error().message;
+  co_return std::nullopt;
+}
+
+asio::awaitable<void> Gateway::Impl::admin_session(tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  for (;;) {
+    bhttp::request_parser<bhttp::empty_body> parser;
+    parser.header_limit(8192);
+    beast::error_code ec;
+    stream.expires_after(std::chrono::seconds(10));
+    co_await bhttp::async_read(stream, buffer, parser, with(ec));
+    if (ec) break;
+    const auto& req = parser.get();
+    http::Response res;
+    res.version(req.version());
+    res.keep_alive(req.keep_alive());
+    const auto path = http::split_target(req.target()).path;
+    if (req.method() != bhttp::verb::get && req.method() != bhttp::verb::head) {
+      res.result(bhttp::status::method_not_allowed);
+      res.set(bhttp::field::allow, "GET, HEAD");
+      res.body() = "method not allowed\n";
+    } else if (path == "/metrics") {
+      res.result(bhttp::status::ok);
+      res.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+      res.body() = metrics.render();
+    } else if (path == "/healthz") {
+      res.result(bhttp::status::ok);
+      res.body() = "ok\n";
+    } else if (path == "/readyz") {
+      auto why_not = co_await ready();
+      res.result(why_not ? bhttp::status::service_unavailable : bhttp::status::ok);
+      res.body() = why_not ? "not ready: " + *why_not + "\n" : std::string("ready\n");
+    } else {
+      res.result(bhttp::status::not_found);
+      res.body() = "not found; try /metrics, /healthz or /readyz\n";
+    }
+    if (!res.has_content_length() && res.find(bhttp::field::content_type) == res.end()) {
+      res.set(bhttp::field::content_type, "text/plain; charset=utf-8");
+    }
+    res.prepare_payload();
+    if (req.method() == bhttp::verb::head) res.body().clear();
+    stream.expires_after(std::chrono::seconds(10));
+    co_await bhttp::async_write(stream, res, with(ec));
+    if (ec || !res.keep_alive() || stopped) break;
+  }
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+asio::awaitable<void> Gateway::Impl::admin_loop() {
+  for (;;) {
+    beast::error_code ec;
+    tcp::socket socket = co_await admin->async_accept(with(ec));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !admin->is_open()) co_return;
+      continue;
+    }
+    asio::co_spawn(io0(), admin_session(std::move(socket)), LogFailure{"admin session"});
+  }
+}
+
+void Gateway::Impl::on_signal() {
+  if (draining) {
+    log::write(LogLevel::warn, "second signal: stopping now, without waiting for in-flight requests");
+    stop_all();
+    return;
+  }
+  draining = true;
+  beast::error_code ec;
+  acceptor->close(ec);
+  log::write(LogLevel::info, "shutting down: stopped accepting; waiting up to " +
+                                 std::to_string(config.drain_timeout.count()) + " ms for " +
+                                 std::to_string(open_connections()) + " open connections");
+  for (auto& w : workers) asio::post(*w->io, [w = w.get()] { w->drain(); });
+  asio::co_spawn(io0(), drain(), LogFailure{"drain"});
+}
+
+asio::awaitable<void> Gateway::Impl::drain() {
+  const auto deadline = Clock::now() + config.drain_timeout;
+  asio::steady_timer timer(io0());
+  for (;;) {
+    const std::size_t open = open_connections();
+    if (open == 0) break;
+    if (Clock::now() >= deadline) {
+      log::write(LogLevel::warn, "drain_timeout reached with " + std::to_string(open) +
+                                     " connections open; their requests' records stay in progress until their leases expire");
+      break;
+    }
+    timer.expires_after(std::chrono::milliseconds(20));
+    beast::error_code ec;
+    co_await timer.async_wait(with(ec));
+    if (stopped) co_return;
+  }
+  stop_all();
+}
+
+void Gateway::Impl::stop_all() {
+  if (stopped) return;
+  stopped = true;
+  beast::error_code ec;
+  if (acceptor) acceptor->close(ec);
+  if (admin) admin->close(ec);
+  if (reaper_timer) reaper_timer->cancel();
+  if (signals) signals->cancel(ec);
+  for (auto& w : workers) w->io->stop();
+}
+
+Gateway::Gateway(const Config& config, Engine& engine) : impl_(std::make_unique<Impl>(config, engine)) {}
+
+Gateway::~Gateway() = default;
+
+void Gateway::start() { impl_->start(); }
+
+void Gateway::run() { impl_->run(); }
+
+}  // namespace idem::gateway

@@ -1,0 +1,113 @@
+#pragma once
+
+// Internal to idem-gateway: what the Beast translation units (proxy.cpp, server.cpp) share.
+
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+#include <utility>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "idem/engine.hpp"
+#include "idem/gateway/config.hpp"
+#include "idem/gateway/metrics.hpp"
+#include "idem/gateway/routes.hpp"
+#include "idem/http/beast.hpp"
+
+namespace idem::gateway {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+
+/// Read-only state every event loop shares.
+struct Shared {
+  const Config& config;
+  const Router& router;
+  Engine& engine;
+  std::vector<tcp::endpoint> upstream_endpoints;
+};
+
+/// One upstream connection and the bytes read from it but not yet parsed.
+struct UpstreamConn {
+  explicit UpstreamConn(const asio::any_io_executor& ex) : stream(ex) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  std::chrono::steady_clock::time_point idle_since{};
+};
+
+/// Keep-alive connections to the upstream, one pool per event loop (so no locks): LIFO reuse
+/// (the most recently used connection is the least likely to have been closed by the upstream),
+/// a liveness check before reuse, and idle connections closed after upstream_idle_timeout.
+class UpstreamPool {
+ public:
+  UpstreamPool(asio::io_context& io, const Shared& shared, MetricsShard& metrics)
+      : io_(io), shared_(shared), metrics_(metrics) {}
+
+  /// A connection: a pooled one unless `fresh`, else a new one. On failure `conn` is null and
+  /// `ec` says why; nothing was sent anywhere.
+  struct Acquired {
+    std::unique_ptr<UpstreamConn> conn;
+    bool reused = false;
+    beast::error_code ec;
+  };
+  asio::awaitable<Acquired> acquire(bool fresh);
+
+  /// Returns a connection whose last response was read completely and which the upstream keeps
+  /// alive; it is closed instead when the pool is full.
+  void release(std::unique_ptr<UpstreamConn> conn);
+
+  /// Closes idle connections older than upstream_idle_timeout.
+  void sweep();
+
+  /// Closes every idle connection.
+  void clear() { idle_.clear(); }
+
+ private:
+  asio::io_context& io_;
+  const Shared& shared_;
+  MetricsShard& metrics_;
+  std::vector<std::unique_ptr<UpstreamConn>> idle_;
+};
+
+struct Session;
+
+/// One event loop: its io_context, thread-confined upstream pool, metrics shard and sessions.
+class Worker {
+ public:
+  Worker(std::size_t index, const Shared& shared, MetricsShard& metrics)
+      : index(index), shared(shared), metrics(metrics), pool(*io, shared, metrics) {}
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  std::unique_ptr<asio::io_context> io = std::make_unique<asio::io_context>(1);
+  const std::size_t index;
+  const Shared& shared;
+  MetricsShard& metrics;
+  UpstreamPool pool;
+
+  // Touched only on this worker's thread.
+  bool draining = false;
+  Session* sessions = nullptr;  // intrusive list of live sessions
+
+  /// Open client connections; read by other threads (max_connections, drain).
+  std::atomic<std::size_t> open{0};
+
+  /// Sets `draining` and closes every session waiting for its next request. On this thread.
+  void drain();
+};
+
+/// Serves one client connection until it closes, times out, or the worker drains.
+asio::awaitable<void> run_session(Worker& worker, tcp::socket socket);
+
+}  // namespace idem::gateway

@@ -1,0 +1,98 @@
+#include "idem/http/beast.hpp"
+
+#include <string>
+
+#include "idem/http/message.hpp"
+
+namespace idem::http {
+namespace {
+
+ConnectionTokens connection_tokens(const bhttp::fields& fields) {
+  ConnectionTokens tokens;
+  for (auto [it, end] = fields.equal_range(bhttp::field::connection); it != end; ++it) {
+    tokens.add(it->value());
+  }
+  return tokens;
+}
+
+}  // namespace
+
+const RequestView& BeastRequestView::assign(const Request& request) {
+  headers_.clear();
+  for (const auto& f : request) headers_.push_back(HeaderView{f.name_string(), f.value()});
+  const Target target = split_target(request.target());
+  view_.method = request.method_string();
+  view_.path = target.path;
+  view_.query = target.query;
+  view_.headers = headers_;
+  view_.body = request.body();
+  return view_;
+}
+
+Response problem_response(const Problem& problem, unsigned version, bool keep_alive) {
+  Response res;
+  res.result(static_cast<unsigned>(problem.status));
+  res.version(version);
+  res.set(bhttp::field::content_type, kProblemContentType);
+  res.set(bhttp::field::cache_control, "no-store");
+  if (problem.retry_after_seconds) {
+    res.set(bhttp::field::retry_after, std::to_string(*problem.retry_after_seconds));
+  }
+  if (problem.conflict) res.set(kConflictHeader, "true");
+  res.body() = problem_json(problem);
+  res.keep_alive(keep_alive);
+  res.prepare_payload();
+  return res;
+}
+
+Response replay_response(const StoredResponse& stored, unsigned version, bool keep_alive) {
+  Response res;
+  res.result(static_cast<unsigned>(stored.status));
+  res.version(version);
+  for (const auto& h : stored.headers) {
+    // Stores only ever hold what to_stored_response kept; filtering again makes a record written
+    // by another tool harmless.
+    if (is_hop_by_hop(h.name) || iequals(h.name, "Content-Length") || iequals(h.name, kReplayedHeader)) {
+      continue;
+    }
+    res.insert(h.name, h.value);
+  }
+  res.set(kReplayedHeader, "true");
+  res.body() = stored.body;
+  res.keep_alive(keep_alive);
+  res.prepare_payload();
+  return res;
+}
+
+StoredResponse to_stored_response(const bhttp::fields& fields, unsigned status, std::string_view body) {
+  StoredResponse stored;
+  stored.status = static_cast<int>(status);
+  const ConnectionTokens tokens = connection_tokens(fields);
+  for (const auto& f : fields) {
+    if (is_stored(f.name_string(), tokens)) {
+      stored.headers.push_back(Header{std::string(f.name_string()), std::string(f.value())});
+    }
+  }
+  stored.body.assign(body);
+  return stored;
+}
+
+void strip_hop_by_hop(bhttp::fields& fields) {
+  // The tokens borrow the Connection values, so decide for every field before erasing any.
+  const ConnectionTokens tokens = connection_tokens(fields);
+  bool any = false;
+  for (const auto& f : fields) {
+    if (!is_forwarded(f.name_string(), tokens)) {
+      any = true;
+      break;
+    }
+  }
+  if (!any) return;
+  std::vector<std::string> doomed;
+  for (const auto& f : fields) {
+    if (!is_forwarded(f.name_string(), tokens)) doomed.emplace_back(f.name_string());
+  }
+  for (const auto& name : doomed) fields.erase(name);
+}
+
+}  // namespace idem::http

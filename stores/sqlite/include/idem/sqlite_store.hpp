@@ -1,0 +1,119 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "idem/clock.hpp"
+#include "idem/store.hpp"
+
+struct sqlite3;  // the application's SQL in complete_in_transaction runs on this handle
+
+namespace idem {
+
+/// How hard SQLite pushes each commit to the disk (PRAGMA synchronous, in WAL mode).
+enum class SqliteSynchronous : std::uint8_t {
+  off,     ///< no fsync: a power loss may lose or corrupt recent commits; a process crash does not
+  normal,  ///< fsync at checkpoints only: a power loss may lose the last commits, never corrupts
+  full,    ///< fsync of the WAL at every commit: committed means durable
+  extra,   ///< full, plus an fsync of the directory
+};
+
+/// Everything SqliteStore::open needs; defaults are for production.
+struct SqliteOptions {
+  /// The database file, created if missing (with its -wal and -shm companions beside it).
+  /// Processes on one machine may share it; network filesystems are not supported (SQLite's
+  /// locks do not work there).
+  std::string path;
+  /// Durability of each commit; `full` so that an answered write survives a power loss.
+  SqliteSynchronous synchronous = SqliteSynchronous::full;
+  /// How long a transaction waits for another process's write lock before its operations fail
+  /// with StoreErrc::unavailable.
+  Millis busy_timeout{5000};
+  /// The most operations the writer commits in one transaction (group commit). Larger batches
+  /// mean fewer fsyncs under load, and a longer wait for the first operation of a batch.
+  std::size_t max_batch = 256;
+  /// How often the background reaper deletes expired records; zero (the default) runs no reaper,
+  /// leaving purge_expired to the caller (e.g. `idemctl purge` from cron).
+  Millis reaper_interval{0};
+  /// Records the reaper deletes per transaction; it repeats until fewer than this remain.
+  std::size_t reaper_batch = 1000;
+  /// The reaper's "now"; the system clock when null. Must outlive the store.
+  const Clock* clock = nullptr;
+};
+
+/// What the store has done since it opened; for tests, benchmarks and metrics.
+struct SqliteStoreStats {
+  std::uint64_t operations = 0;          ///< operations the writer executed
+  std::uint64_t transactions = 0;        ///< transactions the writer began (one per batch, or per purge)
+  std::uint64_t write_transactions = 0;  ///< of those, write transactions committed (one fsync each)
+  std::uint64_t largest_batch = 0;       ///< most operations in one transaction
+  std::uint64_t failed_transactions = 0; ///< transactions that could not begin or commit
+  std::uint64_t reaped = 0;              ///< records the background reaper deleted
+};
+
+/// The application's part of a transactional completion (SPEC §4.4): runs its own SQL on `db`,
+/// inside the store's open transaction. Returns false (with `error` set) to roll everything of
+/// this completion back. It runs on the store's writer thread, so it must not call the store,
+/// must not BEGIN, COMMIT, ROLLBACK or RELEASE anything it did not open itself, should finalize
+/// or reset its statements, and should be quick: the writer waits for it.
+using SqliteWork = std::move_only_function<bool(sqlite3* db, std::string& error)>;
+
+/// The embedded, durable store (SPEC §6): one SQLite file in WAL mode, shared safely by the
+/// threads of this process and by other processes on the same machine.
+///
+/// Every operation is queued to one writer thread, which runs up to `max_batch` queued
+/// operations in one transaction (each in its own savepoint, so one failure undoes only its own
+/// operation), commits once, then calls their callbacks. Callbacks therefore run on the writer
+/// thread; they may call the store again but must not block on it.
+class SqliteStore final : public Store {
+ public:
+  /// Opens (creating and migrating as needed) the database and starts the writer and, if
+  /// configured, the reaper. Fails with StoreErrc::corrupt for a file that is not a database or
+  /// whose schema is newer than this build, and unavailable when it cannot be opened or locked.
+  static StoreResult<std::unique_ptr<SqliteStore>> open(SqliteOptions options);
+
+  /// Finishes every queued operation, stops the threads and closes the database.
+  ~SqliteStore() override;
+
+  SqliteStore(const SqliteStore&) = delete;
+  SqliteStore& operator=(const SqliteStore&) = delete;
+
+  void claim(ClaimRequest request, Callback<ClaimResult> done) override;
+  void complete(CompleteRequest request, Callback<FenceStatus> done) override;
+  void fail(FailRequest request, Callback<FenceStatus> done) override;
+  void release(Fence fence, Callback<FenceStatus> done) override;
+  void get(RecordId id, Callback<std::optional<Record>> done) override;
+  /// Runs in a transaction of its own, so reaping never makes a batch of requests wait long.
+  void purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) override;
+  /// Succeeds when the writer can take the database's write lock.
+  void ping(Callback<Done> done) override;
+
+  /// Completes a record together with the application's own writes, atomically (SPEC §4.4).
+  /// If the caller no longer holds the record, reports FenceStatus::lost without running `work`.
+  /// Otherwise runs `work`, then the fenced completion; the two commit together or not at all.
+  /// If `work` returns false or throws, nothing of either is kept and the result is an error
+  /// (StoreErrc::internal, not retryable) carrying `work`'s message.
+  void complete_in_transaction(CompleteRequest request, SqliteWork work, Callback<FenceStatus> done);
+
+  /// Blocking form of complete_in_transaction, for threads that may wait. Calling it from a
+  /// store callback (the writer thread) fails with StoreErrc::internal instead of deadlocking.
+  StoreResult<FenceStatus> complete_in_transaction(CompleteRequest request, SqliteWork work);
+
+  /// Counters since open.
+  SqliteStoreStats stats() const;
+
+  /// The schema version this build writes (see the idem_schema_version table).
+  static int schema_version();
+
+
+ private:
+  class Impl;  // the writer, its queue and the connection (sqlite_store.cpp)
+  explicit SqliteStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idem

@@ -1,0 +1,688 @@
+#include "idem/sqlite_store.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <future>
+#include <limits>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "connection.hpp"
+#include "headers_codec.hpp"
+#include "schema.hpp"
+
+namespace idem {
+namespace {
+
+using sqlite_detail::map_error;
+using sqlite_detail::ResetOnExit;
+using sqlite_detail::Statement;
+
+// SQLite integers are signed; the token's 64 bits are stored as they are.
+std::int64_t token_to_db(std::uint64_t token) { return static_cast<std::int64_t>(token); }
+std::uint64_t token_from_db(std::int64_t value) { return static_cast<std::uint64_t>(value); }
+
+const char* synchronous_pragma(SqliteSynchronous mode) {
+  switch (mode) {
+    case SqliteSynchronous::off:
+      return "PRAGMA synchronous = OFF";
+    case SqliteSynchronous::normal:
+      return "PRAGMA synchronous = NORMAL";
+    case SqliteSynchronous::full:
+      return "PRAGMA synchronous = FULL";
+    case SqliteSynchronous::extra:
+      return "PRAGMA synchronous = EXTRA";
+  }
+  return "PRAGMA synchronous = FULL";
+}
+
+StoreError internal_error(std::string message) { return StoreError{StoreErrc::internal, std::move(message)}; }
+
+// ---- SQL --------------------------------------------------------------------------------------
+
+constexpr std::string_view kSelectRecord =
+    "SELECT state, request_hash, fencing_token, lease_expires_ms, response_status, response_headers, "
+    "response_body, created_ms, completed_ms, expires_ms "
+    "FROM idempotency_keys WHERE tenant_id = ?1 AND key = ?2";
+
+// A new key: the common case is this one statement.
+constexpr std::string_view kInsertClaim =
+    "INSERT INTO idempotency_keys "
+    "(tenant_id, key, state, request_hash, fencing_token, lease_expires_ms, created_ms, expires_ms) "
+    "VALUES (?1, ?2, 'in_progress', ?3, ?4, ?5, ?6, ?7) "
+    "ON CONFLICT (tenant_id, key) DO NOTHING";
+
+// A takeover, conditional on the record being exactly the one decide_claim looked at.
+constexpr std::string_view kTakeover =
+    "UPDATE idempotency_keys SET state = 'in_progress', request_hash = ?3, fencing_token = ?4, "
+    "lease_expires_ms = ?5, response_status = NULL, response_headers = NULL, response_body = NULL, "
+    "created_ms = ?6, completed_ms = NULL, expires_ms = ?7 "
+    "WHERE tenant_id = ?1 AND key = ?2 AND fencing_token = ?8 AND state = ?9";
+
+// Fenced writes: they apply only while the caller's token is on an in-progress record.
+constexpr std::string_view kComplete =
+    "UPDATE idempotency_keys SET state = 'completed', response_status = ?4, response_headers = ?5, "
+    "response_body = ?6, completed_ms = ?7, expires_ms = ?8 "
+    "WHERE tenant_id = ?1 AND key = ?2 AND fencing_token = ?3 AND state = 'in_progress'";
+constexpr std::string_view kFail =
+    "UPDATE idempotency_keys SET state = 'failed_retryable', expires_ms = ?4 "
+    "WHERE tenant_id = ?1 AND key = ?2 AND fencing_token = ?3 AND state = 'in_progress'";
+constexpr std::string_view kRelease =
+    "DELETE FROM idempotency_keys "
+    "WHERE tenant_id = ?1 AND key = ?2 AND fencing_token = ?3 AND state = 'in_progress'";
+constexpr std::string_view kCheckFence =
+    "SELECT 1 FROM idempotency_keys "
+    "WHERE tenant_id = ?1 AND key = ?2 AND fencing_token = ?3 AND state = 'in_progress'";
+
+constexpr std::string_view kPurge =
+    "DELETE FROM idempotency_keys WHERE rowid IN "
+    "(SELECT rowid FROM idempotency_keys WHERE expires_ms <= ?1 LIMIT ?2)";
+
+constexpr std::string_view kPing = "SELECT version FROM idem_schema_version";
+
+// Every statement the writer runs, prepared once at open.
+struct Statements {
+  Statement begin_immediate, begin_deferred, commit, rollback;
+  Statement savepoint, release_savepoint, rollback_to_savepoint;
+  Statement select_record, insert_claim, takeover, complete, fail, release, check_fence, purge, ping;
+};
+
+StoreResult<Statements> prepare_statements(sqlite3* db) {
+  Statements s;
+  const std::pair<Statement*, std::string_view> all[] = {
+      {&s.begin_immediate, "BEGIN IMMEDIATE"},
+      {&s.begin_deferred, "BEGIN DEFERRED"},
+      {&s.commit, "COMMIT"},
+      {&s.rollback, "ROLLBACK"},
+      {&s.savepoint, "SAVEPOINT idem_op"},
+      {&s.release_savepoint, "RELEASE idem_op"},
+      {&s.rollback_to_savepoint, "ROLLBACK TO idem_op"},
+      {&s.select_record, kSelectRecord},
+      {&s.insert_claim, kInsertClaim},
+      {&s.takeover, kTakeover},
+      {&s.complete, kComplete},
+      {&s.fail, kFail},
+      {&s.release, kRelease},
+      {&s.check_fence, kCheckFence},
+      {&s.purge, kPurge},
+      {&s.ping, kPing},
+  };
+  for (const auto& [statement, sql] : all) {
+    auto prepared = Statement::prepare(db, sql);
+    if (!prepared) return std::unexpected(prepared.error());
+    *statement = std::move(*prepared);
+  }
+  return s;
+}
+
+// The connection and its statements, as operations see them (on the writer thread only).
+struct Db {
+  sqlite3* raw;
+  Statements& st;
+};
+
+StoreResult<std::optional<Record>> read_record(Db& db, const RecordId& id) {
+  Statement& q = db.st.select_record;
+  ResetOnExit reset(q);
+  q.bind_text(1, id.tenant);
+  q.bind_text(2, id.key);
+  const int rc = q.step();
+  if (rc == SQLITE_DONE) return std::nullopt;
+  if (rc != SQLITE_ROW) return std::unexpected(map_error(rc, "read record", db.raw));
+
+  auto corrupt = [&](std::string_view what) {
+    return std::unexpected(StoreError{StoreErrc::corrupt, "sqlite: record (\"" + id.tenant + "\", \"" + id.key +
+                                                              "\"): " + std::string(what)});
+  };
+  Record r;
+  r.tenant = id.tenant;
+  r.key = id.key;
+  const auto state = parse_record_state(q.text(0));
+  if (!state) return corrupt("unknown state \"" + std::string(q.text(0)) + "\"");
+  r.state = *state;
+  r.request_hash = std::string(q.text(1));
+  r.fencing_token = token_from_db(q.int64(2));
+  r.lease_expires = from_epoch_ms(q.int64(3));
+  r.created = from_epoch_ms(q.int64(7));
+  if (!q.is_null(8)) r.completed = from_epoch_ms(q.int64(8));
+  r.expires = from_epoch_ms(q.int64(9));
+  if (r.state == RecordState::completed) {
+    if (q.is_null(4)) return corrupt("completed without a response status");
+    auto headers = sqlite_detail::decode_headers(q.blob(5));
+    if (!headers) return corrupt("response_headers cannot be decoded");
+    r.response = StoredResponse{static_cast<int>(q.int64(4)), std::move(*headers), std::string(q.blob(6))};
+  }
+  return r;
+}
+
+// What an operation did inside its savepoint, beyond its result.
+struct Effects {
+  bool wrote = false;     // it changed the database, so its answer depends on the commit
+  bool rollback = false;  // its savepoint must be undone although it produced an answer
+};
+
+// Runs a fenced UPDATE or DELETE whose parameters are bound; lost when it matched no row.
+StoreResult<FenceStatus> fenced_write(Db& db, Statement& q, Effects& fx, std::string_view what) {
+  ResetOnExit reset(q);
+  const int rc = q.step();
+  if (rc != SQLITE_DONE) return std::unexpected(map_error(rc, what, db.raw));
+  if (sqlite3_changes(db.raw) == 0) return FenceStatus::lost;
+  fx.wrote = true;
+  return FenceStatus::ok;
+}
+
+void bind_fence(Statement& q, const Fence& fence) {
+  q.bind_text(1, fence.id.tenant);
+  q.bind_text(2, fence.id.key);
+  q.bind(3, token_to_db(fence.token));
+}
+
+// ---- operations -------------------------------------------------------------------------------
+
+StoreResult<ClaimResult> run_claim(Db& db, const ClaimRequest& req, Effects& fx) {
+  {
+    // No record at all: decide_claim(nullopt) is always a fresh claim, so the INSERT decides.
+    const Record fresh = claimed_record(req, std::nullopt);
+    Statement& q = db.st.insert_claim;
+    ResetOnExit reset(q);
+    q.bind_text(1, fresh.tenant);
+    q.bind_text(2, fresh.key);
+    q.bind_text(3, fresh.request_hash);
+    q.bind(4, token_to_db(fresh.fencing_token));
+    q.bind(5, to_epoch_ms(fresh.lease_expires));
+    q.bind(6, to_epoch_ms(fresh.created));
+    q.bind(7, to_epoch_ms(fresh.expires));
+    const int rc = q.step();
+    if (rc != SQLITE_DONE) return std::unexpected(map_error(rc, "insert claim", db.raw));
+    if (sqlite3_changes(db.raw) == 1) {
+      fx.wrote = true;
+      return ClaimResult{ClaimStatus::claimed, ClaimKind::fresh, fresh};
+    }
+  }
+  auto current = read_record(db, req.id);
+  if (!current) return std::unexpected(current.error());
+  if (!*current) return std::unexpected(internal_error("sqlite: claim: the conflicting record vanished"));
+  const ClaimDecision decision = decide_claim(*current, req);
+  if (decision.status != ClaimStatus::claimed) return ClaimResult{decision.status, decision.kind, std::move(**current)};
+
+  Record next = claimed_record(req, *current);
+  Statement& q = db.st.takeover;
+  ResetOnExit reset(q);
+  q.bind_text(1, next.tenant);
+  q.bind_text(2, next.key);
+  q.bind_text(3, next.request_hash);
+  q.bind(4, token_to_db(next.fencing_token));
+  q.bind(5, to_epoch_ms(next.lease_expires));
+  q.bind(6, to_epoch_ms(next.created));
+  q.bind(7, to_epoch_ms(next.expires));
+  q.bind(8, token_to_db((*current)->fencing_token));
+  q.bind_text(9, to_string((*current)->state));
+  const int rc = q.step();
+  if (rc != SQLITE_DONE) return std::unexpected(map_error(rc, "take over claim", db.raw));
+  // We hold the write lock since the read above, so the record cannot have changed.
+  if (sqlite3_changes(db.raw) != 1) return std::unexpected(internal_error("sqlite: claim: takeover matched no row"));
+  fx.wrote = true;
+  return ClaimResult{ClaimStatus::claimed, decision.kind, std::move(next)};
+}
+
+StoreResult<FenceStatus> run_complete(Db& db, const CompleteRequest& req, Effects& fx) {
+  Statement& q = db.st.complete;
+  const std::string headers = sqlite_detail::encode_headers(req.response.headers);
+  bind_fence(q, req.fence);
+  q.bind(4, req.response.status);
+  q.bind_blob(5, headers);
+  q.bind_blob(6, req.response.body);
+  q.bind(7, to_epoch_ms(req.now));
+  q.bind(8, to_epoch_ms(req.expires));
+  return fenced_write(db, q, fx, "complete");
+}
+
+StoreResult<FenceStatus> run_fail(Db& db, const FailRequest& req, Effects& fx) {
+  Statement& q = db.st.fail;
+  bind_fence(q, req.fence);
+  q.bind(4, to_epoch_ms(req.expires));
+  return fenced_write(db, q, fx, "fail");
+}
+
+StoreResult<FenceStatus> run_release(Db& db, const Fence& fence, Effects& fx) {
+  Statement& q = db.st.release;
+  bind_fence(q, fence);
+  return fenced_write(db, q, fx, "release");
+}
+
+StoreResult<std::size_t> run_purge(Db& db, TimePoint now, std::size_t limit, Effects& fx) {
+  Statement& q = db.st.purge;
+  ResetOnExit reset(q);
+  q.bind(1, to_epoch_ms(now));
+  q.bind(2, static_cast<std::int64_t>(std::min<std::size_t>(limit, std::numeric_limits<std::int64_t>::max())));
+  const int rc = q.step();
+  if (rc != SQLITE_DONE) return std::unexpected(map_error(rc, "purge expired", db.raw));
+  const auto deleted = static_cast<std::size_t>(sqlite3_changes64(db.raw));
+  fx.wrote = deleted > 0;
+  return deleted;
+}
+
+StoreResult<Done> run_ping(Db& db) {
+  Statement& q = db.st.ping;
+  return q.run("ping");
+}
+
+StoreResult<FenceStatus> run_complete_in_transaction(Db& db, const CompleteRequest& req, SqliteWork& work,
+                                                     Effects& fx) {
+  {
+    Statement& q = db.st.check_fence;
+    ResetOnExit reset(q);
+    bind_fence(q, req.fence);
+    const int rc = q.step();
+    if (rc == SQLITE_DONE) return FenceStatus::lost;  // `work` must not run for a lost lease
+    if (rc != SQLITE_ROW) return std::unexpected(map_error(rc, "check fence", db.raw));
+  }
+  std::string error;
+  bool ok = false;
+  try {
+    ok = work(db.raw, error);
+  } catch (const std::exception& e) {
+    error = std::string("threw: ") + e.what();
+  } catch (...) {
+    error = "threw a non-standard exception";
+  }
+  if (sqlite3_get_autocommit(db.raw)) {
+    return std::unexpected(internal_error("sqlite: complete_in_transaction: work ended the store's transaction"));
+  }
+  if (!ok) {
+    return std::unexpected(internal_error(
+        "sqlite: complete_in_transaction: work failed: " + (error.empty() ? std::string("(no message)") : error)));
+  }
+  auto status = run_complete(db, req, fx);
+  if (status && *status == FenceStatus::lost) fx.rollback = true;  // `work` changed the record: undo both
+  return status;
+}
+
+// How an operation uses the transaction it runs in.
+enum class OpClass : std::uint8_t {
+  read,   // reads only; a batch of reads only needs no write lock
+  write,  // writes inside the batch's write transaction, in a savepoint of its own
+  solo,   // writes in a transaction of its own (purge: a big delete should not delay requests)
+};
+
+// One queued operation: its body runs on the writer thread; its callback runs after the commit.
+class Op {
+ public:
+  explicit Op(OpClass op_class) : op_class_(op_class) {}
+  virtual ~Op() = default;
+  OpClass op_class() const { return op_class_; }
+  // Runs the body; false when the operation's savepoint must be undone.
+  virtual bool run(Db& db) = 0;
+  // Replaces the outcome with an error (the transaction did not begin, was lost or did not commit).
+  virtual void fail(const StoreError& error) = 0;
+  // Whether the body has run (or the operation has already been failed).
+  virtual bool ran() const = 0;
+  // Whether the body produced a value (as opposed to an error).
+  virtual bool succeeded() const = 0;
+  // Whether the body changed the database.
+  virtual bool wrote() const = 0;
+  // Calls the callback, once.
+  virtual void deliver() = 0;
+
+ private:
+  OpClass op_class_;
+};
+
+template <class T>
+class TypedOp final : public Op {
+ public:
+  using Body = std::move_only_function<StoreResult<T>(Db&, Effects&)>;
+  TypedOp(OpClass op_class, Body body, Callback<T> done)
+      : Op(op_class), body_(std::move(body)), done_(std::move(done)) {}
+
+  bool run(Db& db) override {
+    result_ = body_(db, effects_);
+    if (effects_.rollback) effects_.wrote = false;
+    return result_->has_value() && !effects_.rollback;
+  }
+  void fail(const StoreError& error) override { result_ = std::unexpected(error); }
+  bool ran() const override { return result_.has_value(); }
+  bool succeeded() const override { return result_ && result_->has_value(); }
+  bool wrote() const override { return effects_.wrote; }
+  void deliver() override {
+    if (!result_) result_ = std::unexpected(internal_error("sqlite: operation was never run"));
+    auto done = std::move(done_);
+    if (done) done(std::move(*result_));
+  }
+
+ private:
+  Body body_;
+  Callback<T> done_;
+  std::optional<StoreResult<T>> result_;
+  Effects effects_;
+};
+
+template <class T, class Body>
+std::unique_ptr<Op> make_op(OpClass op_class, Body&& body, Callback<T> done) {
+  return std::make_unique<TypedOp<T>>(op_class, typename TypedOp<T>::Body(std::forward<Body>(body)), std::move(done));
+}
+
+}  // namespace
+
+// ---- the writer -------------------------------------------------------------------------------
+
+class SqliteStore::Impl {
+ public:
+  Impl(SqliteOptions options, sqlite_detail::Connection db, Statements statements)
+      : options_(std::move(options)), db_(std::move(db)), st_(std::move(statements)) {
+    writer_ = std::thread([this] { writer_loop(); });
+    if (options_.reaper_interval > Millis::zero()) reaper_ = std::thread([this] { reaper_loop(); });
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard lock(reaper_mutex_);
+      reaper_stop_ = true;
+    }
+    reaper_cv_.notify_all();
+    if (reaper_.joinable()) reaper_.join();
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    writer_.join();
+  }
+
+  void submit(std::unique_ptr<Op> op) {
+    {
+      std::lock_guard lock(mutex_);
+      if (!closed_) {
+        queue_.push_back(std::move(op));
+        cv_.notify_one();
+        return;
+      }
+    }
+    op->fail(StoreError{StoreErrc::unavailable, "sqlite: the store is closed"});
+    op->deliver();
+  }
+
+  bool on_writer_thread() const { return std::this_thread::get_id() == writer_.get_id(); }
+
+  SqliteStoreStats stats() const {
+    SqliteStoreStats s;
+    s.operations = operations_.load(std::memory_order_relaxed);
+    s.transactions = transactions_.load(std::memory_order_relaxed);
+    s.write_transactions = write_transactions_.load(std::memory_order_relaxed);
+    s.largest_batch = largest_batch_.load(std::memory_order_relaxed);
+    s.failed_transactions = failed_transactions_.load(std::memory_order_relaxed);
+    s.reaped = reaped_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+ private:
+  void writer_loop() {
+    std::vector<std::unique_ptr<Op>> ops;
+    ops.reserve(batch_limit());
+    for (;;) {
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) {  // stopping, and everything queued is done
+          closed_ = true;
+          return;
+        }
+        ops.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+        if (ops.front()->op_class() != OpClass::solo) take_locked(ops, /*reads_only=*/false);
+      }
+      run_transaction(ops);
+      for (auto& op : ops) op->deliver();  // after the commit, with no lock held
+      ops.clear();
+    }
+  }
+
+  std::size_t batch_limit() const { return std::max<std::size_t>(options_.max_batch, 1); }
+
+  // Moves queued operations that may join the current transaction into `ops`, in order, up to
+  // the batch limit; stops at a solo operation (and, for a read transaction, at a write).
+  // Returns whether it took any. Requires mutex_.
+  bool take_locked(std::vector<std::unique_ptr<Op>>& ops, bool reads_only) {
+    const std::size_t before = ops.size();
+    while (!queue_.empty() && ops.size() < batch_limit()) {
+      const OpClass next = queue_.front()->op_class();
+      if (next == OpClass::solo || (reads_only && next != OpClass::read)) break;
+      ops.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    return ops.size() > before;
+  }
+
+  // Runs `ops` in one transaction, each write in its own savepoint. Operations queued while it
+  // runs join it before the commit (up to the batch limit): they would otherwise wait a whole
+  // fsync for the next one.
+  void run_transaction(std::vector<std::unique_ptr<Op>>& ops) {
+    Db db{db_.get(), st_};
+    const bool writes = std::any_of(ops.begin(), ops.end(), [](const auto& op) { return op->op_class() != OpClass::read; });
+    transactions_.fetch_add(1, std::memory_order_relaxed);
+
+    // BEGIN IMMEDIATE takes the write lock now (waiting up to busy_timeout for other processes),
+    // so every read below sees the latest commit and nothing can change under the decisions.
+    if (auto begun = (writes ? st_.begin_immediate : st_.begin_deferred).run("begin"); !begun) {
+      failed_transactions_.fetch_add(1, std::memory_order_relaxed);
+      count_operations(ops.size());
+      for (auto& op : ops) op->fail(begun.error());
+      return;
+    }
+    const bool solo = ops.front()->op_class() == OpClass::solo;
+    std::size_t i = 0;
+    for (;;) {
+      for (; i < ops.size(); ++i) {
+        Op& op = *ops[i];
+        if (op.op_class() == OpClass::read) {
+          op.run(db);
+        } else if (auto step = run_in_savepoint(db, op); !step) {
+          count_operations(ops.size());
+          abort_transaction(ops, step.error());
+          return;
+        }
+        // Some errors (I/O, disk full) make SQLite roll the whole transaction back by itself.
+        if (sqlite3_get_autocommit(db_.get())) {
+          count_operations(ops.size());
+          abort_transaction(ops, StoreError{StoreErrc::unavailable,
+                                            "sqlite: the transaction was rolled back by an error in one of its operations"});
+          return;
+        }
+      }
+      if (solo) break;
+      std::lock_guard lock(mutex_);
+      if (!take_locked(ops, /*reads_only=*/!writes)) break;
+    }
+    count_operations(ops.size());
+    if (auto committed = st_.commit.run("commit"); !committed) {
+      failed_transactions_.fetch_add(1, std::memory_order_relaxed);
+      // A lock error means the commit never started; anything else (an I/O error while writing
+      // the WAL) may have left the transaction durable after all.
+      const int primary = sqlite3_errcode(db_.get()) & 0xff;
+      const bool maybe_written = primary != SQLITE_BUSY && primary != SQLITE_LOCKED;
+      if (!sqlite3_get_autocommit(db_.get())) (void)st_.rollback.run("rollback");
+      for (auto& op : ops) {
+        if (!op->succeeded()) continue;
+        StoreError error = committed.error();
+        error.in_doubt = maybe_written && op->wrote();
+        op->fail(error);
+      }
+      return;
+    }
+    if (writes) write_transactions_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void count_operations(std::size_t n) {
+    operations_.fetch_add(n, std::memory_order_relaxed);
+    if (n > largest_batch_.load(std::memory_order_relaxed)) largest_batch_.store(n, std::memory_order_relaxed);
+  }
+
+  // Runs one operation inside its own savepoint; an error here means the savepoint machinery
+  // itself failed, and the transaction cannot be trusted.
+  StoreResult<Done> run_in_savepoint(Db& db, Op& op) {
+    if (auto opened = st_.savepoint.run("savepoint"); !opened) return opened;
+    if (op.run(db)) return st_.release_savepoint.run("release savepoint");
+    if (sqlite3_get_autocommit(db_.get())) return Done{};  // already rolled back entirely
+    if (auto undone = st_.rollback_to_savepoint.run("roll back to savepoint"); !undone) return undone;
+    return st_.release_savepoint.run("release savepoint");
+  }
+
+  // Rolls the transaction back and fails every operation in it; the ones that had failed on
+  // their own keep their own error.
+  void abort_transaction(std::span<std::unique_ptr<Op>> ops, const StoreError& cause) {
+    failed_transactions_.fetch_add(1, std::memory_order_relaxed);
+    if (!sqlite3_get_autocommit(db_.get())) (void)st_.rollback.run("rollback");
+    for (auto& op : ops) {
+      if (op->ran() && !op->succeeded()) continue;
+      StoreError error = cause;
+      // Usually SQLite rolled the writes back; but a `work` of complete_in_transaction that
+      // COMMITs behind our back makes earlier writes durable, so a write stays in doubt.
+      error.in_doubt = op->wrote();
+      op->fail(error);
+    }
+  }
+
+  void reaper_loop() {
+    const Clock& clock = options_.clock ? *options_.clock : SystemClock::instance();
+    const std::size_t batch = std::max<std::size_t>(options_.reaper_batch, 1);
+    std::unique_lock lock(reaper_mutex_);
+    while (!reaper_cv_.wait_for(lock, options_.reaper_interval, [&] { return reaper_stop_; })) {
+      lock.unlock();
+      const TimePoint now = clock.now();
+      for (;;) {
+        std::promise<StoreResult<std::size_t>> promise;
+        auto future = promise.get_future();
+        submit(make_op<std::size_t>(
+            OpClass::solo, [now, batch](Db& db, Effects& fx) { return run_purge(db, now, batch, fx); },
+            [&promise](StoreResult<std::size_t> r) { promise.set_value(std::move(r)); }));
+        auto deleted = future.get();
+        if (!deleted) break;  // try again next interval
+        reaped_.fetch_add(*deleted, std::memory_order_relaxed);
+        if (*deleted < batch) break;
+        std::lock_guard stop_check(reaper_mutex_);
+        if (reaper_stop_) break;
+      }
+      lock.lock();
+    }
+  }
+
+  const SqliteOptions options_;
+  sqlite_detail::Connection db_;
+  Statements st_;  // declared after db_: finalized before the connection closes
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Op>> queue_;  // guarded by mutex_
+  bool stopping_ = false;                  // guarded by mutex_
+  bool closed_ = false;                    // guarded by mutex_: the writer has exited
+
+  std::mutex reaper_mutex_;
+  std::condition_variable reaper_cv_;
+  bool reaper_stop_ = false;  // guarded by reaper_mutex_
+
+  std::atomic<std::uint64_t> operations_{0}, transactions_{0}, write_transactions_{0}, largest_batch_{0},
+      failed_transactions_{0}, reaped_{0};
+
+  std::thread writer_;  // last: started once everything above exists
+  std::thread reaper_;
+};
+
+// ---- SqliteStore ------------------------------------------------------------------------------
+
+StoreResult<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteOptions options) {
+  if (options.path.empty()) return std::unexpected(internal_error("sqlite: SqliteOptions::path is empty"));
+  auto db = sqlite_detail::open_connection(options.path, static_cast<int>(options.busy_timeout.count()));
+  if (!db) return std::unexpected(db.error());
+  sqlite3* raw = db->get();
+
+  auto wal = Statement::prepare(raw, "PRAGMA journal_mode = WAL");
+  if (!wal) return std::unexpected(wal.error());
+  if (const int rc = wal->step(); rc != SQLITE_ROW) return std::unexpected(map_error(rc, "enable WAL", raw));
+  if (const auto mode = wal->text(0); mode != "wal") {
+    return std::unexpected(StoreError{StoreErrc::unavailable,
+                                      "sqlite: " + options.path + ": cannot use WAL mode (journal_mode is " + std::string(mode) + ")"});
+  }
+  wal->reset();
+  if (auto sync = sqlite_detail::exec(raw, synchronous_pragma(options.synchronous), "set synchronous"); !sync) {
+    return std::unexpected(sync.error());
+  }
+  if (auto migrated = sqlite_detail::migrate(raw); !migrated) return std::unexpected(migrated.error());
+  auto statements = prepare_statements(raw);
+  if (!statements) return std::unexpected(statements.error());
+  return std::unique_ptr<SqliteStore>(
+      new SqliteStore(std::make_unique<Impl>(std::move(options), std::move(*db), std::move(*statements))));
+}
+
+SqliteStore::SqliteStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+SqliteStore::~SqliteStore() = default;
+
+void SqliteStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
+  impl_->submit(make_op<ClaimResult>(
+      OpClass::write, [req = std::move(request)](Db& db, Effects& fx) { return run_claim(db, req, fx); },
+      std::move(done)));
+}
+
+void SqliteStore::complete(CompleteRequest request, Callback<FenceStatus> done) {
+  impl_->submit(make_op<FenceStatus>(
+      OpClass::write, [req = std::move(request)](Db& db, Effects& fx) { return run_complete(db, req, fx); },
+      std::move(done)));
+}
+
+void SqliteStore::fail(FailRequest request, Callback<FenceStatus> done) {
+  impl_->submit(make_op<FenceStatus>(
+      OpClass::write, [req = std::move(request)](Db& db, Effects& fx) { return run_fail(db, req, fx); },
+      std::move(done)));
+}
+
+void SqliteStore::release(Fence fence, Callback<FenceStatus> done) {
+  impl_->submit(make_op<FenceStatus>(
+      OpClass::write, [fence = std::move(fence)](Db& db, Effects& fx) { return run_release(db, fence, fx); },
+      std::move(done)));
+}
+
+void SqliteStore::get(RecordId id, Callback<std::optional<Record>> done) {
+  impl_->submit(make_op<std::optional<Record>>(
+      OpClass::read, [id = std::move(id)](Db& db, Effects&) { return read_record(db, id); }, std::move(done)));
+}
+
+void SqliteStore::purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) {
+  impl_->submit(make_op<std::size_t>(
+      OpClass::solo, [now, limit](Db& db, Effects& fx) { return run_purge(db, now, limit, fx); }, std::move(done)));
+}
+
+void SqliteStore::ping(Callback<Done> done) {
+  impl_->submit(make_op<Done>(OpClass::write, [](Db& db, Effects&) { return run_ping(db); }, std::move(done)));
+}
+
+void SqliteStore::complete_in_transaction(CompleteRequest request, SqliteWork work, Callback<FenceStatus> done) {
+  impl_->submit(make_op<FenceStatus>(
+      OpClass::write,
+      [req = std::move(request), work = std::move(work)](Db& db, Effects& fx) mutable {
+        return run_complete_in_transaction(db, req, work, fx);
+      },
+      std::move(done)));
+}
+
+StoreResult<FenceStatus> SqliteStore::complete_in_transaction(CompleteRequest request, SqliteWork work) {
+  if (impl_->on_writer_thread()) {
+    return std::unexpected(
+        internal_error("sqlite: blocking complete_in_transaction called from a store callback (would deadlock)"));
+  }
+  std::promise<StoreResult<FenceStatus>> promise;
+  auto future = promise.get_future();
+  complete_in_transaction(std::move(request), std::move(work),
+                          [&promise](StoreResult<FenceStatus> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+SqliteStoreStats SqliteStore::stats() const { return impl_->stats(); }
+
+int SqliteStore::schema_version() { return sqlite_detail::latest_schema_version(); }
+
+}  // namespace idem

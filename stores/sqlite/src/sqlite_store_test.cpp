@@ -1,0 +1,626 @@
+#include "idem/sqlite_store.hpp"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <barrier>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "idem/testing/manual_clock.hpp"
+#include "idem/testing/store_conformance.hpp"
+
+namespace idem {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ManualClock;
+
+// A directory of its own under $TMPDIR, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "idem-sqlite-test-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::unique_ptr<SqliteStore> open_store(SqliteOptions options) {
+  auto store = SqliteStore::open(std::move(options));
+  if (!store) throw std::runtime_error("SqliteStore::open: " + store.error().message);
+  return std::move(*store);
+}
+
+std::unique_ptr<SqliteStore> open_store(const std::string& path) {
+  SqliteOptions options;
+  options.path = path;
+  return open_store(std::move(options));
+}
+
+// ---- the conformance suite ----------------------------------------------------------------------
+
+TempDir& conformance_dir() {
+  static TempDir dir;
+  return dir;
+}
+std::string last_conformance_path;  // the file the last `make` opened, for `share`
+
+std::unique_ptr<Store> make_conformance_store() {
+  static std::atomic<int> counter{0};
+  last_conformance_path = conformance_dir().file("conformance-" + std::to_string(counter++) + ".db");
+  return open_store(last_conformance_path);
+}
+
+std::unique_ptr<Store> share_conformance_store() { return open_store(last_conformance_path); }
+
+}  // namespace
+
+namespace testing {
+INSTANTIATE_TEST_SUITE_P(Sqlite, StoreConformance,
+                         ::testing::Values(StoreFactory{"sqlite", make_conformance_store, share_conformance_store}),
+                         StoreConformance::name_of);
+}  // namespace testing
+
+namespace {
+
+// ---- helpers for SQLite-specific tests ----------------------------------------------------------
+
+// A plain connection of the test's own: another process's view of the file.
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path) {
+    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error("open " + path);
+    sqlite3_busy_timeout(db_, 5000);
+  }
+  ~RawDb() { sqlite3_close_v2(db_); }
+  RawDb(const RawDb&) = delete;
+  RawDb& operator=(const RawDb&) = delete;
+
+  void exec(const std::string& sql) {
+    char* error = nullptr;
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+      std::string message = error ? error : "?";
+      sqlite3_free(error);
+      throw std::runtime_error(sql + ": " + message);
+    }
+  }
+
+  // The first column of the first row, as an integer (0 when there is no row).
+  std::int64_t scalar(const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+      throw std::runtime_error(sql + ": " + sqlite3_errmsg(db_));
+    }
+    std::int64_t value = 0;
+    if (sqlite3_step(stmt) == SQLITE_ROW) value = sqlite3_column_int64(stmt, 0);
+    sqlite3_finalize(stmt);
+    return value;
+  }
+
+  sqlite3* get() { return db_; }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+class SqliteStoreTest : public ::testing::Test {
+ protected:
+  ClaimRequest request(const std::string& key, const std::string& hash = "h", Millis lease = 60s) {
+    ClaimRequest r;
+    r.id = RecordId{"t", key};
+    r.request_hash = hash;
+    r.token = next_token++;
+    r.now = clock.now();
+    r.lease_expires = r.now + lease;
+    r.expires = r.now + 24h;
+    return r;
+  }
+  CompleteRequest completion(const Fence& fence, std::string body = "{\"ok\":true}") {
+    return CompleteRequest{fence, StoredResponse{201, {{"Content-Type", "application/json"}}, std::move(body)},
+                           clock.now(), clock.now() + 24h};
+  }
+  static Fence fence_of(const ClaimResult& c) { return Fence{RecordId{c.record.tenant, c.record.key}, c.record.fencing_token}; }
+
+  ClaimResult claim_ok(Store& store, const std::string& key) {
+    auto c = BlockingStore(store).claim(request(key));
+    if (!c) throw std::runtime_error("claim: " + c.error().message);
+    EXPECT_EQ(c->status, ClaimStatus::claimed);
+    return *c;
+  }
+
+  TempDir dir;
+  std::string path = dir.file("idem.db");
+  ManualClock clock;
+  std::uint64_t next_token = 1;
+};
+
+// ---- schema and migrations ----------------------------------------------------------------------
+
+TEST_F(SqliteStoreTest, FreshDatabaseGetsTheLatestSchemaInWalMode) {
+  open_store(path).reset();
+  RawDb raw(path);
+  EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), SqliteStore::schema_version());
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'idempotency_keys'"), 1);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'idempotency_keys_expires'"), 1);
+  for (const char* column : {"tenant_id", "key", "state", "request_hash", "fencing_token", "lease_expires_ms",
+                             "response_status", "response_headers", "response_body", "created_ms", "completed_ms",
+                             "expires_ms"}) {
+    EXPECT_EQ(raw.scalar(std::string("SELECT count(*) FROM pragma_table_info('idempotency_keys') WHERE name = '") +
+                         column + "'"),
+              1)
+        << column;
+  }
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(raw.get(), "PRAGMA journal_mode", -1, &stmt, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "wal");
+  sqlite3_finalize(stmt);
+}
+
+TEST_F(SqliteStoreTest, ReopeningKeepsSchemaAndRecords) {
+  {
+    auto store = open_store(path);
+    auto c = claim_ok(*store, "key-durable-00001");
+    ASSERT_EQ(BlockingStore(*store).complete(completion(fence_of(c), "kept")), FenceStatus::ok);
+  }
+  {
+    auto store = open_store(path);  // migrating again is a no-op
+    auto replay = BlockingStore(*store).claim(request("key-durable-00001"));
+    ASSERT_TRUE(replay);
+    ASSERT_EQ(replay->status, ClaimStatus::completed);
+    EXPECT_EQ(replay->record.response->body, "kept");
+  }
+  RawDb raw(path);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idem_schema_version"), 1);
+  EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), SqliteStore::schema_version());
+}
+
+TEST_F(SqliteStoreTest, CoexistsWithTheApplicationsOwnTablesAndUserVersion) {
+  {
+    RawDb raw(path);
+    raw.exec("PRAGMA user_version = 7; CREATE TABLE payments (id INTEGER PRIMARY KEY, amount INTEGER);"
+             "INSERT INTO payments (amount) VALUES (100);");
+  }
+  open_store(path).reset();
+  RawDb raw(path);
+  EXPECT_EQ(raw.scalar("PRAGMA user_version"), 7);  // the application's, left alone
+  EXPECT_EQ(raw.scalar("SELECT amount FROM payments"), 100);
+  EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), SqliteStore::schema_version());
+}
+
+TEST_F(SqliteStoreTest, RefusesADatabaseFromANewerVersion) {
+  open_store(path).reset();
+  {
+    RawDb raw(path);
+    raw.exec("UPDATE idem_schema_version SET version = " + std::to_string(SqliteStore::schema_version() + 1));
+  }
+  SqliteOptions options;
+  options.path = path;
+  auto store = SqliteStore::open(options);
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, StoreErrc::corrupt);
+  EXPECT_NE(store.error().message.find("newer than this build"), std::string::npos) << store.error().message;
+  RawDb raw(path);  // and nothing was changed
+  EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), SqliteStore::schema_version() + 1);
+}
+
+TEST_F(SqliteStoreTest, RefusesAFileThatIsNotADatabase) {
+  std::ofstream(path) << std::string(4096, 'x');
+  SqliteOptions options;
+  options.path = path;
+  auto store = SqliteStore::open(options);
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, StoreErrc::corrupt) << store.error().message;
+}
+
+TEST_F(SqliteStoreTest, UnopenablePathIsUnavailable) {
+  SqliteOptions options;
+  options.path = dir.file("no-such-dir/idem.db");
+  auto store = SqliteStore::open(options);
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, StoreErrc::unavailable) << store.error().message;
+}
+
+// ---- storage details ----------------------------------------------------------------------------
+
+TEST_F(SqliteStoreTest, HeadersAndBodiesWithAnyBytesSurviveAReopen) {
+  std::string every_byte;
+  for (int b = 0; b < 256; ++b) every_byte.push_back(static_cast<char>(b));
+  const StoredResponse response{
+      200,
+      {{"Set-Cookie", "a=1"}, {"Set-Cookie", "a=1"}, {std::string("x\0y", 3), every_byte}, {"", ""},
+       {"X-Big", std::string(100'000, 'z')}},
+      every_byte + std::string(1 << 20, '\0')};
+  {
+    auto store = open_store(path);
+    auto c = claim_ok(*store, "key-weird-bytes-01");
+    auto done = BlockingStore(*store).complete(CompleteRequest{fence_of(c), response, clock.now(), clock.now() + 24h});
+    ASSERT_EQ(done, FenceStatus::ok);
+  }
+  auto store = open_store(path);
+  auto r = BlockingStore(*store).get(RecordId{"t", "key-weird-bytes-01"});
+  ASSERT_TRUE(r && *r && (*r)->response);
+  EXPECT_EQ(*(*r)->response, response);
+}
+
+TEST_F(SqliteStoreTest, TokensUseAllSixtyFourBits) {
+  auto store = open_store(path);
+  ClaimRequest r = request("key-big-token-0001");
+  r.token = 0xfedc'ba98'7654'3210ULL;
+  auto c = BlockingStore(*store).claim(r);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->record.fencing_token, r.token);
+  EXPECT_EQ(BlockingStore(*store).get(r.id).value()->fencing_token, r.token);
+  EXPECT_EQ(BlockingStore(*store).complete(completion(Fence{r.id, r.token})), FenceStatus::ok);
+}
+
+TEST_F(SqliteStoreTest, UndecodableStoredHeadersAreReportedAsCorrupt) {
+  auto store = open_store(path);
+  auto c = claim_ok(*store, "key-corrupt-0001");
+  ASSERT_EQ(BlockingStore(*store).complete(completion(fence_of(c))), FenceStatus::ok);
+  {
+    RawDb raw(path);
+    raw.exec("UPDATE idempotency_keys SET response_headers = x'01ff'");
+  }
+  auto r = BlockingStore(*store).get(RecordId{"t", "key-corrupt-0001"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, StoreErrc::corrupt);
+  EXPECT_FALSE(r.error().retryable());
+}
+
+// ---- the reaper ---------------------------------------------------------------------------------
+
+TEST_F(SqliteStoreTest, BackgroundReaperDeletesExpiredRecordsInBatches) {
+  SqliteOptions options;
+  options.path = path;
+  options.reaper_interval = 10ms;
+  options.reaper_batch = 7;
+  options.clock = &clock;
+  auto store = open_store(options);
+  BlockingStore b(*store);
+  for (int i = 0; i < 50; ++i) {
+    auto c = claim_ok(*store, "key-reap-old-" + std::to_string(i));
+    ASSERT_EQ(b.complete(completion(fence_of(c))), FenceStatus::ok);
+  }
+  clock.advance(24h);
+  for (int i = 0; i < 3; ++i) claim_ok(*store, "key-reap-new-" + std::to_string(i));
+  const auto transactions_before = store->stats().transactions;
+  for (int wait = 0; wait < 500 && store->stats().reaped < 50; ++wait) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(store->stats().reaped, 50u);
+  // 50 rows at 7 per transaction: at least 8 purge transactions.
+  EXPECT_GE(store->stats().transactions - transactions_before, 8u);
+  RawDb raw(path);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys"), 3);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys WHERE key LIKE 'key-reap-new-%'"), 3);
+}
+
+TEST_F(SqliteStoreTest, PurgeWithZeroLimitDeletesNothing) {
+  auto store = open_store(path);
+  claim_ok(*store, "key-purge-zero-01");
+  clock.advance(48h);
+  EXPECT_EQ(BlockingStore(*store).purge_expired(clock.now(), 0), 0u);
+  EXPECT_EQ(BlockingStore(*store).purge_expired(clock.now(), 100), 1u);
+}
+
+// ---- group commit -------------------------------------------------------------------------------
+
+TEST_F(SqliteStoreTest, ConcurrentOperationsShareTransactions) {
+  auto store = open_store(path);
+  constexpr int kThreads = 8, kKeysPerThread = 100;
+  std::atomic<int> errors{0};
+  std::vector<std::thread> workers;
+  std::atomic<std::uint64_t> token{1};
+  for (int t = 0; t < kThreads; ++t) {
+    workers.emplace_back([&, t] {
+      BlockingStore b(*store);
+      for (int i = 0; i < kKeysPerThread; ++i) {
+        ClaimRequest r;
+        r.id = RecordId{"t", "key-group-" + std::to_string(t) + "-" + std::to_string(i)};
+        r.request_hash = "h";
+        r.token = token++;
+        r.now = clock.now();
+        r.lease_expires = r.now + 60s;
+        r.expires = r.now + 24h;
+        auto c = b.claim(r);
+        if (!c || c->status != ClaimStatus::claimed) {
+          ++errors;
+          continue;
+        }
+        auto done = b.complete(CompleteRequest{Fence{r.id, r.token}, StoredResponse{200, {}, "x"}, r.now, r.expires});
+        if (!done || *done != FenceStatus::ok) ++errors;
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(errors.load(), 0);
+  const auto stats = store->stats();
+  const std::uint64_t ops = 2 * kThreads * kKeysPerThread;
+  EXPECT_EQ(stats.operations, ops);
+  EXPECT_LT(stats.write_transactions, ops * 3 / 4) << "largest batch " << stats.largest_batch;
+  EXPECT_GT(stats.largest_batch, 1u);
+}
+
+TEST_F(SqliteStoreTest, ABurstOfAsyncOperationsCommitsInFullBatches) {
+  SqliteOptions options;
+  options.path = path;
+  options.max_batch = 64;
+  auto store = open_store(options);
+  constexpr int kOps = 1000;
+  std::atomic<int> ok{0};
+  std::promise<void> blocker;
+  // Hold the writer so that the whole burst is queued before the first batch is taken.
+  store->ping([f = blocker.get_future().share()](StoreResult<Done>) { f.wait(); });
+  for (int i = 0; i < kOps; ++i) {
+    store->claim(request("key-burst-" + std::to_string(i)), [&ok](StoreResult<ClaimResult> r) {
+      if (r && r->status == ClaimStatus::claimed) ++ok;
+    });
+  }
+  blocker.set_value();
+  EXPECT_TRUE(BlockingStore(*store).ping());  // queued last: answered after every claim
+  EXPECT_EQ(ok.load(), kOps);
+  const auto stats = store->stats();
+  EXPECT_EQ(stats.largest_batch, 64u);
+  EXPECT_LE(stats.write_transactions, kOps / 64 + 4);
+  RawDb raw(path);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys"), kOps);
+}
+
+TEST_F(SqliteStoreTest, OneFailingOperationDoesNotUndoTheOthersInItsBatch) {
+  auto store = open_store(path);
+  RawDb raw(path);
+  raw.exec("CREATE TABLE business (key TEXT NOT NULL)");
+  auto held = claim_ok(*store, "key-batch-failing");
+  std::promise<void> blocker;
+  store->ping([f = blocker.get_future().share()](StoreResult<Done>) { f.wait(); });
+  std::atomic<int> claimed{0};
+  std::promise<StoreResult<FenceStatus>> failing;
+  auto failing_result = failing.get_future();
+  for (int i = 0; i < 5; ++i) {
+    store->claim(request("key-batch-before-" + std::to_string(i)), [&](StoreResult<ClaimResult> r) {
+      if (r && r->status == ClaimStatus::claimed) ++claimed;
+    });
+  }
+  store->complete_in_transaction(
+      completion(fence_of(held)),
+      [](sqlite3* db, std::string& error) {
+        sqlite3_exec(db, "INSERT INTO business (key) VALUES ('key-batch-failing')", nullptr, nullptr, nullptr);
+        error = "declined";
+        return false;
+      },
+      [&](StoreResult<FenceStatus> r) { failing.set_value(std::move(r)); });
+  for (int i = 0; i < 5; ++i) {
+    store->claim(request("key-batch-after-" + std::to_string(i)), [&](StoreResult<ClaimResult> r) {
+      if (r && r->status == ClaimStatus::claimed) ++claimed;
+    });
+  }
+  blocker.set_value();
+  auto result = failing_result.get();
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().code, StoreErrc::internal);
+  EXPECT_NE(result.error().message.find("declined"), std::string::npos);
+  store.reset();
+  EXPECT_EQ(claimed.load(), 10);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys WHERE key LIKE 'key-batch-%-%'"), 10);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM business"), 0);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys WHERE key = 'key-batch-failing' AND state = 'in_progress'"), 1);
+}
+
+TEST_F(SqliteStoreTest, ClosingFinishesQueuedOperations) {
+  auto store = open_store(path);
+  constexpr int kOps = 300;
+  std::atomic<int> answered{0};
+  for (int i = 0; i < kOps; ++i) {
+    store->claim(request("key-drain-" + std::to_string(i)), [&](StoreResult<ClaimResult> r) {
+      if (r) ++answered;
+    });
+  }
+  store.reset();
+  EXPECT_EQ(answered.load(), kOps);
+  RawDb raw(path);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys"), kOps);
+}
+
+// ---- transactional completion (SPEC §4.4) -------------------------------------------------------
+
+class TransactionalCompletionTest : public SqliteStoreTest {
+ protected:
+  void SetUp() override {
+    store = open_store(path);
+    raw = std::make_unique<RawDb>(path);
+    raw->exec("CREATE TABLE business (key TEXT NOT NULL, amount INTEGER NOT NULL)");
+  }
+  static SqliteWork insert_row(std::string key, bool succeed = true, bool* ran = nullptr) {
+    return [key = std::move(key), succeed, ran](sqlite3* db, std::string& error) {
+      if (ran) *ran = true;
+      const std::string sql = "INSERT INTO business (key, amount) VALUES ('" + key + "', 100)";
+      if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+        error = sqlite3_errmsg(db);
+        return false;
+      }
+      if (!succeed) error = "insufficient funds";
+      return succeed;
+    };
+  }
+  std::int64_t business_rows(const std::string& key) {
+    return raw->scalar("SELECT count(*) FROM business WHERE key = '" + key + "'");
+  }
+
+  std::unique_ptr<SqliteStore> store;
+  std::unique_ptr<RawDb> raw;
+};
+
+TEST_F(TransactionalCompletionTest, WorkAndCompletionCommitTogether) {
+  auto c = claim_ok(*store, "key-tx-commit-0001");
+  auto result = store->complete_in_transaction(completion(fence_of(c), "paid"), insert_row("key-tx-commit-0001"));
+  ASSERT_TRUE(result) << result.error().message;
+  EXPECT_EQ(*result, FenceStatus::ok);
+  EXPECT_EQ(business_rows("key-tx-commit-0001"), 1);
+  auto r = BlockingStore(*store).get(RecordId{"t", "key-tx-commit-0001"});
+  ASSERT_TRUE(r && *r);
+  EXPECT_EQ((*r)->state, RecordState::completed);
+  EXPECT_EQ((*r)->response->body, "paid");
+}
+
+TEST_F(TransactionalCompletionTest, WorkReturningFalseRollsBothBack) {
+  auto c = claim_ok(*store, "key-tx-declined-01");
+  auto result = store->complete_in_transaction(completion(fence_of(c)), insert_row("key-tx-declined-01", false));
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().code, StoreErrc::internal);
+  EXPECT_FALSE(result.error().in_doubt);
+  EXPECT_NE(result.error().message.find("insufficient funds"), std::string::npos) << result.error().message;
+  EXPECT_EQ(business_rows("key-tx-declined-01"), 0);
+  auto r = BlockingStore(*store).get(RecordId{"t", "key-tx-declined-01"});
+  ASSERT_TRUE(r && *r);
+  EXPECT_EQ((*r)->state, RecordState::in_progress);
+  EXPECT_EQ((*r)->fencing_token, c.record.fencing_token);
+  // The holder still holds the key and can finish it.
+  EXPECT_EQ(store->complete_in_transaction(completion(fence_of(c)), insert_row("key-tx-declined-01")), FenceStatus::ok);
+  EXPECT_EQ(business_rows("key-tx-declined-01"), 1);
+}
+
+TEST_F(TransactionalCompletionTest, WorkThrowingRollsBothBack) {
+  auto c = claim_ok(*store, "key-tx-throws-0001");
+  auto result = store->complete_in_transaction(completion(fence_of(c)), [](sqlite3* db, std::string&) -> bool {
+    sqlite3_exec(db, "INSERT INTO business (key, amount) VALUES ('key-tx-throws-0001', 1)", nullptr, nullptr, nullptr);
+    throw std::runtime_error("boom");
+  });
+  ASSERT_FALSE(result);
+  EXPECT_NE(result.error().message.find("boom"), std::string::npos);
+  EXPECT_EQ(business_rows("key-tx-throws-0001"), 0);
+  EXPECT_EQ(BlockingStore(*store).get(RecordId{"t", "key-tx-throws-0001"}).value()->state, RecordState::in_progress);
+}
+
+TEST_F(TransactionalCompletionTest, StaleTokenDoesNotRunWorkAndWritesNothing) {
+  auto old_holder = claim_ok(*store, "key-tx-stale-00001");
+  clock.advance(61s);
+  auto new_holder = BlockingStore(*store).claim(request("key-tx-stale-00001"));
+  ASSERT_EQ(new_holder->status, ClaimStatus::claimed);
+  bool ran = false;
+  auto result =
+      store->complete_in_transaction(completion(fence_of(old_holder)), insert_row("key-tx-stale-00001", true, &ran));
+  ASSERT_TRUE(result);
+  EXPECT_EQ(*result, FenceStatus::lost);
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(business_rows("key-tx-stale-00001"), 0);
+  auto r = BlockingStore(*store).get(RecordId{"t", "key-tx-stale-00001"});
+  EXPECT_EQ((*r)->state, RecordState::in_progress);
+  EXPECT_EQ((*r)->fencing_token, new_holder->record.fencing_token);
+}
+
+TEST_F(TransactionalCompletionTest, WorkThatLosesTheFenceItselfIsUndone) {
+  auto c = claim_ok(*store, "key-tx-self-lost-1");
+  auto result = store->complete_in_transaction(completion(fence_of(c)), [](sqlite3* db, std::string&) {
+    sqlite3_exec(db, "INSERT INTO business (key, amount) VALUES ('key-tx-self-lost-1', 1)", nullptr, nullptr, nullptr);
+    // Misbehaving work that changes the record under the store: the completion is fenced out.
+    sqlite3_exec(db, "UPDATE idempotency_keys SET fencing_token = fencing_token + 1", nullptr, nullptr, nullptr);
+    return true;
+  });
+  ASSERT_TRUE(result);
+  EXPECT_EQ(*result, FenceStatus::lost);
+  EXPECT_EQ(business_rows("key-tx-self-lost-1"), 0);
+  EXPECT_EQ(BlockingStore(*store).get(RecordId{"t", "key-tx-self-lost-1"}).value()->fencing_token,
+            c.record.fencing_token);
+}
+
+TEST_F(TransactionalCompletionTest, WorkThatEndsTheTransactionIsAnError) {
+  auto c = claim_ok(*store, "key-tx-commits-001");
+  auto result = store->complete_in_transaction(completion(fence_of(c)), [](sqlite3* db, std::string&) {
+    return sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr) == SQLITE_OK;
+  });
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().code, StoreErrc::internal);
+  // The store recovers: its next transaction works.
+  EXPECT_EQ(BlockingStore(*store).complete(completion(fence_of(c))), FenceStatus::ok);
+}
+
+TEST_F(TransactionalCompletionTest, BlockingCallFromACallbackFailsInsteadOfDeadlocking) {
+  auto c = claim_ok(*store, "key-tx-callback-01");
+  std::promise<StoreResult<FenceStatus>> inner;
+  store->ping([&](StoreResult<Done>) {
+    inner.set_value(store->complete_in_transaction(completion(fence_of(c)), insert_row("key-tx-callback-01")));
+  });
+  auto result = inner.get_future().get();
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().code, StoreErrc::internal);
+  EXPECT_EQ(business_rows("key-tx-callback-01"), 0);
+}
+
+// ---- several writers on one file ----------------------------------------------------------------
+
+TEST_F(SqliteStoreTest, TwoStoresOnOneFileSixteenThreadsOneKeyOneWinner) {
+  auto first = open_store(path);
+  auto second = open_store(path);
+  constexpr int kThreads = 16;
+  std::barrier start(kThreads);
+  std::atomic<int> claimed{0}, in_progress{0}, errors{0};
+  std::atomic<std::uint64_t> token{1};
+  const TimePoint now = clock.now();
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) {
+    workers.emplace_back([&, t] {
+      BlockingStore b(t % 2 ? *first : *second);
+      ClaimRequest r;
+      r.id = RecordId{"t", "one-contended-key-01"};
+      r.request_hash = "h";
+      r.token = token++;
+      r.now = now;
+      r.lease_expires = now + 60s;
+      r.expires = now + 24h;
+      start.arrive_and_wait();
+      auto c = b.claim(r);
+      if (!c) ++errors;
+      else if (c->status == ClaimStatus::claimed) ++claimed;
+      else if (c->status == ClaimStatus::in_progress) ++in_progress;
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(claimed.load(), 1);
+  EXPECT_EQ(in_progress.load(), kThreads - 1);
+}
+
+TEST_F(SqliteStoreTest, LockHeldPastBusyTimeoutIsUnavailableAndReadsStillWork) {
+  SqliteOptions options;
+  options.path = path;
+  options.busy_timeout = 100ms;
+  auto store = open_store(options);
+  claim_ok(*store, "key-locked-000001");
+  RawDb other(path);  // another process, in the middle of a long write transaction
+  other.exec("BEGIN EXCLUSIVE; DELETE FROM idempotency_keys WHERE key = 'nothing';");
+  BlockingStore b(*store);
+  auto c = b.claim(request("key-locked-000002"));
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, StoreErrc::unavailable) << c.error().message;
+  EXPECT_TRUE(c.error().retryable());
+  EXPECT_FALSE(c.error().in_doubt);
+  auto ping = b.ping();
+  ASSERT_FALSE(ping);
+  EXPECT_EQ(ping.error().code, StoreErrc::unavailable);
+  // WAL readers do not wait for writers.
+  auto r = b.get(RecordId{"t", "key-locked-000001"});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_TRUE(*r);
+  other.exec("COMMIT");
+  EXPECT_EQ(b.claim(request("key-locked-000002"))->status, ClaimStatus::claimed);
+  EXPECT_GE(store->stats().failed_transactions, 2u);
+}
+
+}  // namespace
+}  // namespace idem

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""The gateway process: graceful shutdown (SIGTERM/SIGINT finish in-flight requests, record their
+outcomes, exit 0), restart on a durable store, and the command line (bad flag or config: exit 2
+and one clear line).
+
+    python3 test_lifecycle.py --gateway PATH --upstream-bin PATH [--store memory|sqlite]
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import GatewayTestCase, can_connect, free_port, new_key  # noqa: E402
+
+CONFIG = """
+upstream_timeout = "10s"
+
+[idempotency]
+lease = "30s"
+
+[[route]]
+method = "POST"
+path = "/slow"
+
+[[route]]
+method = "POST"
+path = "/echo"
+"""
+
+
+class ShutdownTest(GatewayTestCase):
+    CONFIG = None
+
+    def shutdown_with_request_in_flight(self, sig):
+        gw = self.start_gateway(CONFIG)
+        key = new_key()
+        box = {}
+        t = threading.Thread(target=lambda: box.setdefault(
+            "r", gw.request("POST", "/slow?ms=1500", "{}", key=key, timeout=15)))
+        t.start()
+        self.eventually(lambda: self.upstream.executions(key) == 1, 5)
+        sent = time.monotonic()
+        gw.process.signal(sig)
+        # Stops accepting soon after the signal, while the slow request is still in flight.
+        self.eventually(lambda: not can_connect(gw.port, timeout=0.2), 1.0, msg="still accepting after signal")
+        t.join(15)
+        r = box.get("r")
+        self.assertIsNotNone(r, "in-flight request got no answer")
+        self.assertExecuted(r)
+        code = gw.process.wait(15)
+        self.assertEqual(code, 0, "exit code after signal %d" % sig)
+        self.assertLess(time.monotonic() - sent, 10)
+        return gw, key, r
+
+    def test_sigterm_finishes_in_flight_request_and_exits_0(self):
+        gw, key, first = self.shutdown_with_request_in_flight(signal.SIGTERM)
+        if harness.ARGS.store == "sqlite":
+            # The outcome was recorded before exit: a new process replays it.
+            gw.restart()
+            self.assertReplayOf(gw.request("POST", "/slow?ms=1500", "{}", key=key), first)
+            self.assertEqual(self.upstream.executions(key), 1)
+
+    def test_sigint_too(self):
+        self.shutdown_with_request_in_flight(signal.SIGINT)
+
+    def test_idle_gateway_exits_0_promptly(self):
+        gw = self.start_gateway(CONFIG)
+        start = time.monotonic()
+        self.assertEqual(gw.stop(), 0)
+        self.assertLess(time.monotonic() - start, 5)
+
+    def test_durable_store_survives_restart(self):
+        if harness.ARGS.store != "sqlite":
+            self.skipTest("memory store is per process; runs under --store sqlite")
+        gw = self.start_gateway(CONFIG)
+        key = new_key()
+        first = gw.request("POST", "/echo", "{}", key=key)
+        self.assertExecuted(first)
+        gw.restart()
+        self.assertReplayOf(gw.request("POST", "/echo", "{}", key=key), first)
+
+
+class CommandLineTest(GatewayTestCase):
+    CONFIG = None
+
+    def run_gateway(self, args, config=None):
+        argv = [harness.ARGS.gateway] + args
+        if config is not None:
+            path = os.path.join(self.workdir, "bad.%d.toml" % len(os.listdir(self.workdir)))
+            with open(path, "w") as f:
+                f.write(config)
+            argv += ["--config", path]
+        p = subprocess.run(argv, capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+        return p.returncode, p.stderr.decode("utf-8", "replace").strip()
+
+    def assertRefused(self, args, config=None, mention=None):
+        base = ["--listen", "127.0.0.1:%d" % free_port(), "--admin-listen", "127.0.0.1:%d" % free_port(),
+                "--upstream", self.upstream.url, "--store", "memory:"]
+        code, err = self.run_gateway(base + args, config)
+        self.assertEqual(code, 2, "args %r config %r: exit %d, stderr %r" % (args, config, code, err))
+        self.assertTrue(err, "no message")
+        self.assertNotIn("\n", err, "more than one line: %r" % err)
+        if mention:
+            self.assertIn(mention.lower(), err.lower())
+
+    def test_bad_flags(self):
+        self.assertRefused(["--no-such-flag"], mention="--no-such-flag")
+        self.assertRefused(["--listen", "not-an-address"])
+        self.assertRefused(["--listen", "127.0.0.1:99999"])
+        self.assertRefused(["--store", "bogus:"], mention="bogus")
+        self.assertRefused(["--upstream", "ftp://example"])
+
+    def test_not_built_stores_are_clear_errors(self):
+        for url in ("postgres://localhost/idem", "redis://127.0.0.1:6379", "redis+cluster://127.0.0.1:7000"):
+            with self.subTest(url=url):
+                code, err = self.run_gateway(["--listen", "127.0.0.1:%d" % free_port(),
+                                              "--admin-listen", "127.0.0.1:%d" % free_port(),
+                                              "--upstream", self.upstream.url, "--store", url])
+                self.assertNotEqual(code, 0)
+                self.assertTrue(err)
+
+    def test_bad_config(self):
+        self.assertRefused([], config='upstream_timeout = "10 parsecs"\n', mention="upstream_timeout")
+        self.assertRefused([], config='[idempotency]\nlease = "-1s"\n', mention="lease")
+        self.assertRefused([], config='[idempotency]\non_lease_expiry = "maybe"\n', mention="on_lease_expiry")
+        self.assertRefused([], config='max_body = "lots"\n', mention="max_body")
+        self.assertRefused([], config="this is not toml = = =\n")
+        self.assertRefused([], config='[[route]]\nmethod = "POST"\n')  # no path
+        code, err = self.run_gateway(["--config", os.path.join(self.workdir, "missing.toml")])
+        self.assertEqual(code, 2, err)
+
+    def test_flags_override_the_file(self):
+        config = 'listen = "127.0.0.1:1"\nupstream = "http://127.0.0.1:1"\nstore = "bogus:"\n'
+        gw = self.start_gateway(config)  # the harness passes --listen/--upstream/--store
+        r = gw.request("POST", "/echo", "{}", key=new_key())
+        self.assertEqual(r.status, 200, r)
+
+
+if __name__ == "__main__":
+    harness.main()

@@ -1,11 +1,7 @@
 #include "idem/engine.hpp"
 
-#include <openssl/rand.h>
-
-#include <array>
-#include <cstring>
+#include <algorithm>
 #include <future>
-#include <stdexcept>
 #include <vector>
 
 namespace idem {
@@ -44,19 +40,6 @@ Disposition classify_status(int status, bool store_server_errors) {
 
 bool is_safe_method(std::string_view method) {
   return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "TRACE";
-}
-
-std::uint64_t new_fencing_token() {
-  std::uint64_t token = 0;
-  while (token == 0) {
-    std::array<unsigned char, sizeof token> bytes{};
-    if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
-      // Without a CSPRNG fencing is unsafe; this only happens on a broken system.
-      throw std::runtime_error("OpenSSL RAND_bytes failed: no entropy for fencing tokens");
-    }
-    std::memcpy(&token, bytes.data(), sizeof token);
-  }
-  return token;
 }
 
 Engine::Engine(Store& store, const Clock& clock) : store_(store), clock_(clock) {}

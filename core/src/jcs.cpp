@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -18,6 +20,9 @@
 
 namespace idem {
 namespace {
+
+// For the few small functions on the per-token path that GCC otherwise leaves as calls.
+#define IDEM_HOT [[gnu::always_inline]] inline
 
 constexpr int kMaxDepth = 512;
 // Offsets are 32-bit; numbers can grow about 5x when canonicalised ("1e20"), so this keeps
@@ -94,22 +99,20 @@ bool utf16_less(std::string_view a, std::string_view b) {
 // The first 8 bytes of a name, zero-padded, remapped by utf16_rank and read big-endian: if
 // two prefixes differ they order the names as utf16_less does; if equal, compare in full.
 // `readable` says whether 8 bytes may be read at `name.data()` even if the name is shorter.
-std::uint64_t name_prefix(std::string_view name, bool readable) {
+// Built in a register: going through a byte buffer on the stack stalls store forwarding.
+IDEM_HOT std::uint64_t name_prefix(std::string_view name, bool readable) {
   const std::size_t n = std::min<std::size_t>(name.size(), 8);
-  unsigned char b[8] = {};
-  if (readable) {
-    std::memcpy(b, name.data(), 8);
-    if (n < 8) std::memset(b + n, 0, 8 - n);
-  } else {
-    for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>(name[i]);
+  std::uint64_t w = 0;
+  if (readable && std::endian::native == std::endian::little) {
+    std::memcpy(&w, name.data(), 8);
+    if (n < 8) w &= (std::uint64_t{1} << (8 * n)) - 1;
+    if ((w & 0x8080808080808080ull) == 0) return std::byteswap(w);
   }
-  std::uint64_t w;
-  std::memcpy(&w, b, 8);
-  if ((w & 0x8080808080808080ull) != 0) {  // non-ASCII: remap byte by byte
-    for (unsigned char& c : b) c = static_cast<unsigned char>(std::min(utf16_rank(c), 0xFFu));
-    std::memcpy(&w, b, 8);
+  w = 0;
+  for (std::size_t i = 0; i < 8; ++i) {
+    const unsigned c = i < n ? utf16_rank(static_cast<unsigned char>(name[i])) : 0;
+    w = w << 8 | c;
   }
-  if constexpr (std::endian::native == std::endian::little) w = std::byteswap(w);
   return w;
 }
 
@@ -273,17 +276,58 @@ std::size_t format_number(double value, char* buf) {
   return static_cast<std::size_t>(o - buf);
 }
 
+// A growable array of trivially copyable values whose append is a store and an increment: the
+// per-token path appends to several of these, and std::vector's append is not inlined there.
+template <class T>
+class PodStack {
+  static_assert(std::is_trivially_copyable_v<T>);
+
+ public:
+  std::size_t size() const { return size_; }
+  std::size_t capacity() const { return capacity_; }
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
+  T& operator[](std::size_t i) { return data_[i]; }
+  const T& operator[](std::size_t i) const { return data_[i]; }
+  void clear() { size_ = 0; }
+  void shrink(std::size_t n) { size_ = n; }  // n <= size()
+
+  IDEM_HOT T& push(const T& value) {
+    if (size_ == capacity_) [[unlikely]] grow(size_ + 1);
+    data_[size_] = value;
+    return data_[size_++];
+  }
+  void append(const T* first, std::size_t n) {
+    if (size_ + n > capacity_) grow(size_ + n);
+    if (n > 0) std::memcpy(data_.get() + size_, first, n * sizeof(T));
+    size_ += n;
+  }
+
+ private:
+  [[gnu::noinline]] void grow(std::size_t needed) {
+    const std::size_t capacity = std::max({needed, capacity_ * 2, std::size_t{64}});
+    auto data = std::make_unique_for_overwrite<T[]>(capacity);
+    if (size_ > 0) std::memcpy(data.get(), data_.get(), size_ * sizeof(T));
+    data_ = std::move(data);
+    capacity_ = capacity;
+  }
+
+  std::unique_ptr<T[]> data_;
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
+};
+
 // The parser's working memory. Kept per thread between calls: allocating it afresh costs more
 // than the parsing (the allocator hands large blocks back to the kernel and page-faults them in
 // again on every request).
 struct Scratch {
   std::string side;  // canonical text of scalars the input does not already hold
   std::string keys;  // decoded names that had escapes
-  std::vector<Node> nodes;
-  std::vector<Member> member_stack;  // members of the objects being parsed
-  std::vector<Entry> members;        // members of closed objects, each object's sorted
-  std::vector<std::uint32_t> element_stack;
-  std::vector<std::uint32_t> elements;
+  PodStack<Node> nodes;
+  PodStack<Member> member_stack;  // members of the objects being parsed
+  PodStack<Entry> members;        // members of closed objects, each object's sorted
+  PodStack<std::uint32_t> element_stack;
+  PodStack<std::uint32_t> elements;
   std::vector<std::pair<std::uint64_t, std::uint32_t>> order;  // sorting an object's members
   std::vector<std::vector<PointerToken>> pointers;
   std::vector<std::uint32_t> active;  // stacked sets of pointers still matching
@@ -312,7 +356,7 @@ struct Scratch {
 };
 
 // Copies text of at most 16 bytes with one fixed-size move when both ends have room for it.
-inline void copy_text(char*& p, const char* src, std::size_t len, bool src_padded) {
+IDEM_HOT void copy_text(char*& p, const char* src, std::size_t len, bool src_padded) {
   if (len <= 16 && src_padded) {
     std::memcpy(p, src, 16);
   } else {
@@ -411,7 +455,7 @@ class Parser {
 
   std::string_view view(Text t) const { return {base(t.kind()) + t.off, t.len()}; }
 
-  void skip_ws() {
+  IDEM_HOT void skip_ws() {
     while (pos_ < n_) {
       const char c = in_[pos_];
       if (c != ' ' && c != '\n' && c != '\r' && c != '\t') break;
@@ -419,29 +463,30 @@ class Parser {
     }
   }
 
-  std::uint32_t add_node(Text text, std::uint64_t size) {
-    nodes_.push_back(Node{text, static_cast<std::uint32_t>(size)});
+  IDEM_HOT std::uint32_t add_node(Text text, std::uint64_t size) {
+    nodes_.push(Node{text, static_cast<std::uint32_t>(size)});
     return static_cast<std::uint32_t>(nodes_.size() - 1);
   }
 
   // `active_[act_begin, act_end)` are the pointers whose first `depth` tokens lead here.
-  bool value(int depth, std::uint32_t act_begin, std::uint32_t act_end, std::uint32_t& node) {
+  IDEM_HOT bool value(int depth, std::uint32_t act_begin, std::uint32_t act_end,
+                      std::uint32_t& node) {
     if (pos_ >= n_) return fail(pos_, "unexpected end of input");
-    switch (in_[pos_]) {
+    const char c = in_[pos_];
+    if (c == '"') {
+      Text text;
+      if (!string(text, nullptr)) return false;
+      node = add_node(text, text.len());
+      return true;
+    }
+    if (c == '-' || is_digit(c)) return number(node);
+    switch (c) {
       case '{': return object(depth, act_begin, act_end, node);
       case '[': return array(depth, act_begin, act_end, node);
-      case '"': {
-        Text text;
-        if (!string(text, nullptr)) return false;
-        node = add_node(text, text.len());
-        return true;
-      }
       case 't': return literal("true", node);
       case 'f': return literal("false", node);
       case 'n': return literal("null", node);
-      default:
-        if (in_[pos_] == '-' || is_digit(in_[pos_])) return number(node);
-        return fail_unexpected(pos_);
+      default: return fail_unexpected(pos_);
     }
   }
 
@@ -469,7 +514,7 @@ class Parser {
         if (pos_ >= n_) return fail(pos_, "unexpected end of input");
         return fail(pos_, "expected a string as object key");
       }
-      Member& m = member_stack_.emplace_back();
+      Member& m = member_stack_.push(Member{});
       m.at = static_cast<std::uint32_t>(pos_);
       if (!string(m.name_out, &m.name)) return false;
       const std::string_view name = view(m.name);
@@ -534,7 +579,7 @@ class Parser {
     std::uint32_t kept = 0;
     auto keep = [&](const Member& m) {
       if (m.excluded) return;
-      members_.push_back(Entry{m.name_out, m.value});
+      members_.push(Entry{m.name_out, m.value});
       size += m.name_out.len() + 1 + nodes_[m.value].size + (kept > 0 ? 1 : 0);
       ++kept;
     };
@@ -569,7 +614,7 @@ class Parser {
       }
       for (const auto& entry : order) keep(members[entry.second]);
     }
-    member_stack_.resize(mark);
+    member_stack_.shrink(mark);
     if (size > std::numeric_limits<std::uint32_t>::max()) {
       return fail(pos_, "canonical form larger than 4 GiB");
     }
@@ -610,7 +655,7 @@ class Parser {
       if (!ok) return false;
       if (!excluded) {
         size += nodes_[child].size + (element_stack_.size() > mark ? 1 : 0);
-        element_stack_.push_back(child);
+        element_stack_.push(child);
       }
       skip_ws();
       if (pos_ < n_ && in_[pos_] == ',') {
@@ -627,9 +672,8 @@ class Parser {
     }
     const auto off = static_cast<std::uint32_t>(elements_.size());
     const std::size_t count = element_stack_.size() - mark;
-    elements_.insert(elements_.end(), element_stack_.begin() + static_cast<std::ptrdiff_t>(mark),
-                     element_stack_.end());
-    element_stack_.resize(mark);
+    elements_.append(element_stack_.data() + mark, count);
+    element_stack_.shrink(mark);
     if (size > std::numeric_limits<std::uint32_t>::max()) {
       return fail(pos_, "canonical form larger than 4 GiB");
     }
@@ -639,7 +683,7 @@ class Parser {
 
   // Parses the string at pos_ (a '"'). `out` receives its canonical form, quotes included;
   // `name`, if given, its decoded text.
-  bool string(Text& out, Text* name) {
+  IDEM_HOT bool string(Text& out, Text* name) {
     const std::size_t begin = pos_;
     std::size_t i = pos_ + 1;
     const auto* u = reinterpret_cast<const unsigned char*>(in_);
@@ -830,7 +874,7 @@ class Parser {
   // significant digits round-trips through a double, so the shortest form of its double has
   // exactly those digits: the canonical form is the input without trailing fraction zeros,
   // which is a prefix of the input (or "0" for zero).
-  bool fast_number(std::size_t begin, std::size_t int_begin, std::size_t int_end,
+  IDEM_HOT bool fast_number(std::size_t begin, std::size_t int_begin, std::size_t int_end,
                    std::size_t frac_begin, std::size_t frac_end, std::uint32_t& node) {
     const std::size_t int_len = int_end - int_begin;
     if (int_len > 21) return false;
@@ -884,12 +928,13 @@ class Parser {
     return exponent - static_cast<std::int64_t>(zeros) - 1 < 0;
   }
 
-  void write_text(Text t, char*& p) const {
+  IDEM_HOT void write_text(Text t, char*& p) const {
     const Kind kind = t.kind();
     // side_ and keys_ end with 16 spare bytes; the input may not.
     copy_text(p, base(kind) + t.off, t.len(), kind != Kind::input || t.off + 16 <= n_);
   }
 
+  // Containers recurse; scalars are copied in place, being most of the nodes.
   void write(const Node& node, char*& p) const {
     switch (node.text.kind()) {
       case Kind::array: {
@@ -897,7 +942,7 @@ class Parser {
         const std::uint32_t* child = elements_.data() + node.text.off;
         for (std::uint32_t j = 0; j < node.text.len(); ++j) {
           if (j > 0) *p++ = ',';
-          write(nodes_[child[j]], p);
+          write_value(nodes_[child[j]], p);
         }
         *p++ = ']';
         return;
@@ -909,12 +954,21 @@ class Parser {
           if (j > 0) *p++ = ',';
           write_text(entry[j].name_out, p);
           *p++ = ':';
-          write(nodes_[entry[j].value], p);
+          write_value(nodes_[entry[j].value], p);
         }
         *p++ = '}';
         return;
       }
       default: write_text(node.text, p);
+    }
+  }
+
+  IDEM_HOT void write_value(const Node& node, char*& p) const {
+    const Kind kind = node.text.kind();
+    if (kind == Kind::array || kind == Kind::object) {
+      write(node, p);
+    } else {
+      write_text(node.text, p);
     }
   }
 
@@ -924,15 +978,17 @@ class Parser {
   Scratch& scratch_;
   std::string& side_ = scratch_.side;
   std::string& keys_ = scratch_.keys;
-  std::vector<Node>& nodes_ = scratch_.nodes;
-  std::vector<Member>& member_stack_ = scratch_.member_stack;
-  std::vector<Entry>& members_ = scratch_.members;
-  std::vector<std::uint32_t>& element_stack_ = scratch_.element_stack;
-  std::vector<std::uint32_t>& elements_ = scratch_.elements;
+  PodStack<Node>& nodes_ = scratch_.nodes;
+  PodStack<Member>& member_stack_ = scratch_.member_stack;
+  PodStack<Entry>& members_ = scratch_.members;
+  PodStack<std::uint32_t>& element_stack_ = scratch_.element_stack;
+  PodStack<std::uint32_t>& elements_ = scratch_.elements;
   std::vector<std::vector<PointerToken>>& pointers_ = scratch_.pointers;
   std::vector<std::uint32_t>& active_ = scratch_.active;
   JsonError error_;
 };
+
+#undef IDEM_HOT
 
 }  // namespace
 

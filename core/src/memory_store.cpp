@@ -111,3 +111,82 @@ void MemoryStore::purge_expired(TimePoint now, std::size_t limit, Callback<std::
 void MemoryStore::ping(Callback<Done> done) { done(Done{}); }
 
 }  // namespace idem
+
+namespace idem {
+
+Record* MemoryStore::find_live(const RecordId& id, TimePoint now) {
+  auto it = records_.find(Key{id.tenant, id.key});
+  if (it == records_.end() || it->second.expires <= now) return nullptr;
+  return &it->second;
+}
+
+void MemoryStore::list(ListQuery query, Callback<std::vector<Record>> done) {
+  std::vector<Record> out;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = query.after ? records_.upper_bound(Key{query.after->tenant, query.after->key}) : records_.begin();
+    for (; it != records_.end() && out.size() < query.limit; ++it) {
+      if (!query.state || it->second.state == *query.state) out.push_back(it->second);
+    }
+  }
+  done(std::move(out));
+}
+
+void MemoryStore::mark_retryable(RecordId id, TimePoint now, Callback<AdminStatus> done) {
+  AdminStatus status = AdminStatus::not_found;
+  {
+    std::lock_guard lock(mutex_);
+    if (Record* r = find_live(id, now)) {
+      if (r->state == RecordState::completed) {
+        status = AdminStatus::wrong_state;
+      } else {
+        r->state = RecordState::failed_retryable;
+        r->fencing_token = new_fencing_token();
+        status = AdminStatus::done;
+      }
+    }
+  }
+  done(status);
+}
+
+void MemoryStore::resolve(RecordId id, StoredResponse response, TimePoint now, TimePoint expires,
+                          Callback<AdminStatus> done) {
+  AdminStatus status = AdminStatus::not_found;
+  {
+    std::lock_guard lock(mutex_);
+    if (Record* r = find_live(id, now)) {
+      if (r->state == RecordState::completed) {
+        status = AdminStatus::wrong_state;
+      } else {
+        r->state = RecordState::completed;
+        r->fencing_token = new_fencing_token();
+        r->response = std::move(response);
+        r->completed = now;
+        set_expiry(Key{id.tenant, id.key}, *r, expires);
+        status = AdminStatus::done;
+      }
+    }
+  }
+  done(status);
+}
+
+void MemoryStore::count(TimePoint now, Callback<StateCounts> done) {
+  StateCounts counts;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, r] : records_) {
+      if (r.expires <= now) {
+        ++counts.expired;
+        continue;
+      }
+      switch (r.state) {
+        case RecordState::in_progress: ++counts.in_progress; break;
+        case RecordState::completed: ++counts.completed; break;
+        case RecordState::failed_retryable: ++counts.failed_retryable; break;
+      }
+    }
+  }
+  done(counts);
+}
+
+}  // namespace idem

@@ -1,6 +1,7 @@
 #include "idem/record.hpp"
 
 #include "idem/result.hpp"
+#include "idem/store_admin.hpp"
 
 namespace idem {
 
@@ -26,6 +27,15 @@ std::string_view to_string(StoreErrc code) {
     case StoreErrc::timeout: return "timeout";
     case StoreErrc::corrupt: return "corrupt";
     case StoreErrc::internal: return "internal";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(AdminStatus status) {
+  switch (status) {
+    case AdminStatus::done: return "done";
+    case AdminStatus::not_found: return "not_found";
+    case AdminStatus::wrong_state: return "wrong_state";
   }
   return "unknown";
 }

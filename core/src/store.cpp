@@ -1,6 +1,11 @@
 #include "idem/store.hpp"
 
+#include <openssl/rand.h>
+
+#include <array>
+#include <cstring>
 #include <future>
+#include <stdexcept>
 
 namespace idem {
 namespace {
@@ -54,6 +59,19 @@ ClaimDecision decide_claim(const std::optional<Record>& current, const ClaimRequ
       return {ClaimStatus::claimed, ClaimKind::after_lease_expiry};
   }
   return {ClaimStatus::in_progress};  // unreachable: every state is handled above
+}
+
+std::uint64_t new_fencing_token() {
+  std::uint64_t token = 0;
+  while (token == 0) {
+    std::array<unsigned char, sizeof token> bytes{};
+    if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
+      // Without a CSPRNG fencing is unsafe; this only happens on a broken system.
+      throw std::runtime_error("OpenSSL RAND_bytes failed: no entropy for fencing tokens");
+    }
+    std::memcpy(&token, bytes.data(), sizeof token);
+  }
+  return token;
 }
 
 Record claimed_record(const ClaimRequest& request, const std::optional<Record>& previous) {

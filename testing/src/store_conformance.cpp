@@ -4,10 +4,13 @@
 
 #include <atomic>
 #include <barrier>
+#include <future>
+#include <stdexcept>
 #include <cstdio>
 #include <thread>
 #include <vector>
 
+#include "idem/store_admin.hpp"
 #include "idem/testing/manual_clock.hpp"
 
 namespace idem::testing {
@@ -423,6 +426,94 @@ STORE_TEST(ReplicasSharingStorageExecuteOnce) {
   auto seen = h2.claim("t", "key-cross-replica", "h1");
   ASSERT_EQ(seen.status, ClaimStatus::completed);
   EXPECT_EQ(seen.record.response->body, "from replica 1");
+}
+
+// ---- operator actions (StoreAdmin) ----
+
+// Runs one StoreAdmin call and waits for it.
+template <class T, class Call>
+T admin_wait(Call&& call) {
+  std::promise<StoreResult<T>> promise;
+  auto future = promise.get_future();
+  call([&promise](StoreResult<T> r) { promise.set_value(std::move(r)); });
+  auto result = future.get();
+  EXPECT_TRUE(result.has_value()) << (result ? "" : result.error().message);
+  return result.value_or(T{});
+}
+
+StoreAdmin& admin_of(Store& store) {
+  auto* admin = dynamic_cast<StoreAdmin*>(&store);
+  if (!admin) throw std::logic_error("every store must implement StoreAdmin");
+  return *admin;
+}
+
+STORE_TEST(AdminListsRecordsByStateInKeyOrderWithPaging) {
+  Fixture f(GetParam());
+  StoreAdmin& admin = admin_of(*f.store);
+  for (int i = 0; i < 7; ++i) {
+    auto c = f.h->claim("t", numbered("key-list", i), "h");
+    if (i % 2 == 0) f.h->complete(Harness::fence_of(c), sample_response());
+  }
+  auto completed = admin_wait<std::vector<Record>>([&](auto cb) {
+    admin.list(ListQuery{RecordState::completed, std::nullopt, 100}, std::move(cb));
+  });
+  ASSERT_EQ(completed.size(), 4u);
+  EXPECT_EQ(completed[0].key, numbered("key-list", 0));
+  EXPECT_EQ(completed[3].key, numbered("key-list", 6));
+  ASSERT_TRUE(completed[0].response);
+  auto page1 = admin_wait<std::vector<Record>>([&](auto cb) { admin.list(ListQuery{std::nullopt, std::nullopt, 3}, std::move(cb)); });
+  ASSERT_EQ(page1.size(), 3u);
+  auto page2 = admin_wait<std::vector<Record>>([&](auto cb) {
+    admin.list(ListQuery{std::nullopt, RecordId{page1.back().tenant, page1.back().key}, 100}, std::move(cb));
+  });
+  ASSERT_EQ(page2.size(), 4u);
+  EXPECT_EQ(page2.front().key, numbered("key-list", 3));
+  auto counts = admin_wait<StateCounts>([&](auto cb) { admin.count(f.h->clock.now(), std::move(cb)); });
+  EXPECT_EQ(counts.completed, 4u);
+  EXPECT_EQ(counts.in_progress, 3u);
+  EXPECT_EQ(counts.failed_retryable, 0u);
+  f.h->clock.advance(kRetention);
+  counts = admin_wait<StateCounts>([&](auto cb) { admin.count(f.h->clock.now(), std::move(cb)); });
+  EXPECT_EQ(counts.expired, 7u);
+  EXPECT_EQ(counts.completed + counts.in_progress, 0u);
+}
+
+STORE_TEST(AdminMarkRetryableUnsticksAKeyAndFencesItsHolder) {
+  Fixture f(GetParam());
+  StoreAdmin& admin = admin_of(*f.store);
+  auto stuck = f.h->claim("t", "key-stuck-000001", "h1");
+  auto mark = [&](const std::string& key) {
+    return admin_wait<AdminStatus>([&](auto cb) { admin.mark_retryable(RecordId{"t", key}, f.h->clock.now(), std::move(cb)); });
+  };
+  EXPECT_EQ(mark("key-stuck-000001"), AdminStatus::done);
+  EXPECT_EQ(f.h->get("t", "key-stuck-000001")->state, RecordState::failed_retryable);
+  EXPECT_EQ(f.h->complete(Harness::fence_of(stuck), sample_response()), FenceStatus::lost);
+  auto retry = f.h->claim("t", "key-stuck-000001", "h1");
+  EXPECT_EQ(retry.status, ClaimStatus::claimed);
+  EXPECT_EQ(retry.kind, ClaimKind::after_failure);
+  EXPECT_EQ(f.h->claim("t", "key-stuck-000001", "other").status, ClaimStatus::mismatch);
+  f.h->complete(Harness::fence_of(retry), sample_response());
+  EXPECT_EQ(mark("key-stuck-000001"), AdminStatus::wrong_state);
+  EXPECT_EQ(mark("key-absent-000001"), AdminStatus::not_found);
+}
+
+STORE_TEST(AdminResolveRecordsAKnownOutcome) {
+  Fixture f(GetParam());
+  StoreAdmin& admin = admin_of(*f.store);
+  auto stuck = f.h->claim("t", "key-resolve-0001", "h1");
+  auto resolve = [&](const std::string& key, StoredResponse r) {
+    return admin_wait<AdminStatus>([&](auto cb) {
+      admin.resolve(RecordId{"t", key}, std::move(r), f.h->clock.now(), f.h->clock.now() + kRetention, std::move(cb));
+    });
+  };
+  StoredResponse known{200, {{"Content-Type", "application/json"}}, "{\"resolved\":true}"};
+  EXPECT_EQ(resolve("key-resolve-0001", known), AdminStatus::done);
+  EXPECT_EQ(f.h->complete(Harness::fence_of(stuck), sample_response()), FenceStatus::lost);
+  auto replay = f.h->claim("t", "key-resolve-0001", "h1");
+  ASSERT_EQ(replay.status, ClaimStatus::completed);
+  EXPECT_EQ(*replay.record.response, known);
+  EXPECT_EQ(resolve("key-resolve-0001", known), AdminStatus::wrong_state);
+  EXPECT_EQ(resolve("key-absent-000002", known), AdminStatus::not_found);
 }
 
 }  // namespace idem::testing

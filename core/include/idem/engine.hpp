@@ -129,7 +129,4 @@ class Engine {
   const Clock& clock_;
 };
 
-/// A fresh, nonzero, unpredictable fencing token (OpenSSL's CSPRNG).
-std::uint64_t new_fencing_token();
-
 }  // namespace idem

@@ -5,12 +5,13 @@
 #include <set>
 
 #include "idem/store.hpp"
+#include "idem/store_admin.hpp"
 
 namespace idem {
 
 /// Records in a mutex-guarded map: for tests and single-process use. Nothing survives the
 /// process. Callbacks run inline, on the caller's thread, before each call returns.
-class MemoryStore final : public Store {
+class MemoryStore final : public Store, public StoreAdmin {
  public:
   void claim(ClaimRequest request, Callback<ClaimResult> done) override;
   void complete(CompleteRequest request, Callback<FenceStatus> done) override;
@@ -20,9 +21,16 @@ class MemoryStore final : public Store {
   void purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) override;
   void ping(Callback<Done> done) override;
 
+  void list(ListQuery query, Callback<std::vector<Record>> done) override;
+  void mark_retryable(RecordId id, TimePoint now, Callback<AdminStatus> done) override;
+  void resolve(RecordId id, StoredResponse response, TimePoint now, TimePoint expires,
+               Callback<AdminStatus> done) override;
+  void count(TimePoint now, Callback<StateCounts> done) override;
+
  private:
   using Key = std::pair<std::string, std::string>;
   Record* find_held(const Fence& fence);                // requires mutex_
+  Record* find_live(const RecordId& id, TimePoint now);  // requires mutex_; unexpired only
   void set_expiry(const Key& key, Record& r, TimePoint expires);  // requires mutex_
   void erase(std::map<Key, Record>::iterator it);       // requires mutex_
 

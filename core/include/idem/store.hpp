@@ -138,6 +138,9 @@ struct ClaimDecision {
 };
 ClaimDecision decide_claim(const std::optional<Record>& current, const ClaimRequest& request);
 
+/// A fresh, nonzero, unpredictable fencing token (OpenSSL's CSPRNG).
+std::uint64_t new_fencing_token();
+
 /// The record a winning claim writes.
 Record claimed_record(const ClaimRequest& request, const std::optional<Record>& previous);
 

@@ -35,40 +35,55 @@ enum class Kind : std::uint32_t {
   keys,    // text in the decoded-names buffer
   array,   // a container: `off` indexes elements_, `len` counts them
   object,  // a container: `off` indexes members_, `len` counts them
+  failed,  // no value: parsing failed
 };
 
 // Where some text is (or a container's children are); 8 bytes, as there is one per value.
+// One 64-bit field, so it is written and read whole: built from two 32-bit halves, it would
+// be stored as two and loaded as one, which stalls store-to-load forwarding.
 struct Text {
-  std::uint32_t off = 0;
-  std::uint32_t len_kind = 0;  // len << 3 | kind
+  std::uint64_t bits = 0;  // off | len << 35 | kind << 32
 
-  static Text make(Kind kind, std::size_t off, std::size_t len) {
-    return Text{static_cast<std::uint32_t>(off),
-                static_cast<std::uint32_t>(len << 3 | static_cast<std::uint32_t>(kind))};
+  static constexpr Text make(Kind kind, std::size_t off, std::size_t len) {
+    return Text{static_cast<std::uint64_t>(off) | static_cast<std::uint64_t>(kind) << 32 |
+                static_cast<std::uint64_t>(len) << 35};
   }
-  Kind kind() const { return static_cast<Kind>(len_kind & 7); }
-  std::uint32_t len() const { return len_kind >> 3; }
+  std::uint32_t off() const { return static_cast<std::uint32_t>(bits); }
+  Kind kind() const { return static_cast<Kind>((bits >> 32) & 7); }
+  std::uint32_t len() const { return static_cast<std::uint32_t>(bits >> 35); }
 };
 
+// A parsed value, held by its parent (no node table: scalars cost no indirection).
 struct Node {
   Text text;               // scalars: their canonical text; containers: their children
   std::uint32_t size = 0;  // length of the canonical form
+
+  bool ok() const { return text.kind() != Kind::failed; }
 };
+
+// What the parsing functions return on failure, having recorded the error.
+constexpr Node kFailed{Text::make(Kind::failed, 0, 0), 0};
 
 // A member while its object is being parsed.
 struct Member {
   std::uint64_t prefix = 0;  // the name's first 8 bytes, ordered like UTF-16; see name_prefix
   Text name;                 // decoded (UTF-8), for ordering and JSON Pointer matching
   Text name_out;             // canonical, with quotes
-  std::uint32_t value = 0;   // index into nodes_
+  Node value;
   std::uint32_t at = 0;      // input offset of the name, for errors
   bool excluded = false;
+};
+
+// A member being sorted: its name's prefix and its place in the object.
+struct Order {
+  std::uint64_t prefix;
+  std::uint32_t index;
 };
 
 // A member of a closed object, in canonical order.
 struct Entry {
   Text name_out;
-  std::uint32_t value = 0;
+  Node value;
 };
 
 struct PointerToken {
@@ -297,6 +312,11 @@ class PodStack {
     data_[size_] = value;
     return data_[size_++];
   }
+  // A new last element, left for the caller to fill in.
+  IDEM_HOT T& push_uninitialized() {
+    if (size_ == capacity_) [[unlikely]] grow(size_ + 1);
+    return data_[size_++];
+  }
   void append(const T* first, std::size_t n) {
     if (size_ + n > capacity_) grow(size_ + n);
     if (n > 0) std::memcpy(data_.get() + size_, first, n * sizeof(T));
@@ -323,29 +343,27 @@ class PodStack {
 struct Scratch {
   std::string side;  // canonical text of scalars the input does not already hold
   std::string keys;  // decoded names that had escapes
-  PodStack<Node> nodes;
   PodStack<Member> member_stack;  // members of the objects being parsed
   PodStack<Entry> members;        // members of closed objects, each object's sorted
-  PodStack<std::uint32_t> element_stack;
-  PodStack<std::uint32_t> elements;
-  std::vector<std::pair<std::uint64_t, std::uint32_t>> order;  // sorting an object's members
+  PodStack<Node> element_stack;
+  PodStack<Node> elements;
+  PodStack<Order> order;  // sorting an object's members
   std::vector<std::vector<PointerToken>> pointers;
   std::vector<std::uint32_t> active;  // stacked sets of pointers still matching
 
   // Empties the buffers; frees them after an unusually large input.
   void reset() {
-    constexpr std::size_t kKeep = std::size_t{4} << 20;
-    const std::size_t held = side.capacity() + keys.capacity() + nodes.capacity() * sizeof(Node) +
+    constexpr std::size_t kKeep = std::size_t{1} << 20;
+    const std::size_t held = side.capacity() + keys.capacity() +
                              member_stack.capacity() * sizeof(Member) +
                              members.capacity() * sizeof(Entry) +
-                             (element_stack.capacity() + elements.capacity()) * 4;
+                             (element_stack.capacity() + elements.capacity()) * sizeof(Node);
     if (held > kKeep) {
       *this = Scratch();
       return;
     }
     side.clear();
     keys.clear();
-    nodes.clear();
     member_stack.clear();
     members.clear();
     element_stack.clear();
@@ -380,8 +398,8 @@ class Parser {
     if (n_ > kMaxInput) return std::unexpected(JsonError{"input larger than 256 MiB", 0});
     for (std::uint32_t i = 0; i < pointers_.size(); ++i) active_.push_back(i);
     skip_ws();
-    std::uint32_t root = 0;
-    if (!value(0, 0, static_cast<std::uint32_t>(active_.size()), root)) {
+    const Node root = value(0, 0, static_cast<std::uint32_t>(active_.size()));
+    if (!root.ok()) {
       return std::unexpected(std::move(error_));
     }
     skip_ws();
@@ -392,11 +410,12 @@ class Parser {
     // Room for copy_text's fixed-size moves past the last byte of each buffer.
     side_.append(16, '\0');
     keys_.append(16, '\0');
-    const std::size_t size = nodes_[root].size;
-    std::string out(size + 16, '\0');
-    char* p = out.data();
-    write(nodes_[root], p);
-    out.resize(size);
+    const std::size_t size = root.size;
+    std::string out;
+    out.resize_and_overwrite(size + 16, [&](char* p, std::size_t) {
+      write(root, p);
+      return size;
+    });
     return out;
   }
 
@@ -404,6 +423,17 @@ class Parser {
   bool fail(std::size_t at, std::string message) {
     error_ = JsonError{std::move(message), at};
     return false;
+  }
+
+  // A failed parse, as a value: fail() and a node that says so.
+  Node failed(std::size_t at, std::string message) {
+    fail(at, std::move(message));
+    return kFailed;
+  }
+
+  Node failed_unexpected(std::size_t at) {
+    fail_unexpected(at);
+    return kFailed;
   }
 
   bool fail_unexpected(std::size_t at) {
@@ -453,9 +483,10 @@ class Parser {
     }
   }
 
-  std::string_view view(Text t) const { return {base(t.kind()) + t.off, t.len()}; }
+  std::string_view view(Text t) const { return {base(t.kind()) + t.off(), t.len()}; }
 
   IDEM_HOT void skip_ws() {
+    if (pos_ < n_ && static_cast<unsigned char>(in_[pos_]) > ' ') [[likely]] return;
     while (pos_ < n_) {
       const char c = in_[pos_];
       if (c != ' ' && c != '\n' && c != '\r' && c != '\t') break;
@@ -463,88 +494,87 @@ class Parser {
     }
   }
 
-  IDEM_HOT std::uint32_t add_node(Text text, std::uint64_t size) {
-    nodes_.push(Node{text, static_cast<std::uint32_t>(size)});
-    return static_cast<std::uint32_t>(nodes_.size() - 1);
+  static Node make_node(Text text, std::uint64_t size) {
+    return Node{text, static_cast<std::uint32_t>(size)};
   }
 
   // `active_[act_begin, act_end)` are the pointers whose first `depth` tokens lead here.
-  IDEM_HOT bool value(int depth, std::uint32_t act_begin, std::uint32_t act_end,
-                      std::uint32_t& node) {
-    if (pos_ >= n_) return fail(pos_, "unexpected end of input");
+  IDEM_HOT Node value(int depth, std::uint32_t act_begin, std::uint32_t act_end) {
+    if (pos_ >= n_) return failed(pos_, "unexpected end of input");
     const char c = in_[pos_];
     if (c == '"') {
       Text text;
-      if (!string(text, nullptr)) return false;
-      node = add_node(text, text.len());
-      return true;
+      if (!string(text, nullptr)) return kFailed;
+      return make_node(text, text.len());
     }
-    if (c == '-' || is_digit(c)) return number(node);
+    if (c == '-' || is_digit(c)) return number();
     switch (c) {
-      case '{': return object(depth, act_begin, act_end, node);
-      case '[': return array(depth, act_begin, act_end, node);
-      case 't': return literal("true", node);
-      case 'f': return literal("false", node);
-      case 'n': return literal("null", node);
-      default: return fail_unexpected(pos_);
+      case '{': return object(depth, act_begin, act_end);
+      case '[': return array(depth, act_begin, act_end);
+      case 't': return literal("true");
+      case 'f': return literal("false");
+      case 'n': return literal("null");
+      default: return failed_unexpected(pos_);
     }
   }
 
-  bool literal(std::string_view word, std::uint32_t& node) {
+  Node literal(std::string_view word) {
     if (n_ - pos_ < word.size() || std::memcmp(in_ + pos_, word.data(), word.size()) != 0) {
-      return fail_unexpected(pos_);
+      return failed_unexpected(pos_);
     }
-    node = add_node(Text::make(Kind::input, pos_, word.size()), word.size());
+    const Node node = make_node(Text::make(Kind::input, pos_, word.size()), word.size());
     pos_ += word.size();
-    return true;
+    return node;
   }
 
-  bool object(int depth, std::uint32_t act_begin, std::uint32_t act_end, std::uint32_t& node) {
-    if (depth >= kMaxDepth) return fail(pos_, "nesting deeper than 512 levels");
+  Node object(int depth, std::uint32_t act_begin, std::uint32_t act_end) {
+    if (depth >= kMaxDepth) return failed(pos_, "nesting deeper than 512 levels");
     ++pos_;
     const std::size_t mark = member_stack_.size();
     skip_ws();
     if (pos_ < n_ && in_[pos_] == '}') {
       ++pos_;
-      node = add_node(Text::make(Kind::object, 0, 0), 2);
-      return true;
+      return make_node(Text::make(Kind::object, 0, 0), 2);
     }
     for (;;) {
       if (pos_ >= n_ || in_[pos_] != '"') {
-        if (pos_ >= n_) return fail(pos_, "unexpected end of input");
-        return fail(pos_, "expected a string as object key");
+        if (pos_ >= n_) return failed(pos_, "unexpected end of input");
+        return failed(pos_, "expected a string as object key");
       }
-      Member& m = member_stack_.push(Member{});
+      Member& m = member_stack_.push_uninitialized();
       m.at = static_cast<std::uint32_t>(pos_);
-      if (!string(m.name_out, &m.name)) return false;
+      m.excluded = false;
+      if (!string(m.name_out, &m.name)) return kFailed;
       const std::string_view name = view(m.name);
-      m.prefix = name_prefix(name, m.name.kind() == Kind::input && m.name.off + 8 <= n_);
+      m.prefix = name_prefix(name, m.name.kind() == Kind::input && m.name.off() + 8 <= n_);
       skip_ws();
       if (pos_ >= n_ || in_[pos_] != ':') {
-        if (pos_ >= n_) return fail(pos_, "unexpected end of input");
-        return fail(pos_, "expected ':' after object key");
+        if (pos_ >= n_) return failed(pos_, "unexpected end of input");
+        return failed(pos_, "expected ':' after object key");
       }
       ++pos_;
       skip_ws();
-      const auto child_begin = static_cast<std::uint32_t>(active_.size());
       bool excluded = false;
-      for (std::uint32_t i = act_begin; i < act_end; ++i) {
-        const std::uint32_t p = active_[i];
-        const std::vector<PointerToken>& tokens = pointers_[p];
-        if (tokens[depth].text != name) continue;
-        if (tokens.size() == static_cast<std::size_t>(depth) + 1) {
-          excluded = true;
-        } else {
-          active_.push_back(p);
+      std::uint32_t child_begin = 0, child_end = 0;
+      if (act_begin != act_end) [[unlikely]] {
+        child_begin = static_cast<std::uint32_t>(active_.size());
+        for (std::uint32_t i = act_begin; i < act_end; ++i) {
+          const std::uint32_t p = active_[i];
+          const std::vector<PointerToken>& tokens = pointers_[p];
+          if (tokens[depth].text != name) continue;
+          if (tokens.size() == static_cast<std::size_t>(depth) + 1) {
+            excluded = true;
+          } else {
+            active_.push_back(p);
+          }
         }
+        if (excluded) active_.resize(child_begin);
+        child_end = static_cast<std::uint32_t>(active_.size());
       }
-      if (excluded) active_.resize(child_begin);
       const std::size_t index = member_stack_.size() - 1;  // `m` may move while the value parses
-      std::uint32_t child = 0;
-      const bool ok =
-          value(depth + 1, child_begin, static_cast<std::uint32_t>(active_.size()), child);
-      active_.resize(child_begin);
-      if (!ok) return false;
+      const Node child = value(depth + 1, child_begin, child_end);
+      if (child_end != child_begin) active_.resize(child_begin);
+      if (!child.ok()) return kFailed;
       member_stack_[index].value = child;
       member_stack_[index].excluded = excluded;
       skip_ws();
@@ -557,10 +587,10 @@ class Parser {
         ++pos_;
         break;
       }
-      if (pos_ >= n_) return fail(pos_, "unexpected end of input");
-      return fail(pos_, "expected ',' or '}' in object");
+      if (pos_ >= n_) return failed(pos_, "unexpected end of input");
+      return failed(pos_, "expected ',' or '}' in object");
     }
-    return close_object(mark, node);
+    return close_object(mark);
   }
 
   // -1, 0 or 1 as member a's name orders before, like or after b's, in UTF-16 code units.
@@ -571,7 +601,12 @@ class Parser {
     return utf16_less(x, y) ? -1 : 1;
   }
 
-  bool close_object(std::size_t mark, std::uint32_t& node) {
+  IDEM_HOT bool before(const Order& a, const Order& b, const Member* members) const {
+    if (a.prefix != b.prefix) return a.prefix < b.prefix;
+    return compare_names(members[a.index], members[b.index]) < 0;
+  }
+
+  Node close_object(std::size_t mark) {
     const std::size_t count = member_stack_.size() - mark;
     const Member* members = member_stack_.data() + mark;
     const auto off = static_cast<std::uint32_t>(members_.size());
@@ -580,7 +615,7 @@ class Parser {
     auto keep = [&](const Member& m) {
       if (m.excluded) return;
       members_.push(Entry{m.name_out, m.value});
-      size += m.name_out.len() + 1 + nodes_[m.value].size + (kept > 0 ? 1 : 0);
+      size += m.name_out.len() + 1 + m.value.size + (kept > 0 ? 1 : 0);
       ++kept;
     };
     // Bodies often arrive sorted already (canonical clients, re-sent requests).
@@ -589,19 +624,29 @@ class Parser {
     if (sorted >= count) {
       for (std::size_t i = 0; i < count; ++i) keep(members[i]);
     } else {
-      std::vector<std::pair<std::uint64_t, std::uint32_t>>& order = scratch_.order;
+      // Sorts (prefix, index) pairs: most names differ in their first 8 bytes, so most
+      // comparisons are one integer comparison. Objects are usually small: insertion sort.
+      PodStack<Order>& order = scratch_.order;
       order.clear();
-      for (std::uint32_t i = 0; i < count; ++i) order.emplace_back(members[i].prefix, i);
-      std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
-        if (a.first != b.first) return a.first < b.first;
-        return compare_names(members[a.second], members[b.second]) < 0;
-      });
+      for (std::uint32_t i = 0; i < count; ++i) order.push(Order{members[i].prefix, i});
+      Order* items = order.data();
+      if (count <= 32) {
+        for (std::size_t i = 1; i < count; ++i) {
+          const Order item = items[i];
+          std::size_t j = i;
+          for (; j > 0 && before(item, items[j - 1], members); --j) items[j] = items[j - 1];
+          items[j] = item;
+        }
+      } else {
+        std::sort(items, items + count,
+                  [&](const Order& a, const Order& b) { return before(a, b, members); });
+      }
       // Report the duplicate the reader meets first: the earliest second occurrence.
       const Member* dup = nullptr;
       std::uint32_t dup_at = 0;
       for (std::size_t i = 0; i + 1 < count; ++i) {
-        const Member& a = members[order[i].second];
-        const Member& b = members[order[i + 1].second];
+        const Member& a = members[order[i].index];
+        const Member& b = members[order[i + 1].index];
         if (compare_names(a, b) != 0) continue;
         const std::uint32_t at = std::max(a.at, b.at);
         if (dup == nullptr || at < dup_at) {
@@ -610,51 +655,51 @@ class Parser {
         }
       }
       if (dup != nullptr) {
-        return fail(dup_at, "duplicate object key " + quoted(view(dup->name)));
+        return failed(dup_at, "duplicate object key " + quoted(view(dup->name)));
       }
-      for (const auto& entry : order) keep(members[entry.second]);
+      for (std::size_t i = 0; i < count; ++i) keep(members[order[i].index]);
     }
     member_stack_.shrink(mark);
     if (size > std::numeric_limits<std::uint32_t>::max()) {
-      return fail(pos_, "canonical form larger than 4 GiB");
+      return failed(pos_, "canonical form larger than 4 GiB");
     }
-    node = add_node(Text::make(Kind::object, off, kept), size);
-    return true;
+    return make_node(Text::make(Kind::object, off, kept), size);
   }
 
-  bool array(int depth, std::uint32_t act_begin, std::uint32_t act_end, std::uint32_t& node) {
-    if (depth >= kMaxDepth) return fail(pos_, "nesting deeper than 512 levels");
+  Node array(int depth, std::uint32_t act_begin, std::uint32_t act_end) {
+    if (depth >= kMaxDepth) return failed(pos_, "nesting deeper than 512 levels");
     ++pos_;
     const std::size_t mark = element_stack_.size();
     skip_ws();
     if (pos_ < n_ && in_[pos_] == ']') {
       ++pos_;
-      node = add_node(Text::make(Kind::array, 0, 0), 2);
-      return true;
+      return make_node(Text::make(Kind::array, 0, 0), 2);
     }
     std::uint64_t size = 2;
     for (std::size_t index = 0;; ++index) {
-      const auto child_begin = static_cast<std::uint32_t>(active_.size());
       bool excluded = false;
-      for (std::uint32_t i = act_begin; i < act_end; ++i) {
-        const std::uint32_t p = active_[i];
-        const std::vector<PointerToken>& tokens = pointers_[p];
-        const PointerToken& token = tokens[depth];
-        if (!token.is_index || token.index != index) continue;
-        if (tokens.size() == static_cast<std::size_t>(depth) + 1) {
-          excluded = true;
-        } else {
-          active_.push_back(p);
+      std::uint32_t child_begin = 0, child_end = 0;
+      if (act_begin != act_end) [[unlikely]] {
+        child_begin = static_cast<std::uint32_t>(active_.size());
+        for (std::uint32_t i = act_begin; i < act_end; ++i) {
+          const std::uint32_t p = active_[i];
+          const std::vector<PointerToken>& tokens = pointers_[p];
+          const PointerToken& token = tokens[depth];
+          if (!token.is_index || token.index != index) continue;
+          if (tokens.size() == static_cast<std::size_t>(depth) + 1) {
+            excluded = true;
+          } else {
+            active_.push_back(p);
+          }
         }
+        if (excluded) active_.resize(child_begin);
+        child_end = static_cast<std::uint32_t>(active_.size());
       }
-      if (excluded) active_.resize(child_begin);
-      std::uint32_t child = 0;
-      const bool ok =
-          value(depth + 1, child_begin, static_cast<std::uint32_t>(active_.size()), child);
-      active_.resize(child_begin);
-      if (!ok) return false;
+      const Node child = value(depth + 1, child_begin, child_end);
+      if (child_end != child_begin) active_.resize(child_begin);
+      if (!child.ok()) return kFailed;
       if (!excluded) {
-        size += nodes_[child].size + (element_stack_.size() > mark ? 1 : 0);
+        size += child.size + (element_stack_.size() > mark ? 1 : 0);
         element_stack_.push(child);
       }
       skip_ws();
@@ -667,18 +712,17 @@ class Parser {
         ++pos_;
         break;
       }
-      if (pos_ >= n_) return fail(pos_, "unexpected end of input");
-      return fail(pos_, "expected ',' or ']' in array");
+      if (pos_ >= n_) return failed(pos_, "unexpected end of input");
+      return failed(pos_, "expected ',' or ']' in array");
     }
     const auto off = static_cast<std::uint32_t>(elements_.size());
     const std::size_t count = element_stack_.size() - mark;
     elements_.append(element_stack_.data() + mark, count);
     element_stack_.shrink(mark);
     if (size > std::numeric_limits<std::uint32_t>::max()) {
-      return fail(pos_, "canonical form larger than 4 GiB");
+      return failed(pos_, "canonical form larger than 4 GiB");
     }
-    node = add_node(Text::make(Kind::array, off, count), size);
-    return true;
+    return make_node(Text::make(Kind::array, off, count), size);
   }
 
   // Parses the string at pos_ (a '"'). `out` receives its canonical form, quotes included;
@@ -814,7 +858,7 @@ class Parser {
     return true;
   }
 
-  bool number(std::uint32_t& node) {
+  IDEM_HOT Node number() {
     const std::size_t begin = pos_;
     std::size_t i = pos_;
     const bool negative = in_[i] == '-';
@@ -822,11 +866,11 @@ class Parser {
     const std::size_t int_begin = i;
     if (i < n_ && in_[i] == '0') {
       ++i;
-      if (i < n_ && is_digit(in_[i])) return fail(int_begin, "leading zero in number");
+      if (i < n_ && is_digit(in_[i])) return failed(int_begin, "leading zero in number");
     } else if (i < n_ && is_digit(in_[i])) {
       while (i < n_ && is_digit(in_[i])) ++i;
     } else {
-      return fail(begin, "invalid number");
+      return failed(begin, "invalid number");
     }
     const std::size_t int_end = i;
     std::size_t frac_begin = i, frac_end = i;
@@ -834,7 +878,7 @@ class Parser {
       frac_begin = ++i;
       while (i < n_ && is_digit(in_[i])) ++i;
       frac_end = i;
-      if (frac_end == frac_begin) return fail(begin, "invalid number");
+      if (frac_end == frac_begin) return failed(begin, "invalid number");
     }
     bool has_exponent = false;
     if (i < n_ && (in_[i] == 'e' || in_[i] == 'E')) {
@@ -843,30 +887,37 @@ class Parser {
       if (i < n_ && (in_[i] == '+' || in_[i] == '-')) ++i;
       const std::size_t exp_begin = i;
       while (i < n_ && is_digit(in_[i])) ++i;
-      if (i == exp_begin) return fail(begin, "invalid number");
+      if (i == exp_begin) return failed(begin, "invalid number");
     }
     pos_ = i;
+    Node node;
     if (!has_exponent && fast_number(begin, int_begin, int_end, frac_begin, frac_end, node)) {
-      return true;
+      return node;
     }
+    return slow_number(begin, int_begin, int_end, frac_begin, frac_end);
+  }
 
+  // Numbers the fast path does not take: the full conversion to double and back.
+  [[gnu::noinline]] Node slow_number(std::size_t begin, std::size_t int_begin,
+                                     std::size_t int_end, std::size_t frac_begin,
+                                     std::size_t frac_end) {
+    const std::size_t i = pos_;
     double value = 0;
     const auto r = std::from_chars(in_ + begin, in_ + i, value);
     if (r.ec == std::errc::result_out_of_range) {
       // from_chars reports underflow like overflow; ECMAScript reads a tiny number as 0.
       if (!is_tiny(int_begin, int_end, frac_begin, frac_end, i)) {
-        return fail(begin, "number out of range");
+        return failed(begin, "number out of range");
       }
       value = 0;
     } else if (r.ec != std::errc() || r.ptr != in_ + i || !std::isfinite(value)) {
-      return fail(begin, "invalid number");
+      return failed(begin, "invalid number");
     }
     char buf[32];
     const std::size_t len = format_number(value, buf);
     const std::size_t out_begin = side_.size();
     side_.append(buf, len);
-    node = add_node(Text::make(Kind::side, out_begin, len), len);
-    return true;
+    return make_node(Text::make(Kind::side, out_begin, len), len);
   }
 
   // Numbers without exponent whose significant digits number at most 15 and whose decimal
@@ -875,7 +926,7 @@ class Parser {
   // exactly those digits: the canonical form is the input without trailing fraction zeros,
   // which is a prefix of the input (or "0" for zero).
   IDEM_HOT bool fast_number(std::size_t begin, std::size_t int_begin, std::size_t int_end,
-                   std::size_t frac_begin, std::size_t frac_end, std::uint32_t& node) {
+                   std::size_t frac_begin, std::size_t frac_end, Node& node) {
     const std::size_t int_len = int_end - int_begin;
     if (int_len > 21) return false;
     std::size_t trimmed = frac_end;
@@ -893,7 +944,7 @@ class Parser {
       std::size_t first = frac_begin;
       while (first < trimmed && in_[first] == '0') ++first;
       if (first == trimmed) {  // zero, maybe "-0.0"; the '0' at int_begin is its canonical form
-        node = add_node(Text::make(Kind::input, int_begin, 1), 1);
+        node = make_node(Text::make(Kind::input, int_begin, 1), 1);
         return true;
       }
       if (first - frac_begin >= 6) return false;  // 1e-7 and smaller print in exponent form
@@ -901,7 +952,7 @@ class Parser {
     }
     if (significant > 15) return false;
     const std::size_t end = trimmed > frac_begin ? trimmed : int_end;
-    node = add_node(Text::make(Kind::input, begin, end - begin), end - begin);
+    node = make_node(Text::make(Kind::input, begin, end - begin), end - begin);
     return true;
   }
 
@@ -931,7 +982,7 @@ class Parser {
   IDEM_HOT void write_text(Text t, char*& p) const {
     const Kind kind = t.kind();
     // side_ and keys_ end with 16 spare bytes; the input may not.
-    copy_text(p, base(kind) + t.off, t.len(), kind != Kind::input || t.off + 16 <= n_);
+    copy_text(p, base(kind) + t.off(), t.len(), kind != Kind::input || t.off() + 16 <= n_);
   }
 
   // Containers recurse; scalars are copied in place, being most of the nodes.
@@ -939,22 +990,22 @@ class Parser {
     switch (node.text.kind()) {
       case Kind::array: {
         *p++ = '[';
-        const std::uint32_t* child = elements_.data() + node.text.off;
+        const Node* child = elements_.data() + node.text.off();
         for (std::uint32_t j = 0; j < node.text.len(); ++j) {
           if (j > 0) *p++ = ',';
-          write_value(nodes_[child[j]], p);
+          write_value(child[j], p);
         }
         *p++ = ']';
         return;
       }
       case Kind::object: {
         *p++ = '{';
-        const Entry* entry = members_.data() + node.text.off;
+        const Entry* entry = members_.data() + node.text.off();
         for (std::uint32_t j = 0; j < node.text.len(); ++j) {
           if (j > 0) *p++ = ',';
           write_text(entry[j].name_out, p);
           *p++ = ':';
-          write_value(nodes_[entry[j].value], p);
+          write_value(entry[j].value, p);
         }
         *p++ = '}';
         return;
@@ -978,11 +1029,10 @@ class Parser {
   Scratch& scratch_;
   std::string& side_ = scratch_.side;
   std::string& keys_ = scratch_.keys;
-  PodStack<Node>& nodes_ = scratch_.nodes;
   PodStack<Member>& member_stack_ = scratch_.member_stack;
   PodStack<Entry>& members_ = scratch_.members;
-  PodStack<std::uint32_t>& element_stack_ = scratch_.element_stack;
-  PodStack<std::uint32_t>& elements_ = scratch_.elements;
+  PodStack<Node>& element_stack_ = scratch_.element_stack;
+  PodStack<Node>& elements_ = scratch_.elements;
   std::vector<std::vector<PointerToken>>& pointers_ = scratch_.pointers;
   std::vector<std::uint32_t>& active_ = scratch_.active;
   JsonError error_;

@@ -55,6 +55,15 @@ bool still_open(tcp::socket& socket) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
+UpstreamError failure_kind(const beast::error_code& ec) {
+  return ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped;
+}
+
+std::string response_failure(const beast::error_code& ec) {
+  if (ec == beast::error::timeout) return "the upstream did not send the whole response within upstream_timeout";
+  return "the upstream closed the connection in the middle of the response: " + ec.message();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -186,10 +195,10 @@ class Handler {
  private:
   asio::awaitable<Exchange> forward(Request& req, const Ticket* ticket, bool keep_alive);
   asio::awaitable<Exchange> upstream_failed(UpstreamError kind, const Ticket* ticket, unsigned version,
-                                            bool keep_alive, std::string detail);
+                                            bool keep_alive, const std::string& detail);
   asio::awaitable<Exchange> deliver(Response& res, const Ticket* ticket, unsigned version, bool keep_alive,
                                     bool head);
-  asio::awaitable<FinishResult> finish(const Ticket& ticket, StoredResponse stored);
+  asio::awaitable<FinishResult> finish(const Ticket& ticket, StoredResponse&& stored);
   asio::awaitable<FinishResult> release(const Ticket& ticket);
   asio::awaitable<bool> write(Response& res);
   StoredResponse to_record(const bhttp::fields& fields, unsigned status, std::string_view body, const Ticket& ticket);
@@ -231,7 +240,7 @@ StoredResponse Handler::to_record(const bhttp::fields& fields, unsigned status, 
   return http::to_stored_response(fields, status, body);
 }
 
-asio::awaitable<FinishResult> Handler::finish(const Ticket& ticket, StoredResponse stored) {
+asio::awaitable<FinishResult> Handler::finish(const Ticket& ticket, StoredResponse&& stored) {
   const auto t0 = Clock::now();
   auto r = co_await http::async_finish(engine_, ticket, std::move(stored), kAwait);
   m_.store_call(StoreCall::finish).observe(Clock::now() - t0);
@@ -272,13 +281,13 @@ void Handler::prepare_forward(Request& req) {
   req.erase(bhttp::field::expect);  // answered (100 Continue) and the body already read
   // X-Forwarded-For: the client's own chain, then the client.
   std::string xff;
-  for (auto [it, end] = req.equal_range(bhttp::field::x_forwarded_for); it != end; ++it) {
+  for (auto [it, end] = req.equal_range("X-Forwarded-For"); it != end; ++it) {
     if (!xff.empty()) xff += ", ";
     xff += it->value();
   }
   if (!xff.empty()) xff += ", ";
   xff += s_.client_ip;
-  req.set(bhttp::field::x_forwarded_for, xff);
+  req.set("X-Forwarded-For", xff);
   req.set("X-Forwarded-Proto", "http");
   if (req.find(bhttp::field::host) == req.end()) req.set(bhttp::field::host, cfg_.upstream.authority);
   req.version(11);
@@ -294,7 +303,7 @@ void Handler::prepare_forward(Request& req) {
 }
 
 asio::awaitable<Exchange> Handler::upstream_failed(UpstreamError kind, const Ticket* ticket, unsigned version,
-                                                   bool keep_alive, std::string detail) {
+                                                   bool keep_alive, const std::string& detail) {
   m_.count(kind);
   Exchange ex;
   ex.upstream_error = kind;
@@ -302,7 +311,7 @@ asio::awaitable<Exchange> Handler::upstream_failed(UpstreamError kind, const Tic
   if (kind == UpstreamError::unreachable) {
     // Nothing was sent: the operation did not happen, so the next retry may execute it.
     if (ticket) ex.record = co_await release(*ticket);
-    problem = make_problem(502, "upstream_unreachable", "The upstream could not be reached", std::move(detail));
+    problem = make_problem(502, "upstream_unreachable", "The upstream could not be reached", detail);
   } else {
     // The request was sent; whether it took effect is unknown. The record stays in progress
     // until its lease expires, then on_lease_expiry decides (SPEC 4.3).
@@ -310,11 +319,12 @@ asio::awaitable<Exchange> Handler::upstream_failed(UpstreamError kind, const Tic
       ex.record = FinishResult::left_in_progress;
       m_.count(FinishResult::left_in_progress);
     }
-    problem = make_problem(504, "upstream_timeout", "The upstream did not answer completely", std::move(detail));
+    problem = make_problem(504, "upstream_timeout", "The upstream did not answer completely", detail);
   }
   Response res = http::problem_response(problem, version, keep_alive);
   ex.status = res.result_int();
-  ex.keep_alive = keep_alive && co_await write(res);
+  const bool written = co_await write(res);
+  ex.keep_alive = keep_alive && written;
   co_return ex;
 }
 
@@ -323,7 +333,10 @@ asio::awaitable<Exchange> Handler::upstream_failed(UpstreamError kind, const Tic
 asio::awaitable<Exchange> Handler::deliver(Response& res, const Ticket* ticket, unsigned version, bool keep_alive,
                                            bool head) {
   Exchange ex;
-  if (ticket) ex.record = co_await finish(*ticket, to_record(res.base(), res.result_int(), res.body(), *ticket));
+  if (ticket) {
+    StoredResponse record = to_record(res.base(), res.result_int(), res.body(), *ticket);
+    ex.record = co_await finish(*ticket, std::move(record));
+  }
   http::strip_hop_by_hop(res.base());
   res.version(version);
   res.keep_alive(keep_alive);
@@ -334,7 +347,8 @@ asio::awaitable<Exchange> Handler::deliver(Response& res, const Ticket* ticket, 
     res.content_length(res.body().size());
   }
   ex.status = status;
-  ex.keep_alive = keep_alive && co_await write(res);
+  const bool written = co_await write(res);
+  ex.keep_alive = keep_alive && written;
   co_return ex;
 }
 
@@ -353,8 +367,8 @@ asio::awaitable<Exchange> Handler::forward(Request& req, const Ticket* ticket, b
   for (int attempt = 0;; ++attempt) {
     auto acquired = co_await w_.pool.acquire(fresh);
     if (!acquired.conn) {
-      co_return co_await upstream_failed(UpstreamError::unreachable, ticket, version, keep_alive,
-                                         "connecting to the upstream failed: " + acquired.ec.message());
+      const std::string detail = "connecting to the upstream failed: " + acquired.ec.message();
+      co_return co_await upstream_failed(UpstreamError::unreachable, ticket, version, keep_alive, detail);
     }
     conn = std::move(acquired.conn);
     conn->stream.expires_after(cfg_.upstream_timeout);
@@ -368,12 +382,12 @@ asio::awaitable<Exchange> Handler::forward(Request& req, const Ticket* ticket, b
           fresh = true;
           continue;
         }
-        co_return co_await upstream_failed(UpstreamError::unreachable, ticket, version, keep_alive,
-                                           "sending to the upstream failed: " + ec.message());
+        const std::string detail = "sending to the upstream failed: " + ec.message();
+        co_return co_await upstream_failed(UpstreamError::unreachable, ticket, version, keep_alive, detail);
       }
-      co_return co_await upstream_failed(ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped,
-                                         ticket, version, keep_alive,
-                                         "the upstream connection failed while sending the request: " + ec.message());
+      const UpstreamError kind = ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped;
+      const std::string detail = "the upstream connection failed while sending the request: " + ec.message();
+      co_return co_await upstream_failed(kind, ticket, version, keep_alive, detail);
     }
     // Read the response header, skipping interim (1xx) responses.
     for (;;) {
@@ -395,10 +409,10 @@ asio::awaitable<Exchange> Handler::forward(Request& req, const Ticket* ticket, b
         fresh = true;
         continue;
       }
-      co_return co_await upstream_failed(
-          ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped, ticket, version, keep_alive,
-          ec == beast::error::timeout ? "the upstream did not answer within upstream_timeout"
-                                      : "the upstream closed the connection before answering: " + ec.message());
+      const UpstreamError kind = ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped;
+      std::string detail = "the upstream did not answer within upstream_timeout";
+      if (kind == UpstreamError::dropped) detail = "the upstream closed the connection before answering: " + ec.message();
+      co_return co_await upstream_failed(kind, ticket, version, keep_alive, detail);
     }
     break;
   }
@@ -406,8 +420,8 @@ asio::awaitable<Exchange> Handler::forward(Request& req, const Ticket* ticket, b
 
   const unsigned status = parser->get().result_int();
   if (status == 101) {
-    co_return co_await upstream_failed(UpstreamError::dropped, ticket, version, keep_alive,
-                                       "the upstream switched protocols, which the gateway does not support");
+    const std::string detail = "the upstream switched protocols, which the gateway does not support";
+    co_return co_await upstream_failed(UpstreamError::dropped, ticket, version, keep_alive, detail);
   }
   const std::size_t limit = cfg_.max_stored_response;
   const auto length = parser->content_length();
@@ -416,10 +430,8 @@ asio::awaitable<Exchange> Handler::forward(Request& req, const Ticket* ticket, b
     // Fast path: the whole body fits; read it into the string body.
     if (!parser->is_done()) co_await bhttp::async_read(conn->stream, conn->buffer, *parser, with(ec));
     if (ec) {
-      co_return co_await upstream_failed(
-          ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped, ticket, version, keep_alive,
-          ec == beast::error::timeout ? "the upstream did not send the whole response within upstream_timeout"
-                                      : "the upstream closed the connection in the middle of the response: " + ec.message());
+      const std::string detail = response_failure(ec);
+      co_return co_await upstream_failed(failure_kind(ec), ticket, version, keep_alive, detail);
     }
     const bool reusable = parser->keep_alive();
     Response res = parser->release();
@@ -440,7 +452,10 @@ asio::awaitable<Exchange> Handler::forward(Request& req, const Ticket* ticket, b
 
   auto start_streaming = [&]() -> asio::awaitable<bool> {
     // The outcome is decided by the status; the body cannot be stored.
-    if (ticket) ex.record = co_await finish(*ticket, oversized_record(status, *ticket));
+    if (ticket) {
+      StoredResponse record = oversized_record(status, *ticket);
+      ex.record = co_await finish(*ticket, std::move(record));
+    }
     out.base() = bp.get().base();
     http::strip_hop_by_hop(out.base());
     out.version(version);
@@ -480,11 +495,8 @@ asio::awaitable<Exchange> Handler::forward(Request& req, const Ticket* ticket, b
     const std::size_t n = kChunk - bp.get().body().size;
     if (ec) {
       if (!streaming) {
-        co_return co_await upstream_failed(
-            ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped, ticket, version, keep_alive,
-            ec == beast::error::timeout ? "the upstream did not send the whole response within upstream_timeout"
-                                        : "the upstream closed the connection in the middle of the response: " +
-                                              ec.message());
+        const std::string detail = response_failure(ec);
+        co_return co_await upstream_failed(failure_kind(ec), ticket, version, keep_alive, detail);
       }
       // Headers are already out: all we can do is cut the client connection.
       ex.upstream_error = ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped;
@@ -505,14 +517,18 @@ asio::awaitable<Exchange> Handler::forward(Request& req, const Ticket* ticket, b
         co_return co_await deliver(res, ticket, version, keep_alive, head);
       }
       co_await start_streaming();
-      if (!collected.empty() && !co_await send(collected.data(), collected.size(), true)) {
-        ex.keep_alive = false;
-        co_return ex;
+      if (!collected.empty()) {
+        const bool sent = co_await send(collected.data(), collected.size(), true);
+        if (!sent) {
+          ex.keep_alive = false;
+          co_return ex;
+        }
       }
       collected.clear();
       collected.shrink_to_fit();
     }
-    if (!co_await send(chunk.get(), n, !done)) {
+    const bool sent = co_await send(chunk.get(), n, !done);
+    if (!sent) {
       ex.keep_alive = false;
       co_return ex;
     }
@@ -612,13 +628,15 @@ asio::awaitable<bool> Handler::handle(Request& req) {
     case Verdict::replay: {
       Response res = http::replay_response(*d.replay, version, keep_alive);
       ex.status = res.result_int();
-      ex.keep_alive = keep_alive && co_await write(res);
+      const bool written = co_await write(res);
+  ex.keep_alive = keep_alive && written;
       break;
     }
     default: {
       Response res = http::problem_response(*problem_for(d), version, keep_alive);
       ex.status = res.result_int();
-      ex.keep_alive = keep_alive && co_await write(res);
+      const bool written = co_await write(res);
+  ex.keep_alive = keep_alive && written;
       break;
     }
   }
@@ -626,12 +644,18 @@ asio::awaitable<bool> Handler::handle(Request& req) {
   co_return ex.keep_alive;
 }
 
+// `problem` must outlive the call: pass a named object (GCC 12 mishandles temporaries that live
+// across a co_await).
 asio::awaitable<void> answer_and_close(Session& s, const Problem& problem, unsigned version) {
   Response res = http::problem_response(problem, version == 10 ? 10 : 11, false);
   beast::error_code ec;
   s.stream.expires_after(s.worker.shared.config.client_timeout);
   co_await bhttp::async_write(s.stream, res, with(ec));
   s.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+}
+
+Problem too_large(const Config& cfg) {
+  return request_too_large("the request body exceeds max_body (" + std::to_string(cfg.max_body) + " bytes)");
 }
 
 }  // namespace
@@ -666,27 +690,24 @@ asio::awaitable<void> run_session(Worker& w, tcp::socket socket) {
     co_await bhttp::async_read_header(s.stream, s.buffer, parser, with(ec));
     if (ec == bhttp::error::header_limit) {
       w.metrics.count(Outcome::bad_request);
-      co_await answer_and_close(s,
-                                make_problem(431, "request_header_too_large", "The request header is too large",
-                                             "the request line and headers exceed max_header (" +
-                                                 std::to_string(cfg.max_header) + " bytes)"),
-                                11);
+      const Problem problem = make_problem(431, "request_header_too_large", "The request header is too large",
+                                           "the request line and headers exceed max_header (" +
+                                               std::to_string(cfg.max_header) + " bytes)");
+      co_await answer_and_close(s, problem, 11);
       break;
     }
     if (ec == bhttp::error::body_limit) {
       w.metrics.count(Outcome::too_large);
-      co_await answer_and_close(s,
-                                request_too_large("the request body exceeds max_body (" +
-                                                  std::to_string(cfg.max_body) + " bytes)"),
-                                parser.get().version());
+      const Problem problem = too_large(cfg);
+      co_await answer_and_close(s, problem, parser.get().version());
       break;
     }
     if (ec) {
       if (is_http_error(ec) && ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
         w.metrics.count(Outcome::bad_request);
-        co_await answer_and_close(
-            s, make_problem(400, "bad_request", "The request could not be parsed", "malformed HTTP request: " + ec.message()),
-            11);
+        const Problem problem =
+            make_problem(400, "bad_request", "The request could not be parsed", "malformed HTTP request: " + ec.message());
+        co_await answer_and_close(s, problem, 11);
       }
       break;
     }
@@ -701,10 +722,8 @@ asio::awaitable<void> run_session(Worker& w, tcp::socket socket) {
       co_await bhttp::async_read(s.stream, s.buffer, parser, with(ec));
       if (ec == bhttp::error::body_limit) {
         w.metrics.count(Outcome::too_large);
-        co_await answer_and_close(s,
-                                  request_too_large("the request body exceeds max_body (" +
-                                                    std::to_string(cfg.max_body) + " bytes)"),
-                                  req.version());
+        const Problem problem = too_large(cfg);
+        co_await answer_and_close(s, problem, req.version());
         break;
       }
       if (ec) break;  // timeout, reset, or the client gave up mid-body

@@ -86,7 +86,7 @@ asio::awaitable<void> round_trip(Engine& engine, std::thread::id io_thread, std:
   if (!d.ticket) co_return;
 
   StoredResponse response{201, {{"Content-Type", "text/plain"}}, "made"};
-  auto finished = co_await async_finish(engine, *d.ticket, response, asio::use_awaitable);
+  auto finished = co_await async_finish(engine, *d.ticket, std::move(response), asio::use_awaitable);
   EXPECT_EQ(std::this_thread::get_id(), io_thread);
   log.emplace_back(finished ? std::string(to_string(*finished)) : "error");
 

@@ -88,7 +88,7 @@ def raw_post(port, path, key_header_lines, body=b"{}", extra=b""):
     """A POST whose key header lines are sent as raw bytes; returns the response or None."""
     c = RawClient(port)
     try:
-        c.send(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        c.send(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                b"Content-Type: application/json\r\n" + b"".join(key_header_lines) + extra +
                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         return c.read_response(timeout=10)
@@ -103,19 +103,26 @@ class ReplayTest(GatewayTestCase):
         key = new_key()
         body = '{"amount": 100, "currency": "EUR"}'
         hs = [("Content-Type", "application/json")]
-        first = self.gateway.request("POST", "/echo?hop=1", body, hs, key=key)
+        first = self.gateway.request("POST", "/echo", body, hs, key=key)
         self.assertExecuted(first)
         for _ in range(3):
-            again = self.gateway.request("POST", "/echo?hop=1", body, hs, key=key)
+            again = self.gateway.request("POST", "/echo", body, hs, key=key)
             self.assertReplayOf(again, first)
             self.assertEqual(again.execution_id, first.execution_id)
         self.assertEqual(self.upstream.executions(key), 1)
-        # What the upstream sent is what is stored: its own headers, never hop-by-hop ones.
         for r in (first, again):
             self.assertEqual(r.header("X-Fixture-Route"), "/echo", r)
             self.assertEqual(r.header("Content-Type"), "application/json", r)
-            self.assertIsNone(r.header("Proxy-Fixture"), r)
+
+    def test_hop_by_hop_response_headers_are_neither_forwarded_nor_stored(self):
+        key = new_key()
+        first = self.gateway.request("POST", "/echo?hop=1", "{}", key=key)
+        again = self.gateway.request("POST", "/echo?hop=1", "{}", key=key)
+        self.assertExecuted(first)
+        self.assertReplayOf(again, first)
+        for r in (first, again):
             self.assertNotIn("timeout=30", r.header_all("Keep-Alive"), r)
+            self.assertIsNone(r.header("Proxy-Fixture"), "Proxy-* header passed on: %r" % (r,))
 
     def test_replay_of_created_and_large_bodies(self):
         key = new_key()
@@ -188,8 +195,6 @@ class KeyRulesTest(GatewayTestCase):
             "space inside": [b"Idempotency-Key: abcdefgh ijklmnopq\r\n"],
             "space inside sf-string": [b'Idempotency-Key: "abcdefgh ijklmnopq"\r\n'],
             "tab inside": [b"Idempotency-Key: abcdefgh\tijklmnopq\r\n"],
-            "control character": [b"Idempotency-Key: abcdefgh\x01ijklmnopq\r\n"],
-            "DEL": [b"Idempotency-Key: abcdefgh\x7fijklmnopq\r\n"],
             "non-ASCII (UTF-8)": [b"Idempotency-Key: abcdefghijklmnop\xc3\xa9\r\n"],
             "non-ASCII (latin-1)": [b"Idempotency-Key: abcdefghijklmnop\xe9\r\n"],
             "header twice (same value)": [b"Idempotency-Key: " + k + b"\r\n"] * 2,
@@ -206,6 +211,14 @@ class KeyRulesTest(GatewayTestCase):
                 r = raw_post(self.gateway.port, "/echo", lines)
                 self.assertIsNotNone(r, "gateway closed without answering")
                 self.assertProblem(r, 400, "idempotency_key_invalid")
+        # Control characters make the header line itself invalid HTTP: a 400 either way.
+        for name, line in (("control character", b"Idempotency-Key: abcdefgh\x01ijklmnopq\r\n"),
+                           ("DEL", b"Idempotency-Key: abcdefgh\x7fijklmnopq\r\n")):
+            with self.subTest(name):
+                r = raw_post(self.gateway.port, "/echo", [line])
+                self.assertIsNotNone(r, "gateway closed without answering")
+                self.assertEqual(r.status, 400, r)
+                self.assertIn(r.json()["code"], ("idempotency_key_invalid", "bad_request"))
         self.assertEqual(self.upstream.total(), before, "an invalid key reached the upstream")
         self.assertTrue(self.gateway.alive())
 
@@ -320,6 +333,27 @@ class MethodsAndRoutesTest(GatewayTestCase):
             self.assertNotIn(hop, seen, "hop-by-hop request header %r forwarded" % hop)
         self.assertNotIn("websocket", ",".join(seen.get("connection", [])))
         self.assertEqual(seen.get("idempotency-key"), [key])
+
+    def test_connection_close_and_http10_requests_get_their_answer(self):
+        key = new_key()
+        cases = [
+            ("proxied, Connection: close", "HTTP/1.1", "Connection: close\r\nIdempotency-Key: %s\r\n" % key, 200),
+            ("replayed, Connection: close", "HTTP/1.1", "Connection: close\r\nIdempotency-Key: %s\r\n" % key, 200),
+            ("problem, Connection: close", "HTTP/1.1", "Connection: close\r\n", 400),
+            ("proxied, HTTP/1.0", "HTTP/1.0", "Idempotency-Key: %s\r\n" % new_key(), 200),
+            ("problem, HTTP/1.0", "HTTP/1.0", "", 400),
+        ]
+        for name, version, headers, status in cases:
+            with self.subTest(name):
+                c = RawClient(self.gateway.port)
+                try:
+                    c.send("POST /echo %s\r\nHost: x\r\n%sContent-Length: 2\r\n\r\n{}" % (version, headers))
+                    r = c.read_response(timeout=5)
+                    self.assertIsNotNone(r, "closed without an answer")
+                    self.assertEqual(r.status, status, r)
+                    self.assertTrue(c.closed_by_peer(5), "connection not closed after the answer")
+                finally:
+                    c.close()
 
     def test_keep_alive_on_the_client_side(self):
         import http.client

@@ -45,10 +45,13 @@ StoreError internal_error(std::string message) { return StoreError{StoreErrc::in
 
 // ---- SQL --------------------------------------------------------------------------------------
 
-constexpr std::string_view kSelectRecord =
-    "SELECT state, request_hash, fencing_token, lease_expires_ms, response_status, response_headers, "
-    "response_body, created_ms, completed_ms, expires_ms "
-    "FROM idempotency_keys WHERE tenant_id = ?1 AND key = ?2";
+// What decode_record reads, in this order.
+constexpr std::string_view kRecordColumns =
+    "state, request_hash, fencing_token, lease_expires_ms, response_status, response_headers, response_body, "
+    "created_ms, completed_ms, expires_ms";
+
+const std::string kSelectRecord =
+    "SELECT " + std::string(kRecordColumns) + " FROM idempotency_keys WHERE tenant_id = ?1 AND key = ?2";
 
 // A new key: the common case is this one statement.
 constexpr std::string_view kInsertClaim =
@@ -85,11 +88,25 @@ constexpr std::string_view kPurge =
 
 constexpr std::string_view kPing = "SELECT version FROM idem_schema_version";
 
+// Operator actions (StoreAdmin): not fenced, they install a new token to fence any holder out.
+constexpr std::string_view kAdminMarkRetryable =
+    "UPDATE idempotency_keys SET state = 'failed_retryable', fencing_token = ?3 WHERE tenant_id = ?1 AND key = ?2";
+constexpr std::string_view kAdminResolve =
+    "UPDATE idempotency_keys SET state = 'completed', fencing_token = ?3, response_status = ?4, "
+    "response_headers = ?5, response_body = ?6, completed_ms = ?7, expires_ms = ?8 "
+    "WHERE tenant_id = ?1 AND key = ?2";
+constexpr std::string_view kAdminCount =
+    "SELECT coalesce(sum(expires_ms > ?1 AND state = 'in_progress'), 0), "
+    "coalesce(sum(expires_ms > ?1 AND state = 'completed'), 0), "
+    "coalesce(sum(expires_ms > ?1 AND state = 'failed_retryable'), 0), "
+    "coalesce(sum(expires_ms <= ?1), 0) FROM idempotency_keys";
+
 // Every statement the writer runs, prepared once at open.
 struct Statements {
   Statement begin_immediate, begin_deferred, commit, rollback;
   Statement savepoint, release_savepoint, rollback_to_savepoint;
   Statement select_record, insert_claim, takeover, complete, fail, release, check_fence, purge, ping;
+  Statement admin_mark_retryable, admin_resolve, admin_count;
 };
 
 StoreResult<Statements> prepare_statements(sqlite3* db) {
@@ -111,6 +128,9 @@ StoreResult<Statements> prepare_statements(sqlite3* db) {
       {&s.check_fence, kCheckFence},
       {&s.purge, kPurge},
       {&s.ping, kPing},
+      {&s.admin_mark_retryable, kAdminMarkRetryable},
+      {&s.admin_resolve, kAdminResolve},
+      {&s.admin_count, kAdminCount},
   };
   for (const auto& [statement, sql] : all) {
     auto prepared = Statement::prepare(db, sql);
@@ -126,22 +146,13 @@ struct Db {
   Statements& st;
 };
 
-StoreResult<std::optional<Record>> read_record(Db& db, const RecordId& id) {
-  Statement& q = db.st.select_record;
-  ResetOnExit reset(q);
-  q.bind_text(1, id.tenant);
-  q.bind_text(2, id.key);
-  const int rc = q.step();
-  if (rc == SQLITE_DONE) return std::nullopt;
-  if (rc != SQLITE_ROW) return std::unexpected(map_error(rc, "read record", db.raw));
-
+// Decodes the record columns (kRecordColumns, from column 0) of the current row.
+StoreResult<Record> decode_record(const Statement& q, RecordId id) {
   auto corrupt = [&](std::string_view what) {
     return std::unexpected(StoreError{StoreErrc::corrupt, "sqlite: record (\"" + id.tenant + "\", \"" + id.key +
                                                               "\"): " + std::string(what)});
   };
   Record r;
-  r.tenant = id.tenant;
-  r.key = id.key;
   const auto state = parse_record_state(q.text(0));
   if (!state) return corrupt("unknown state \"" + std::string(q.text(0)) + "\"");
   r.state = *state;
@@ -157,7 +168,20 @@ StoreResult<std::optional<Record>> read_record(Db& db, const RecordId& id) {
     if (!headers) return corrupt("response_headers cannot be decoded");
     r.response = StoredResponse{static_cast<int>(q.int64(4)), std::move(*headers), std::string(q.blob(6))};
   }
+  r.tenant = std::move(id.tenant);
+  r.key = std::move(id.key);
   return r;
+}
+
+StoreResult<std::optional<Record>> read_record(Db& db, const RecordId& id) {
+  Statement& q = db.st.select_record;
+  ResetOnExit reset(q);
+  q.bind_text(1, id.tenant);
+  q.bind_text(2, id.key);
+  const int rc = q.step();
+  if (rc == SQLITE_DONE) return std::nullopt;
+  if (rc != SQLITE_ROW) return std::unexpected(map_error(rc, "read record", db.raw));
+  return decode_record(q, id);
 }
 
 // What an operation did inside its savepoint, beyond its result.
@@ -303,6 +327,92 @@ StoreResult<FenceStatus> run_complete_in_transaction(Db& db, const CompleteReque
   return status;
 }
 
+// ---- operator actions ---------------------------------------------------------------------------
+
+StoreResult<std::vector<Record>> run_list(Db& db, const ListQuery& query) {
+  // Admin paths are rare: the statement is built for the query's shape, so that paging walks
+  // the primary key instead of filtering the whole table.
+  std::string sql = "SELECT " + std::string(kRecordColumns) + ", tenant_id, key FROM idempotency_keys WHERE 1";
+  if (query.state) sql += " AND state = ?1";
+  if (query.after) sql += " AND (tenant_id, key) > (?2, ?3)";
+  sql += " ORDER BY tenant_id, key LIMIT ?4";
+  auto q = Statement::prepare(db.raw, sql);
+  if (!q) return std::unexpected(q.error());
+  if (query.state) q->bind_text(1, to_string(*query.state));
+  if (query.after) {
+    q->bind_text(2, query.after->tenant);
+    q->bind_text(3, query.after->key);
+  }
+  q->bind(4, static_cast<std::int64_t>(std::min<std::size_t>(query.limit, std::numeric_limits<std::int64_t>::max())));
+  std::vector<Record> records;
+  int rc;
+  while ((rc = q->step()) == SQLITE_ROW) {
+    auto record = decode_record(*q, RecordId{std::string(q->text(10)), std::string(q->text(11))});
+    if (!record) return std::unexpected(record.error());
+    records.push_back(std::move(*record));
+  }
+  if (rc != SQLITE_DONE) return std::unexpected(map_error(rc, "list records", db.raw));
+  return records;
+}
+
+// The live record an operator acts on: not_found when absent or expired, wrong_state when
+// completed (both actions refuse completed records).
+StoreResult<std::optional<AdminStatus>> admin_precondition(Db& db, const RecordId& id, TimePoint now) {
+  auto current = read_record(db, id);
+  if (!current) return std::unexpected(current.error());
+  if (!*current || (*current)->expires <= now) return AdminStatus::not_found;
+  if ((*current)->state == RecordState::completed) return AdminStatus::wrong_state;
+  return std::nullopt;
+}
+
+StoreResult<AdminStatus> run_mark_retryable(Db& db, const RecordId& id, TimePoint now, Effects& fx) {
+  auto refused = admin_precondition(db, id, now);
+  if (!refused) return std::unexpected(refused.error());
+  if (*refused) return **refused;
+  Statement& q = db.st.admin_mark_retryable;
+  ResetOnExit reset(q);
+  q.bind_text(1, id.tenant);
+  q.bind_text(2, id.key);
+  q.bind(3, token_to_db(new_fencing_token()));
+  if (const int rc = q.step(); rc != SQLITE_DONE) return std::unexpected(map_error(rc, "mark retryable", db.raw));
+  fx.wrote = true;
+  return AdminStatus::done;
+}
+
+StoreResult<AdminStatus> run_resolve(Db& db, const RecordId& id, const StoredResponse& response, TimePoint now,
+                                     TimePoint expires, Effects& fx) {
+  auto refused = admin_precondition(db, id, now);
+  if (!refused) return std::unexpected(refused.error());
+  if (*refused) return **refused;
+  const std::string headers = sqlite_detail::encode_headers(response.headers);
+  Statement& q = db.st.admin_resolve;
+  ResetOnExit reset(q);
+  q.bind_text(1, id.tenant);
+  q.bind_text(2, id.key);
+  q.bind(3, token_to_db(new_fencing_token()));
+  q.bind(4, response.status);
+  q.bind_blob(5, headers);
+  q.bind_blob(6, response.body);
+  q.bind(7, to_epoch_ms(now));
+  q.bind(8, to_epoch_ms(expires));
+  if (const int rc = q.step(); rc != SQLITE_DONE) return std::unexpected(map_error(rc, "resolve", db.raw));
+  fx.wrote = true;
+  return AdminStatus::done;
+}
+
+StoreResult<StateCounts> run_count(Db& db, TimePoint now) {
+  Statement& q = db.st.admin_count;
+  ResetOnExit reset(q);
+  q.bind(1, to_epoch_ms(now));
+  if (const int rc = q.step(); rc != SQLITE_ROW) return std::unexpected(map_error(rc, "count records", db.raw));
+  StateCounts counts;
+  counts.in_progress = static_cast<std::uint64_t>(q.int64(0));
+  counts.completed = static_cast<std::uint64_t>(q.int64(1));
+  counts.failed_retryable = static_cast<std::uint64_t>(q.int64(2));
+  counts.expired = static_cast<std::uint64_t>(q.int64(3));
+  return counts;
+}
+
 // How an operation uses the transaction it runs in.
 enum class OpClass : std::uint8_t {
   read,   // reads only; a batch of reads only needs no write lock
@@ -417,6 +527,7 @@ class SqliteStore::Impl {
     s.largest_batch = largest_batch_.load(std::memory_order_relaxed);
     s.failed_transactions = failed_transactions_.load(std::memory_order_relaxed);
     s.reaped = reaped_.load(std::memory_order_relaxed);
+    s.reaper_batches = reaper_batches_.load(std::memory_order_relaxed);
     return s;
   }
 
@@ -563,6 +674,7 @@ class SqliteStore::Impl {
         auto deleted = future.get();
         if (!deleted) break;  // try again next interval
         reaped_.fetch_add(*deleted, std::memory_order_relaxed);
+        if (*deleted > 0) reaper_batches_.fetch_add(1, std::memory_order_relaxed);
         if (*deleted < batch) break;
         std::lock_guard stop_check(reaper_mutex_);
         if (reaper_stop_) break;
@@ -586,7 +698,7 @@ class SqliteStore::Impl {
   bool reaper_stop_ = false;  // guarded by reaper_mutex_
 
   std::atomic<std::uint64_t> operations_{0}, transactions_{0}, write_transactions_{0}, largest_batch_{0},
-      failed_transactions_{0}, reaped_{0};
+      failed_transactions_{0}, reaped_{0}, reaper_batches_{0};
 
   std::thread writer_;  // last: started once everything above exists
   std::thread reaper_;
@@ -679,6 +791,32 @@ StoreResult<FenceStatus> SqliteStore::complete_in_transaction(CompleteRequest re
   complete_in_transaction(std::move(request), std::move(work),
                           [&promise](StoreResult<FenceStatus> r) { promise.set_value(std::move(r)); });
   return future.get();
+}
+
+void SqliteStore::list(ListQuery query, Callback<std::vector<Record>> done) {
+  impl_->submit(make_op<std::vector<Record>>(
+      OpClass::read, [query = std::move(query)](Db& db, Effects&) { return run_list(db, query); }, std::move(done)));
+}
+
+void SqliteStore::mark_retryable(RecordId id, TimePoint now, Callback<AdminStatus> done) {
+  impl_->submit(make_op<AdminStatus>(
+      OpClass::write, [id = std::move(id), now](Db& db, Effects& fx) { return run_mark_retryable(db, id, now, fx); },
+      std::move(done)));
+}
+
+void SqliteStore::resolve(RecordId id, StoredResponse response, TimePoint now, TimePoint expires,
+                          Callback<AdminStatus> done) {
+  impl_->submit(make_op<AdminStatus>(
+      OpClass::write,
+      [id = std::move(id), response = std::move(response), now, expires](Db& db, Effects& fx) {
+        return run_resolve(db, id, response, now, expires, fx);
+      },
+      std::move(done)));
+}
+
+void SqliteStore::count(TimePoint now, Callback<StateCounts> done) {
+  impl_->submit(make_op<StateCounts>(OpClass::read, [now](Db& db, Effects&) { return run_count(db, now); },
+                                     std::move(done)));
 }
 
 SqliteStoreStats SqliteStore::stats() const { return impl_->stats(); }

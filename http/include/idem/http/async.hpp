@@ -27,7 +27,10 @@
 // does not run out of work while only a store thread holds the continuation. No thread blocks.
 //
 // References (engine, policy, request, ticket, store) are used when the operation starts, which
-// for use_awaitable is when it is co_awaited: co_await the result in the same expression.
+// for use_awaitable is when it is co_awaited: co_await the result in the same expression. Values
+// (tenant, response) are copied or moved when the function is called. Parameters are views and
+// references rather than values so that no object with a destructor is a temporary living
+// across the co_await (GCC 12 destroys some of those twice).
 
 namespace idem::http {
 
@@ -57,10 +60,10 @@ auto async_from_callback(Start start, Token&& token) {
 
 /// Engine::begin as an Asio operation; completes with the Decision (signature void(Decision)).
 template <class Token>
-auto async_begin(Engine& engine, const Policy& policy, const RequestView& request, std::string tenant,
+auto async_begin(Engine& engine, const Policy& policy, const RequestView& request, std::string_view tenant,
                  Token&& token) {
   return detail::async_from_callback<Decision>(
-      [engine = &engine, policy = &policy, request = &request, tenant = std::move(tenant)](auto done) mutable {
+      [engine = &engine, policy = &policy, request = &request, tenant = std::string(tenant)](auto done) mutable {
         engine->begin(*policy, *request, std::move(tenant), std::move(done));
       },
       std::forward<Token>(token));
@@ -68,7 +71,7 @@ auto async_begin(Engine& engine, const Policy& policy, const RequestView& reques
 
 /// Engine::finish as an Asio operation; completes with StoreResult<FinishStatus>.
 template <class Token>
-auto async_finish(Engine& engine, const Ticket& ticket, StoredResponse response, Token&& token) {
+auto async_finish(Engine& engine, const Ticket& ticket, StoredResponse&& response, Token&& token) {
   return detail::async_from_callback<StoreResult<FinishStatus>>(
       [engine = &engine, ticket = &ticket, response = std::move(response)](auto done) mutable {
         engine->finish(*ticket, std::move(response), std::move(done));

@@ -9,6 +9,7 @@
 
 #include "idem/clock.hpp"
 #include "idem/store.hpp"
+#include "idem/store_admin.hpp"
 
 struct sqlite3;  // the application's SQL in complete_in_transaction runs on this handle
 
@@ -53,6 +54,7 @@ struct SqliteStoreStats {
   std::uint64_t largest_batch = 0;       ///< most operations in one transaction
   std::uint64_t failed_transactions = 0; ///< transactions that could not begin or commit
   std::uint64_t reaped = 0;              ///< records the background reaper deleted
+  std::uint64_t reaper_batches = 0;      ///< reaper transactions that deleted at least one record
 };
 
 /// The application's part of a transactional completion (SPEC §4.4): runs its own SQL on `db`,
@@ -69,7 +71,7 @@ using SqliteWork = std::move_only_function<bool(sqlite3* db, std::string& error)
 /// operations in one transaction (each in its own savepoint, so one failure undoes only its own
 /// operation), commits once, then calls their callbacks. Callbacks therefore run on the writer
 /// thread; they may call the store again but must not block on it.
-class SqliteStore final : public Store {
+class SqliteStore final : public Store, public StoreAdmin {
  public:
   /// Opens (creating and migrating as needed) the database and starts the writer and, if
   /// configured, the reaper. Fails with StoreErrc::corrupt for a file that is not a database or
@@ -91,6 +93,14 @@ class SqliteStore final : public Store {
   void purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) override;
   /// Succeeds when the writer can take the database's write lock.
   void ping(Callback<Done> done) override;
+
+  // StoreAdmin (idemctl). list and count are reads; mark_retryable and resolve are queued like
+  // any write.
+  void list(ListQuery query, Callback<std::vector<Record>> done) override;
+  void mark_retryable(RecordId id, TimePoint now, Callback<AdminStatus> done) override;
+  void resolve(RecordId id, StoredResponse response, TimePoint now, TimePoint expires,
+               Callback<AdminStatus> done) override;
+  void count(TimePoint now, Callback<StateCounts> done) override;
 
   /// Completes a record together with the application's own writes, atomically (SPEC §4.4).
   /// If the caller no longer holds the record, reports FenceStatus::lost without running `work`.

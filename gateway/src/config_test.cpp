@@ -1,0 +1,405 @@
+#include "idem/gateway/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace idem::gateway {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The error message parse_config throws for `toml`, or "" if it parsed.
+std::string error_of(std::string_view toml, const Overrides& overrides = {}) {
+  try {
+    parse_config(toml, "config.toml", overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Durations, Units) {
+  EXPECT_EQ(parse_duration("1500ms"), 1500ms);
+  EXPECT_EQ(parse_duration("30s"), 30s);
+  EXPECT_EQ(parse_duration("5m"), 5min);
+  EXPECT_EQ(parse_duration("72h"), 72h);
+  EXPECT_EQ(parse_duration("7d"), 168h);
+  EXPECT_EQ(parse_duration("1h30m"), 90min);
+  EXPECT_EQ(parse_duration("0s"), 0ms);
+}
+
+TEST(Durations, Rejects) {
+  for (const auto* bad : {"", "30", "s", "1.5s", "30 s", "30sec", "-1s", "1x", "1S", "99999999999999999999d"}) {
+    EXPECT_THROW(parse_duration(bad), ConfigError) << bad;
+  }
+}
+
+TEST(Sizes, BinaryAndDecimalUnits) {
+  EXPECT_EQ(parse_size("1MiB"), 1048576u);
+  EXPECT_EQ(parse_size("512KiB"), 524288u);
+  EXPECT_EQ(parse_size("10MB"), 10000000u);
+  EXPECT_EQ(parse_size("2kb"), 2000u);
+  EXPECT_EQ(parse_size("1GiB"), 1073741824u);
+  EXPECT_EQ(parse_size("4096"), 4096u);
+  EXPECT_EQ(parse_size("12B"), 12u);
+  EXPECT_EQ(parse_size("1 MiB"), 1048576u);
+}
+
+TEST(Sizes, Rejects) {
+  for (const auto* bad : {"", "MiB", "1.5MiB", "1TiB", "-1", "1Mi", "99999999999999999999"}) {
+    EXPECT_THROW(parse_size(bad), ConfigError) << bad;
+  }
+}
+
+TEST(ListenAddresses, Forms) {
+  auto a = parse_listen_address("127.0.0.1:8080");
+  EXPECT_EQ(a.host, "127.0.0.1");
+  EXPECT_EQ(a.port, 8080);
+  a = parse_listen_address("[::1]:0");
+  EXPECT_EQ(a.host, "::1");
+  EXPECT_EQ(a.port, 0);
+  EXPECT_EQ(a.text(), "[::1]:0");
+  a = parse_listen_address(":9000");
+  EXPECT_EQ(a.host, "0.0.0.0");
+  a = parse_listen_address("localhost:1");
+  EXPECT_EQ(a.host, "localhost");
+  for (const auto* bad : {"8080", "host:", "host:65536", "host:http", "::1:80", "[::1]80"}) {
+    EXPECT_THROW(parse_listen_address(bad), ConfigError) << bad;
+  }
+}
+
+TEST(UpstreamUrls, Forms) {
+  auto u = parse_upstream_url("http://127.0.0.1:8081");
+  EXPECT_EQ(u.host, "127.0.0.1");
+  EXPECT_EQ(u.port, 8081);
+  EXPECT_EQ(u.authority, "127.0.0.1:8081");
+  u = parse_upstream_url("http://api.internal/");
+  EXPECT_EQ(u.host, "api.internal");
+  EXPECT_EQ(u.port, 80);
+  u = parse_upstream_url("http://[::1]:9000");
+  EXPECT_EQ(u.host, "::1");
+  EXPECT_EQ(u.port, 9000);
+  for (const auto* bad : {"127.0.0.1:8081", "http://", "http://h:0", "http://h:x", "http://h/api",
+                          "http://u:p@h", "ftp://h", "http://h:"}) {
+    EXPECT_THROW(parse_upstream_url(bad), ConfigError) << bad;
+  }
+  try {
+    parse_upstream_url("https://h");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("https"), std::string::npos);
+  }
+}
+
+TEST(StoreUrls, MemoryAndSqlite) {
+  EXPECT_EQ(parse_store_url("memory:").kind, StoreUrl::Kind::memory);
+  auto s = parse_store_url("sqlite:./var/idem.db");
+  EXPECT_EQ(s.kind, StoreUrl::Kind::sqlite);
+  EXPECT_EQ(s.path, "./var/idem.db");
+  EXPECT_EQ(parse_store_url("sqlite:///abs/idem.db").path, "/abs/idem.db");
+  EXPECT_THROW(parse_store_url("sqlite:"), ConfigError);
+  EXPECT_THROW(parse_store_url("mysql://x"), ConfigError);
+}
+
+TEST(StoreUrls, SharedStoresAreNotBuiltYetAndPasswordsAreNotEchoed) {
+  for (const auto* url : {"postgres://u:secret@h/db", "postgresql://u:secret@h/db", "redis://:secret@h:6379/0",
+                          "redis+cluster://h1:7000,h2:7001"}) {
+    try {
+      parse_store_url(url);
+      FAIL() << url;
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("not built yet"), std::string::npos) << what;
+      EXPECT_EQ(what.find("secret"), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(Config, Defaults) {
+  const Config c = parse_config("", "config.toml");
+  EXPECT_EQ(c.listen.text(), "127.0.0.1:8080");
+  ASSERT_TRUE(c.admin_listen);
+  EXPECT_EQ(c.admin_listen->text(), "127.0.0.1:9090");
+  EXPECT_EQ(c.upstream.authority, "127.0.0.1:8081");
+  EXPECT_EQ(c.store.kind, StoreUrl::Kind::sqlite);
+  EXPECT_EQ(c.store.path, "./var/idem.db");
+  EXPECT_EQ(c.upstream_timeout, 30s);
+  EXPECT_EQ(c.max_body, 1048576u);
+  EXPECT_EQ(c.defaults.key_header, "Idempotency-Key");
+  EXPECT_EQ(c.defaults.key.min_length, 16u);
+  EXPECT_EQ(c.defaults.key.max_length, 256u);
+  EXPECT_EQ(c.defaults.retention, 24h);
+  EXPECT_EQ(c.defaults.lease, 60s);
+  EXPECT_EQ(c.defaults.retry_after, 1s);
+  EXPECT_FALSE(c.defaults.store_server_errors);
+  EXPECT_FALSE(c.defaults.key_required);
+  EXPECT_EQ(c.defaults.on_lease_expiry, LeaseExpiry::reexecute);
+  EXPECT_EQ(c.tenant.source, TenantRule::Source::none);
+  EXPECT_TRUE(c.routes.empty());
+  EXPECT_TRUE(c.warnings.empty());
+}
+
+constexpr std::string_view kIssueExample = R"(
+listen = "127.0.0.1:8080"
+admin_listen = "127.0.0.1:9090"
+upstream = "http://127.0.0.1:8081"
+store = "sqlite:./var/idem.db"
+upstream_timeout = "30s"
+max_body = "1MiB"
+
+[idempotency]            # defaults for every route
+header = "Idempotency-Key"
+key_min_length = 16
+key_max_length = 256
+retention = "24h"
+lease = "60s"
+retry_after = "1s"
+store_server_errors = false
+on_lease_expiry = "reexecute"    # or "unknown"
+
+[tenant]
+header = "X-Tenant-Id"           # or: from = "authorization" (hash of the credential)
+
+[[route]]
+method = "POST"
+path = "/v1/payments"            # exact; "*" matches one segment; a trailing "/**" matches the rest
+required = true                  # default true for listed routes
+retention = "72h"                # any [idempotency] key may be overridden per route
+fingerprint.json_ignore = ["/client_ts"]
+fingerprint.headers = ["Content-Type"]
+)";
+
+TEST(Config, TheIssueExampleParses) {
+  const Config c = parse_config(kIssueExample, "config.toml");
+  EXPECT_EQ(c.tenant.source, TenantRule::Source::header);
+  EXPECT_EQ(c.tenant.header, "X-Tenant-Id");
+  ASSERT_EQ(c.routes.size(), 1u);
+  const Route& r = c.routes[0];
+  EXPECT_EQ(r.methods, std::vector<std::string>{"POST"});
+  EXPECT_TRUE(r.path.matches("/v1/payments"));
+  EXPECT_TRUE(r.policy.key_required);
+  EXPECT_EQ(r.policy.retention, 72h);
+  EXPECT_EQ(r.policy.lease, 60s);  // inherited
+  EXPECT_EQ(r.policy.fingerprint.json_ignore, std::vector<std::string>{"/client_ts"});
+  EXPECT_EQ(r.policy.fingerprint.headers, std::vector<std::string>{"Content-Type"});
+  EXPECT_TRUE(c.warnings.empty());
+}
+
+TEST(Config, RoutesInheritIdempotencyWhereverItIsWritten) {
+  // [[route]] before [idempotency] in the file: the route still inherits.
+  const Config c = parse_config(R"(
+[[route]]
+method = ["post", "PUT"]
+path = "/v1/items/*"
+required = false
+
+[idempotency]
+lease = "5s"
+header = "X-Key"
+store_server_errors = true
+on_lease_expiry = "unknown"
+retry_after = "1500ms"
+fingerprint.headers = ["Content-Type"]
+)",
+                                "config.toml");
+  ASSERT_EQ(c.routes.size(), 1u);
+  const Policy& p = c.routes[0].policy;
+  EXPECT_EQ(c.routes[0].methods, (std::vector<std::string>{"POST", "PUT"}));
+  EXPECT_FALSE(p.key_required);
+  EXPECT_EQ(p.lease, 5s);
+  EXPECT_EQ(p.key_header, "X-Key");
+  EXPECT_TRUE(p.store_server_errors);
+  EXPECT_EQ(p.on_lease_expiry, LeaseExpiry::unknown);
+  EXPECT_EQ(p.retry_after, 2s);  // rounded up to whole seconds
+  EXPECT_EQ(p.fingerprint.headers, std::vector<std::string>{"Content-Type"});
+}
+
+TEST(Config, RouteFingerprintAsSubTable) {
+  const Config c = parse_config(R"(
+[[route]]
+method = "PATCH"
+path = "/a/**"
+[route.fingerprint]
+json_ignore = ["/x", "/y/0"]
+)",
+                                "config.toml");
+  EXPECT_EQ(c.routes[0].policy.fingerprint.json_ignore, (std::vector<std::string>{"/x", "/y/0"}));
+}
+
+TEST(Config, TenantFromAuthorization) {
+  EXPECT_EQ(parse_config("[tenant]\nfrom = \"authorization\"\n", "c").tenant.source,
+            TenantRule::Source::authorization);
+  EXPECT_EQ(parse_config("[tenant]\nfrom = \"none\"\n", "c").tenant.source, TenantRule::Source::none);
+  const auto h = parse_config("[tenant]\nfrom = \"header\"\n", "c").tenant;
+  EXPECT_EQ(h.source, TenantRule::Source::header);
+  EXPECT_EQ(h.header, "X-Tenant-Id");
+}
+
+TEST(Config, ExtraKeys) {
+  const Config c = parse_config(R"(
+admin_listen = "off"
+upstream_connect_timeout = "2s"
+upstream_idle_timeout = "0s"
+upstream_max_idle = 8
+max_header = "32KiB"
+max_stored_response = "4MiB"
+max_connections = 100
+idle_timeout = "5s"
+client_timeout = "10s"
+drain_timeout = "3s"
+threads = 3
+reaper_interval = "0s"
+reaper_batch = 50
+log_level = "warn"
+store = "memory:"
+)",
+                                "c");
+  EXPECT_FALSE(c.admin_listen);
+  EXPECT_EQ(c.upstream_connect_timeout, 2s);
+  EXPECT_EQ(c.upstream_idle_timeout, 0s);
+  EXPECT_EQ(c.upstream_max_idle, 8u);
+  EXPECT_EQ(c.max_header, 32768u);
+  EXPECT_EQ(c.max_stored_response, 4u * 1048576);
+  EXPECT_EQ(c.max_connections, 100u);
+  EXPECT_EQ(c.idle_timeout, 5s);
+  EXPECT_EQ(c.client_timeout, 10s);
+  EXPECT_EQ(c.drain_timeout, 3s);
+  EXPECT_EQ(c.threads, 3u);
+  EXPECT_EQ(c.reaper_interval, 0s);
+  EXPECT_EQ(c.reaper_batch, 50u);
+  EXPECT_EQ(c.log_level, LogLevel::warn);
+  ASSERT_EQ(c.warnings.size(), 1u);  // the memory store
+  EXPECT_NE(c.warnings[0].find("memory"), std::string::npos);
+}
+
+TEST(Config, UnknownKeysAreErrorsNamingTableAndKey) {
+  EXPECT_EQ(error_of("listne = \"1.2.3.4:80\"\n"), "config.toml: unknown key \"listne\" (line 1)");
+  EXPECT_EQ(error_of("[idempotency]\nretentoin = \"1h\"\n"),
+            "config.toml: [idempotency]: unknown key \"retentoin\" (line 2)");
+  EXPECT_EQ(error_of("[tenant]\nheadr = \"X\"\n"), "config.toml: [tenant]: unknown key \"headr\" (line 2)");
+  EXPECT_EQ(error_of(R"(
+[[route]]
+method = "POST"
+path = "/a"
+
+[[route]]
+method = "POST"
+path = "/b"
+retentoin = "72h"
+)"),
+            "config.toml: [[route]] #2: unknown key \"retentoin\" (line 9)");
+  EXPECT_EQ(error_of("[[route]]\nmethod = \"POST\"\npath = \"/a\"\nfingerprint.json_ignor = []\n"),
+            "config.toml: [[route]] #1: unknown key \"fingerprint.json_ignor\" (line 4)");
+  EXPECT_EQ(error_of("[unknown]\nx = 1\n"), "config.toml: unknown key \"unknown\" (line 1)");
+}
+
+TEST(Config, TypeAndValueErrors) {
+  EXPECT_EQ(error_of("upstream_timeout = 30\n"),
+            "config.toml: upstream_timeout: a duration needs a unit, e.g. \"30s\" (units ms, s, m, h, d) (line 1)");
+  EXPECT_NE(error_of("max_body = \"1XB\"\n").find("max_body: \"1XB\": unknown unit"), std::string::npos);
+  EXPECT_NE(error_of("[idempotency]\nkey_min_length = \"16\"\n").find("key_min_length: expected an integer, got a string"),
+            std::string::npos);
+  EXPECT_NE(error_of("[idempotency]\nstore_server_errors = \"yes\"\n").find("expected true or false"), std::string::npos);
+  EXPECT_NE(error_of("[idempotency]\non_lease_expiry = \"retry\"\n").find("expected \"reexecute\" or \"unknown\""),
+            std::string::npos);
+  EXPECT_NE(error_of("[idempotency]\nkey_min_length = 300\n").find("key_min_length (300) is greater than key_max_length (256)"),
+            std::string::npos);
+  EXPECT_NE(error_of("[idempotency]\nkey_min_length = 0\n").find("outside 1..4096"), std::string::npos);
+  EXPECT_NE(error_of("[idempotency]\nlease = \"0s\"\n").find("lease: must be longer than 0"), std::string::npos);
+  EXPECT_NE(error_of("[idempotency]\nheader = \"Bad Header\"\n").find("not a valid header name"), std::string::npos);
+  EXPECT_NE(error_of("listen = \"nonsense\"\n").find("listen: expected HOST:PORT"), std::string::npos);
+  EXPECT_NE(error_of("upstream = \"https://x\"\n").find("upstream: https upstreams are not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of("store = \"postgres://u:p@h/db\"\n").find("store: the postgres store is not built yet"),
+            std::string::npos);
+  EXPECT_NE(error_of("log_level = \"loud\"\n").find("log_level"), std::string::npos);
+  EXPECT_NE(error_of("threads = 1000\n").find("threads: 1000 is outside 0..256"), std::string::npos);
+  EXPECT_NE(error_of("max_header = \"100B\"\n").find("max_header: must be at least 1024 bytes"), std::string::npos);
+  EXPECT_NE(error_of("[tenant]\nheader = \"X-T\"\nfrom = \"authorization\"\n").find("not both"), std::string::npos);
+  EXPECT_NE(error_of("[tenant]\nfrom = \"cookie\"\n").find("expected \"header\", \"authorization\" or \"none\""),
+            std::string::npos);
+  EXPECT_NE(error_of("idempotency = 3\n").find("expected a table"), std::string::npos);
+}
+
+TEST(Config, RouteErrors) {
+  EXPECT_EQ(error_of("[[route]]\npath = \"/a\"\n"), "config.toml: [[route]] #1: missing key \"method\" (line 1)");
+  EXPECT_EQ(error_of("[[route]]\nmethod = \"POST\"\n"), "config.toml: [[route]] #1: missing key \"path\" (line 1)");
+  EXPECT_NE(error_of("[[route]]\nmethod = \"GET\"\npath = \"/a\"\n").find("GET is never handled"), std::string::npos);
+  EXPECT_NE(error_of("[[route]]\nmethod = \"head\"\npath = \"/a\"\n").find("HEAD is never handled"), std::string::npos);
+  EXPECT_NE(error_of("[[route]]\nmethod = []\npath = \"/a\"\n").find("at least one method"), std::string::npos);
+  EXPECT_NE(error_of("[[route]]\nmethod = \"PO ST\"\npath = \"/a\"\n").find("is not an HTTP method"), std::string::npos);
+  EXPECT_NE(error_of("[[route]]\nmethod = \"POST\"\npath = \"a\"\n").find("path \"a\": must start with \"/\""),
+            std::string::npos);
+  EXPECT_NE(error_of("[[route]]\nmethod = \"POST\"\npath = \"/a/**/b\"\n").find("only be the last segment"),
+            std::string::npos);
+  EXPECT_NE(error_of("[[route]]\nmethod = \"POST\"\npath = \"/a\"\nrequired = 1\n").find("required: expected true or false"),
+            std::string::npos);
+  EXPECT_NE(error_of("[[route]]\nmethod = \"POST\"\npath = \"/a\"\nfingerprint.json_ignore = [\"x\"]\n")
+                .find("not a JSON Pointer"),
+            std::string::npos);
+  EXPECT_NE(error_of("[route]\nmethod = \"POST\"\n").find("written [[route]]"), std::string::npos);
+}
+
+TEST(Config, TomlSyntaxErrorsNameFileLineAndColumn) {
+  const std::string e = error_of("listen = \"127.0.0.1:8080\"\nthis is not toml\n");
+  EXPECT_EQ(e.rfind("config.toml:2:", 0), 0u) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
+TEST(Config, RetentionOutsideOneHourToSevenDaysWarns) {
+  Config c = parse_config("[idempotency]\nretention = \"10s\"\n", "c");
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_NE(c.warnings[0].find("[idempotency]"), std::string::npos);
+  EXPECT_NE(c.warnings[0].find("outside 1h-7d"), std::string::npos);
+  c = parse_config("[[route]]\nmethod = \"POST\"\npath = \"/p\"\nretention = \"8d\"\n", "c");
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_NE(c.warnings[0].find("[[route]] #1 (POST /p)"), std::string::npos);
+  EXPECT_TRUE(parse_config("[idempotency]\nretention = \"1h\"\n", "c").warnings.empty());
+  EXPECT_TRUE(parse_config("[idempotency]\nretention = \"7d\"\n", "c").warnings.empty());
+}
+
+TEST(Config, FlagsOverrideTheFile) {
+  Overrides o;
+  o.listen = "127.0.0.1:0";
+  o.upstream = "http://localhost:9999";
+  o.store = "memory:";
+  o.admin_listen = "off";
+  const Config c = parse_config("listen = \"1.2.3.4:1\"\nstore = \"sqlite:/x.db\"\n", "c", o);
+  EXPECT_EQ(c.listen.text(), "127.0.0.1:0");
+  EXPECT_EQ(c.upstream.host, "localhost");
+  EXPECT_EQ(c.upstream.port, 9999);
+  EXPECT_EQ(c.store.kind, StoreUrl::Kind::memory);
+  EXPECT_FALSE(c.admin_listen);
+}
+
+TEST(Config, BadFlagsNameTheFlag) {
+  Overrides o;
+  o.listen = "nope";
+  EXPECT_EQ(error_of("", o).rfind("--listen \"nope\": expected HOST:PORT", 0), 0u) << error_of("", o);
+  Overrides s;
+  s.store = "redis://h:6379";
+  EXPECT_NE(error_of("", s).find("--store \"redis://h:6379\": the redis store is not built yet"), std::string::npos);
+}
+
+TEST(Config, LoadConfigReadsFilesAndNamesMissingOnes) {
+  const std::string path = testing::TempDir() + "idem_gateway_config_test.toml";
+  {
+    std::ofstream out(path);
+    out << "listen = \"127.0.0.1:1234\"\n";
+  }
+  EXPECT_EQ(load_config(path).listen.port, 1234);
+  std::remove(path.c_str());
+  try {
+    load_config(path);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": cannot read the file");
+  }
+  EXPECT_EQ(load_config(std::nullopt).listen.port, 8080);
+}
+
+}  // namespace
+}  // namespace idem::gateway

@@ -1,0 +1,118 @@
+// idem-gateway: a reverse proxy that makes any HTTP API idempotent (docs/gateway.md).
+//
+//   idem-gateway [--config FILE] [--listen HOST:PORT] [--upstream URL] [--store URL]
+//                [--admin-listen HOST:PORT]
+//
+// Exit codes: 0 after a clean shutdown, 1 when start-up fails (store, bind, resolve), 2 for a
+// bad flag or configuration.
+#include <CLI/CLI.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "idem/engine.hpp"
+#include "idem/gateway/config.hpp"
+#include "idem/gateway/log.hpp"
+#include "idem/memory_store.hpp"
+#include "idem/sqlite_store.hpp"
+#include "server.hpp"
+
+namespace {
+
+using namespace idem;
+using namespace idem::gateway;
+
+int fail(int code, const std::string& message) {
+  std::fprintf(stderr, "idem-gateway: %s\n", message.c_str());
+  return code;
+}
+
+// Opens the configured store; on failure returns null and sets `error`.
+std::unique_ptr<Store> open_store(const StoreUrl& url, std::string& error) {
+  if (url.kind == StoreUrl::Kind::memory) return std::make_unique<MemoryStore>();
+  // The directory is created like the file itself would be: a missing ./var is not an error.
+  const std::filesystem::path path(url.path);
+  if (path.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+    if (ec) {
+      error = "store " + url.text + ": cannot create directory " + path.parent_path().string() + ": " + ec.message();
+      return nullptr;
+    }
+  }
+  SqliteOptions options;
+  options.path = url.path;
+  options.reaper_interval = Millis{0};  // the gateway runs its own reaper for every store
+  auto store = SqliteStore::open(std::move(options));
+  if (!store) {
+    error = "store " + url.text + ": " + store.error().message;
+    return nullptr;
+  }
+  return std::move(*store);
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"idem-gateway: a reverse proxy that makes any HTTP API idempotent (see docs/gateway.md)",
+               "idem-gateway"};
+  std::string config_path;
+  std::string listen, upstream, store_url, admin_listen;
+  app.add_option("--config", config_path, "TOML configuration file");
+  app.add_option("--listen", listen, "client listener HOST:PORT (overrides `listen`)");
+  app.add_option("--upstream", upstream, "upstream http://HOST[:PORT] (overrides `upstream`)");
+  app.add_option("--store", store_url, "memory: or sqlite:PATH (overrides `store`)");
+  app.add_option("--admin-listen", admin_listen, "admin listener HOST:PORT or \"off\" (overrides `admin_listen`)");
+  app.set_version_flag("--version", "idem-gateway 0.1.0");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    return fail(2, e.what());
+  }
+
+  Overrides overrides;
+  if (app.count("--listen")) overrides.listen = listen;
+  if (app.count("--upstream")) overrides.upstream = upstream;
+  if (app.count("--store")) overrides.store = store_url;
+  if (app.count("--admin-listen")) overrides.admin_listen = admin_listen;
+
+  Config config;
+  try {
+    config = load_config(app.count("--config") ? std::optional<std::string>(config_path) : std::nullopt, overrides);
+  } catch (const ConfigError& e) {
+    return fail(2, e.what());
+  }
+  log::set_level(config.log_level);
+  for (const auto& warning : config.warnings) log::write(LogLevel::warn, warning);
+
+  std::string error;
+  std::unique_ptr<Store> store = open_store(config.store, error);
+  if (!store) return fail(1, error);
+  Engine engine(*store);
+  auto gateway = std::make_unique<Gateway>(config, engine);
+  try {
+    gateway->start();
+  } catch (const std::exception& e) {
+    return fail(1, e.what());
+  }
+  gateway->run();
+  // The store first: its last callbacks are posted to the (stopped) event loops, which must
+  // still exist; then the loops, with whatever they still hold.
+  store.reset();
+  gateway.reset();
+  log::flush();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);  // a vanished peer is an error code, not a fatal signal
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    return fail(1, e.what());
+  }
+}

@@ -1,0 +1,53 @@
+#pragma once
+
+// The schema (SPEC §6) and its versioned migrations, and the statements the store prepares on
+// every connection.
+
+#include <chrono>
+#include <string>
+
+#include "connection.hpp"
+
+namespace idem::postgres_detail {
+
+/// The version the last migration brings a schema to.
+int latest_schema_version();
+
+/// Brings `schema` to the latest version (creating it if missing) when `run_migrations`, under a
+/// transaction-level advisory lock so that replicas starting at once migrate it once; otherwise
+/// only checks it. A schema newer than this build is StoreErrc::corrupt.
+std::expected<Done, Failure> migrate(PGconn* conn, const std::string& schema, bool run_migrations,
+                                     std::chrono::milliseconds silence);
+
+/// The statements every connection prepares, by name.
+enum class Stmt : unsigned char {
+  claim,
+  complete,
+  fail,
+  release,
+  get,
+  ping,
+  purge,
+  list_all,
+  list_after,
+  count,
+  lock_fenced,
+  lock_record,
+  mark_retryable,
+  resolve,
+};
+inline constexpr int kStatementCount = static_cast<int>(Stmt::resolve) + 1;
+
+/// The prepared statement's name on the connection.
+const char* statement_name(Stmt stmt);
+
+/// The statement's SQL for tables in `schema`.
+std::string statement_sql(Stmt stmt, const std::string& schema);
+
+/// Columns of a record, in the order read_record expects them (after any leading columns).
+inline constexpr const char* kRecordColumns =
+    "state, request_hash, fencing_token, lease_expires_ms, response_status, response_headers, response_body, "
+    "created_ms, completed_ms, expires_ms";
+inline constexpr int kRecordColumnCount = 10;
+
+}  // namespace idem::postgres_detail

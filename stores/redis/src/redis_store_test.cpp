@@ -1,0 +1,323 @@
+// RedisStore against real servers: the conformance suite on a standalone Redis and on a Redis
+// Cluster, then what is particular to Redis (key layout, TTLs, NOSCRIPT, pipelining, WAIT,
+// slots as the cluster computes them). Faults that disturb the servers are in
+// redis_fault_test.cpp.
+#include "idem/redis_store.hpp"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <future>
+#include <thread>
+
+#include "idem/testing/manual_clock.hpp"
+#include "idem/testing/store_conformance.hpp"
+#include "record_codec.hpp"
+#include "redis_test_support.hpp"
+#include "slot.hpp"
+
+namespace idem {
+namespace {
+
+using namespace std::chrono_literals;
+using redis_test::RawRedis;
+
+[[maybe_unused]] auto* const servers_environment = ::testing::AddGlobalTestEnvironment(new redis_test::ServersEnvironment);
+
+std::unique_ptr<RedisStore> open_store(RedisOptions options) {
+  auto store = RedisStore::open(std::move(options));
+  if (!store) throw std::runtime_error("RedisStore::open: " + store.error().message);
+  return std::move(*store);
+}
+
+std::unique_ptr<RedisStore> open_store(const std::string& url, const std::string& prefix) {
+  RedisOptions options;
+  options.url = url;
+  options.key_prefix = prefix;
+  return open_store(std::move(options));
+}
+
+// ---- the conformance suite, twice ---------------------------------------------------------------
+
+// A fresh prefix per make() is fresh, empty storage without FLUSHALL (other tests may be running
+// against the same servers); share() opens another store on the last prefix.
+std::string standalone_prefix, cluster_prefix;
+
+std::unique_ptr<Store> make_standalone() {
+  standalone_prefix = redis_test::unique_prefix("conf");
+  return open_store(redis_test::standalone_url(), standalone_prefix);
+}
+std::unique_ptr<Store> share_standalone() { return open_store(redis_test::standalone_url(), standalone_prefix); }
+std::unique_ptr<Store> make_cluster() {
+  cluster_prefix = redis_test::unique_prefix("conf");
+  return open_store(redis_test::cluster_url(), cluster_prefix);
+}
+std::unique_ptr<Store> share_cluster() { return open_store(redis_test::cluster_url(), cluster_prefix); }
+
+}  // namespace
+
+namespace testing {
+INSTANTIATE_TEST_SUITE_P(Redis, StoreConformance,
+                         ::testing::Values(StoreFactory{"redis", make_standalone, share_standalone},
+                                           StoreFactory{"redis_cluster", make_cluster, share_cluster}),
+                         StoreConformance::name_of);
+}  // namespace testing
+
+namespace {
+
+// ---- Redis-specific, on both topologies ---------------------------------------------------------
+
+class RedisStoreTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string url() const { return GetParam() == "standalone" ? redis_test::standalone_url() : redis_test::cluster_url(); }
+
+  // Where a key lives: the standalone server, or the cluster master owning its slot.
+  redis_detail::Address node_of(const std::string& key) {
+    auto first = redis_test::cluster_nodes().front();
+    if (GetParam() == "standalone") return redis_detail::parse_redis_url(redis_test::standalone_url())->nodes[0];
+    RawRedis raw(first);
+    auto slots = raw.call({"CLUSTER", "SLOTS"});
+    const int slot = redis_detail::key_slot(key);
+    for (const auto& range : slots.elements) {
+      if (range.elements[0].integer <= slot && slot <= range.elements[1].integer) {
+        return redis_detail::Address{range.elements[2].elements[0].str,
+                                     static_cast<int>(range.elements[2].elements[1].integer)};
+      }
+    }
+    throw std::runtime_error("no owner for slot " + std::to_string(slot));
+  }
+
+  std::vector<redis_detail::Address> masters() {
+    if (GetParam() == "standalone") return {redis_detail::parse_redis_url(redis_test::standalone_url())->nodes[0]};
+    RawRedis raw(redis_test::cluster_nodes().front());
+    std::vector<redis_detail::Address> out;
+    for (const auto& range : raw.call({"CLUSTER", "SLOTS"}).elements) {
+      out.push_back({range.elements[2].elements[0].str, static_cast<int>(range.elements[2].elements[1].integer)});
+    }
+    return out;
+  }
+
+  ClaimRequest request(const std::string& tenant, const std::string& key, const std::string& hash = "h") {
+    ClaimRequest r;
+    r.id = RecordId{tenant, key};
+    r.request_hash = hash;
+    r.token = next_token++;
+    r.now = clock.now();
+    r.lease_expires = r.now + 60s;
+    r.expires = r.now + 24h;
+    return r;
+  }
+  static Fence fence_of(const ClaimResult& c) { return Fence{RecordId{c.record.tenant, c.record.key}, c.record.fencing_token}; }
+
+  testing::ManualClock clock;
+  std::uint64_t next_token = 1;
+};
+
+INSTANTIATE_TEST_SUITE_P(Topologies, RedisStoreTest, ::testing::Values("standalone", "cluster"),
+                         [](const auto& info) { return info.param; });
+
+TEST_P(RedisStoreTest, RecordIsOneReadableHashWithAPhysicalTtlBeyondItsLogicalLife) {
+  auto store = open_store(url(), redis_test::unique_prefix("layout"));
+  BlockingStore b(*store);
+  auto c = b.claim(request("acme", "order-0000000001"));
+  ASSERT_TRUE(c && c->status == ClaimStatus::claimed);
+  const std::string key = store->redis_key(RecordId{"acme", "order-0000000001"});
+  EXPECT_TRUE(key.ends_with("{acme:order-0000000001}"));
+  RawRedis raw(node_of(key));
+  EXPECT_EQ(raw.text({"TYPE", key}), "hash");
+  EXPECT_EQ(raw.text({"HGET", key, "state"}), "in_progress");
+  // In progress, the key outlives its lease (so an expired lease can still be reported as
+  // outcome unknown or taken over): its TTL is the retention plus the grace.
+  auto pttl = raw.call({"PTTL", key}).integer;
+  EXPECT_GT(pttl, std::chrono::milliseconds(24h).count());
+  EXPECT_LE(pttl, std::chrono::milliseconds(24h + 10min).count());
+  ASSERT_EQ(b.complete(CompleteRequest{fence_of(*c), StoredResponse{200, {}, "ok"}, clock.now(), clock.now() + 1h}),
+            FenceStatus::ok);
+  pttl = raw.call({"PTTL", key}).integer;
+  EXPECT_GT(pttl, std::chrono::milliseconds(1h).count());
+  EXPECT_LE(pttl, std::chrono::milliseconds(1h + 10min).count());
+  EXPECT_EQ(raw.text({"HGET", key, "body"}), "ok");
+}
+
+TEST_P(RedisStoreTest, AnyTenantAndKeyBytesRoundTripAndList) {
+  auto store = open_store(url(), redis_test::unique_prefix("bytes"));
+  BlockingStore b(*store);
+  const std::vector<RecordId> ids = {{"t{1}", "k}{:%-00000000001"},
+                                     {"t", std::string("nul\0and\xff-0000001", 17)},
+                                     {"t:x", "y"},
+                                     {"t", "x:y"}};
+  for (const auto& id : ids) {
+    auto c = b.claim(request(id.tenant, id.key));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->status, ClaimStatus::claimed);
+    auto r = b.get(id);
+    ASSERT_TRUE(r && *r);
+    EXPECT_EQ((*r)->tenant, id.tenant);
+    EXPECT_EQ((*r)->key, id.key);
+  }
+  std::promise<StoreResult<std::vector<Record>>> listed;
+  store->list(ListQuery{}, [&](auto r) { listed.set_value(std::move(r)); });
+  auto all = listed.get_future().get();
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->size(), ids.size());
+  for (std::size_t i = 1; i < all->size(); ++i) {
+    EXPECT_LT(std::tie((*all)[i - 1].tenant, (*all)[i - 1].key), std::tie((*all)[i].tenant, (*all)[i].key));
+  }
+}
+
+TEST_P(RedisStoreTest, NoscriptFallsBackToEval) {
+  auto store = open_store(url(), redis_test::unique_prefix("noscript"));
+  BlockingStore b(*store);
+  ASSERT_TRUE(b.claim(request("t", "before-flush-0001")));
+  for (const auto& m : masters()) RawRedis(m).text({"SCRIPT", "FLUSH"});
+  auto c = b.claim(request("t", "after-flush-00001"));
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->status, ClaimStatus::claimed);
+  EXPECT_GE(store->stats().noscript, 1u);
+  ASSERT_EQ(b.complete(CompleteRequest{fence_of(*c), StoredResponse{201, {}, "x"}, clock.now(), clock.now() + 1h}),
+            FenceStatus::ok);
+  EXPECT_EQ(b.claim(request("t", "after-flush-00001"))->status, ClaimStatus::completed);
+}
+
+TEST_P(RedisStoreTest, ConcurrentCallsArePipelinedOnOneConnectionPerNode) {
+  auto store = open_store(url(), redis_test::unique_prefix("pipeline"));
+  constexpr int kCalls = 2000;
+  std::atomic<int> left{kCalls}, claimed{0};
+  std::promise<void> all_done;
+  for (int i = 0; i < kCalls; ++i) {
+    store->claim(request("t", "pipelined-" + std::to_string(i)), [&](StoreResult<ClaimResult> r) {
+      if (r && r->status == ClaimStatus::claimed) ++claimed;
+      if (--left == 0) all_done.set_value();
+    });
+  }
+  all_done.get_future().get();
+  EXPECT_EQ(claimed.load(), kCalls);
+  const auto stats = store->stats();
+  EXPECT_GT(stats.largest_batch, 10u) << "commands were not pipelined";
+  EXPECT_LT(stats.batches, static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(stats.connects, GetParam() == "standalone" ? 1u : masters().size());
+}
+
+TEST_P(RedisStoreTest, SlotsAgreeWithTheServer) {
+  if (GetParam() == "standalone") GTEST_SKIP() << "CLUSTER KEYSLOT needs a cluster";
+  RawRedis raw(redis_test::cluster_nodes().front());
+  auto store = open_store(url(), "idem:");
+  for (const auto& id : std::vector<RecordId>{{"acme", "key-0001"}, {"t{x}", "k}"}, {"", ""}, {"a b", "\x01\x7f"}}) {
+    const auto key = store->redis_key(id);
+    EXPECT_EQ(raw.call({"CLUSTER", "KEYSLOT", key}).integer, redis_detail::key_slot(key)) << key;
+  }
+  for (int i = 0; i < 200; ++i) {
+    const std::string key = "k" + std::to_string(i * 7919) + "{" + std::to_string(i) + "}";
+    EXPECT_EQ(raw.call({"CLUSTER", "KEYSLOT", key}).integer, redis_detail::key_slot(key)) << key;
+  }
+}
+
+TEST_P(RedisStoreTest, WaitReplicasAcknowledgedOrInDoubt) {
+  RedisOptions options;
+  options.url = url();
+  options.key_prefix = redis_test::unique_prefix("wait");
+  options.wait_replicas = 1;
+  options.wait_timeout = 200ms;
+  auto store = open_store(options);
+  auto c = BlockingStore(*store).claim(request("t", "waited-000000001"));
+  if (GetParam() == "cluster") {
+    // Every master has one replica: the claim is acknowledged by it.
+    ASSERT_TRUE(c) << c.error().message;
+    EXPECT_EQ(c->status, ClaimStatus::claimed);
+  } else {
+    // The standalone server has no replica: the write happened but is not replicated.
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.error().code, StoreErrc::unavailable);
+    EXPECT_TRUE(c.error().in_doubt);
+  }
+}
+
+TEST_P(RedisStoreTest, PingAndCountsAcrossMasters) {
+  auto store = open_store(url(), redis_test::unique_prefix("count"));
+  BlockingStore b(*store);
+  EXPECT_TRUE(b.ping());
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(b.claim(request("t", "counted-" + std::to_string(i))));
+  std::promise<StoreResult<StateCounts>> counted;
+  store->count(clock.now(), [&](auto r) { counted.set_value(std::move(r)); });
+  auto counts = counted.get_future().get();
+  ASSERT_TRUE(counts);
+  EXPECT_EQ(counts->in_progress, 50u);
+}
+
+// ---- options and failures without a server ------------------------------------------------------
+
+TEST(RedisStoreOpen, RejectsBadOptions) {
+  RedisOptions bad_url;
+  bad_url.url = "memcached://h";
+  EXPECT_FALSE(RedisStore::open(bad_url));
+  RedisOptions bad_prefix;
+  bad_prefix.url = redis_test::standalone_url();
+  bad_prefix.key_prefix = "a{b}:";
+  auto r = RedisStore::open(bad_prefix);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, StoreErrc::internal);
+  RedisOptions bad_wait;
+  bad_wait.url = redis_test::standalone_url();
+  bad_wait.wait_replicas = 1;
+  bad_wait.wait_timeout = bad_wait.command_timeout;
+  EXPECT_FALSE(RedisStore::open(bad_wait));
+}
+
+// A port nothing listens on (bound, never listened, then closed).
+int dead_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(RedisStoreOpen, UnreachableServer) {
+  RedisOptions options;
+  options.url = "redis://127.0.0.1:" + std::to_string(dead_port());
+  auto checked = RedisStore::open(options);
+  ASSERT_FALSE(checked);
+  EXPECT_EQ(checked.error().code, StoreErrc::unavailable);
+
+  // Unchecked, it opens, and every call fails fast with unavailable, never in doubt.
+  options.check_on_open = false;
+  auto store = open_store(options);
+  BlockingStore b(*store);
+  for (int i = 0; i < 5; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    ClaimRequest r;
+    r.id = {"t", "k"};
+    auto c = b.claim(r);
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.error().code, StoreErrc::unavailable) << c.error().message;
+    EXPECT_FALSE(c.error().in_doubt);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 500ms);
+  }
+  EXPECT_GE(store->stats().connect_failures, 1u);
+  EXPECT_FALSE(b.ping());
+}
+
+TEST(RedisStoreOpen, UnreachableClusterSeeds) {
+  RedisOptions options;
+  options.url = "redis+cluster://127.0.0.1:" + std::to_string(dead_port());
+  auto checked = RedisStore::open(options);
+  ASSERT_FALSE(checked);
+  EXPECT_EQ(checked.error().code, StoreErrc::unavailable);
+  options.check_on_open = false;
+  auto store = open_store(options);
+  ClaimRequest r;
+  r.id = {"t", "k"};
+  auto c = BlockingStore(*store).claim(r);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, StoreErrc::unavailable);
+}
+
+}  // namespace
+}  // namespace idem

@@ -1,0 +1,298 @@
+// Server-free tests of the Redis store's parts: slots, URLs, key and header encodings, replies
+// decoding, and the one error mapping.
+#include "slot.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+#include "errors.hpp"
+#include "record_codec.hpp"
+#include "scripts.hpp"
+#include "url.hpp"
+
+namespace idem::redis_detail {
+namespace {
+
+// ---- CRC16 and slots ---------------------------------------------------------------------------
+
+TEST(Slot, Crc16MatchesTheXmodemCheckValue) {
+  EXPECT_EQ(crc16("123456789"), 0x31C3);  // the published check value of CRC-16/XMODEM
+  EXPECT_EQ(crc16(""), 0);
+}
+
+TEST(Slot, MatchesRedisClusterKeyslot) {
+  // Values from `redis-cli CLUSTER KEYSLOT` on Redis 7.0.
+  EXPECT_EQ(key_slot("foo"), 12182);
+  EXPECT_EQ(key_slot("bar"), 5061);
+  EXPECT_EQ(key_slot("hello"), 866);
+  EXPECT_EQ(key_slot("{user1000}.following"), 3443);
+  EXPECT_EQ(key_slot("{user1000}.followers"), 3443);
+  EXPECT_EQ(key_slot("123456789"), 0x31C3 & 16383);
+}
+
+TEST(Slot, HashTagRules) {
+  EXPECT_EQ(key_slot("a{tag}b"), key_slot("tag"));
+  EXPECT_EQ(key_slot("x{tag}y{other}"), key_slot("tag"));   // only the first tag counts
+  EXPECT_EQ(key_slot("{}tag"), key_slot("{}tag"));           // empty tag: the whole key
+  EXPECT_NE(key_slot("{}tag"), key_slot("tag"));
+  EXPECT_EQ(key_slot("{{tag}}"), key_slot("{tag"));          // up to the first '}' after '{'
+  EXPECT_EQ(key_slot("no{close"), crc16("no{close") & 16383);
+}
+
+TEST(Slot, RecordsOfOneIdentityShareASlotAndIdentitiesSpread) {
+  std::set<int> slots;
+  for (int i = 0; i < 1000; ++i) {
+    const auto k = record_key("idem:", RecordId{"tenant", "key-" + std::to_string(i)});
+    slots.insert(key_slot(k));
+    EXPECT_EQ(key_slot(k), key_slot(record_key("other-prefix:", RecordId{"tenant", "key-" + std::to_string(i)})));
+  }
+  EXPECT_GT(slots.size(), 900u);
+}
+
+// ---- URLs --------------------------------------------------------------------------------------
+
+TEST(Url, Standalone) {
+  auto u = parse_redis_url("redis://127.0.0.1:6380/2");
+  ASSERT_TRUE(u) << u.error();
+  EXPECT_FALSE(u->cluster);
+  ASSERT_EQ(u->nodes.size(), 1u);
+  EXPECT_EQ(u->nodes[0].str(), "127.0.0.1:6380");
+  EXPECT_EQ(u->db, 2);
+  auto d = parse_redis_url("redis://cache.internal");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->nodes[0].port, 6379);
+  EXPECT_EQ(d->db, 0);
+}
+
+TEST(Url, Credentials) {
+  auto a = parse_redis_url("redis://:s%40cret@h:1/0");
+  ASSERT_TRUE(a) << a.error();
+  EXPECT_EQ(a->user, "");
+  EXPECT_EQ(a->password, "s@cret");
+  auto b = parse_redis_url("redis://app:pw@h");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->user, "app");
+  EXPECT_EQ(b->password, "pw");
+}
+
+TEST(Url, Cluster) {
+  auto u = parse_redis_url("redis+cluster://h1:7000,h2:7001,[::1]:7002");
+  ASSERT_TRUE(u) << u.error();
+  EXPECT_TRUE(u->cluster);
+  ASSERT_EQ(u->nodes.size(), 3u);
+  EXPECT_EQ(u->nodes[1].str(), "h2:7001");
+  EXPECT_EQ(u->nodes[2].host, "::1");
+  EXPECT_EQ(u->nodes[2].str(), "[::1]:7002");
+}
+
+TEST(Url, Rejections) {
+  for (const char* bad : {"", "http://h", "rediss://h", "redis://", "redis://h:0", "redis://h:99999", "redis://h:x",
+                          "redis://h/x", "redis://h1,h2", "redis+cluster://h1", "redis+cluster://h:1/3",
+                          "redis://:bad%zz@h"}) {
+    EXPECT_FALSE(parse_redis_url(bad)) << bad;
+  }
+}
+
+// ---- keys --------------------------------------------------------------------------------------
+
+TEST(RecordKey, ReadableForPlainIdentities) {
+  EXPECT_EQ(record_key("idem:", RecordId{"acme", "key-0001"}), "idem:{acme:key-0001}");
+}
+
+TEST(RecordKey, EscapesBracesColonsPercentAndInvisibleBytes) {
+  const RecordId id{"t{1}:%", std::string("k}{ \x00\xff", 6)};
+  const auto k = record_key("p:", id);
+  EXPECT_EQ(k, "p:{t%7B1%7D%3A%25:k%7D%7B%20%00%FF}");
+  auto back = parse_record_key("p:", k);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->tenant, id.tenant);
+  EXPECT_EQ(back->key, id.key);
+}
+
+TEST(RecordKey, NoTwoIdentitiesShareAKey) {
+  // The conformance suite's concatenation case, and the separator itself in either part.
+  EXPECT_NE(record_key("p:", {"ab", "c"}), record_key("p:", {"a", "bc"}));
+  EXPECT_NE(record_key("p:", {"a:b", "c"}), record_key("p:", {"a", "b:c"}));
+  EXPECT_NE(record_key("p:", {"a%3Ab", "c"}), record_key("p:", {"a:b", "c"}));
+}
+
+TEST(RecordKey, RoundTripsRandomIdentities) {
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int> byte(0, 255), len(0, 40);
+  for (int i = 0; i < 2000; ++i) {
+    RecordId id;
+    for (int n = len(rng); n > 0; --n) id.tenant.push_back(static_cast<char>(byte(rng)));
+    for (int n = len(rng); n > 0; --n) id.key.push_back(static_cast<char>(byte(rng)));
+    const auto k = record_key("x:", id);
+    // The hash tag is exactly the identity: nothing inside it ends it early.
+    EXPECT_EQ(k.find('}'), k.size() - 1);
+    auto back = parse_record_key("x:", k);
+    ASSERT_TRUE(back);
+    EXPECT_EQ(back->tenant, id.tenant);
+    EXPECT_EQ(back->key, id.key);
+  }
+}
+
+TEST(RecordKey, ForeignKeysDoNotParse) {
+  for (const char* k : {"other:{a:b}", "p:a:b", "p:{ab}", "p:{a:b", "p:{a%3ab:c}", "p:{a%41:b}", "p:{a b:c}"}) {
+    EXPECT_FALSE(parse_record_key("p:", k)) << k;
+  }
+}
+
+TEST(RecordKey, ScanPatternEscapesGlobCharacters) {
+  EXPECT_EQ(scan_pattern("idem:"), "idem:{*");
+  EXPECT_EQ(scan_pattern("a*b?[c]\\:"), "a\\*b\\?\\[c\\]\\\\:{*");
+}
+
+// ---- headers and records -----------------------------------------------------------------------
+
+TEST(Headers, RoundTripAnyBytes) {
+  const Headers headers{{"Set-Cookie", "a=1"}, {"Set-Cookie", "b=2"}, {std::string("X\0y", 3), "\r\n\xff"}, {"", ""}};
+  auto back = decode_headers(encode_headers(headers));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, headers);
+  EXPECT_EQ(decode_headers(encode_headers({})), Headers{});
+}
+
+TEST(Headers, RejectsMalformedBlobs) {
+  const auto good = encode_headers({{"A", "b"}});
+  EXPECT_FALSE(decode_headers(""));
+  EXPECT_FALSE(decode_headers("\x02\x00"));
+  EXPECT_FALSE(decode_headers(good.substr(0, good.size() - 1)));
+  EXPECT_FALSE(decode_headers(good + "x"));
+  EXPECT_FALSE(decode_headers(std::string("\x01\xff\xff\xff\x0f", 5)));
+}
+
+Reply text(std::string s) { return Reply{Reply::Type::string, std::move(s), 0, {}}; }
+Reply fields(std::initializer_list<std::pair<std::string, std::string>> kv) {
+  Reply r;
+  r.type = Reply::Type::array;
+  for (const auto& [k, v] : kv) {
+    r.elements.push_back(text(k));
+    r.elements.push_back(text(v));
+  }
+  return r;
+}
+
+TEST(DecodeRecord, CompletedRecord) {
+  auto r = decode_record({"t", "k"}, fields({{"state", "completed"},
+                                            {"hash", "h1"},
+                                            {"token", "18446744073709551615"},
+                                            {"lease_expires", "1000"},
+                                            {"created", "900"},
+                                            {"completed", "950"},
+                                            {"expires", "5000"},
+                                            {"status", "201"},
+                                            {"headers", encode_headers({{"A", "b"}})},
+                                            {"body", std::string("x\0y", 3)}}));
+  ASSERT_TRUE(r);
+  ASSERT_TRUE(*r);
+  const Record& rec = **r;
+  EXPECT_EQ(rec.tenant, "t");
+  EXPECT_EQ(rec.state, RecordState::completed);
+  EXPECT_EQ(rec.fencing_token, 18446744073709551615ull);
+  EXPECT_EQ(rec.created, from_epoch_ms(900));
+  EXPECT_EQ(rec.completed, from_epoch_ms(950));
+  EXPECT_EQ(rec.expires, from_epoch_ms(5000));
+  ASSERT_TRUE(rec.response);
+  EXPECT_EQ(rec.response->status, 201);
+  EXPECT_EQ(rec.response->body, std::string("x\0y", 3));
+}
+
+TEST(DecodeRecord, AbsentAndCorrupt) {
+  Reply empty;
+  empty.type = Reply::Type::array;
+  auto none = decode_record({"t", "k"}, empty);
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(*none);
+  auto bad_state = decode_record({"t", "k"}, fields({{"state", "weird"}, {"hash", "h"}, {"token", "1"},
+                                                    {"created", "1"}, {"expires", "2"}}));
+  ASSERT_FALSE(bad_state);
+  EXPECT_EQ(bad_state.error().code, StoreErrc::corrupt);
+  auto missing = decode_record({"t", "k"}, fields({{"state", "in_progress"}}));
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, StoreErrc::corrupt);
+}
+
+// ---- errors ------------------------------------------------------------------------------------
+
+TEST(Errors, OneMappingForEveryFailure) {
+  using K = Failure::Kind;
+  struct Case {
+    Failure f;
+    StoreErrc code;
+    bool in_doubt;
+  };
+  const Case cases[] = {
+      {{K::connect, "Connection refused", "h:1"}, StoreErrc::unavailable, false},
+      {{K::connect_timeout, "Connection timed out", "h:1"}, StoreErrc::timeout, false},
+      {{K::down, "Connection refused", "h:1"}, StoreErrc::unavailable, false},
+      {{K::io, "Server closed the connection", "h:1"}, StoreErrc::unavailable, true},
+      {{K::timeout, "", "h:1"}, StoreErrc::timeout, true},
+      {{K::protocol, "bad", "h:1"}, StoreErrc::internal, true},
+      {{K::replication, "0 of 1", "h:1"}, StoreErrc::unavailable, true},
+      {{K::retries, "CLUSTERDOWN The cluster is down", "h:1"}, StoreErrc::unavailable, false},
+      {{K::redirects, "MOVED 1 h:2", "h:1"}, StoreErrc::unavailable, false},
+      {{K::no_route, "slot 7", ""}, StoreErrc::unavailable, false},
+      {{K::closing, "", ""}, StoreErrc::unavailable, false},
+      {{K::reply, "LOADING Redis is loading the dataset in memory", "h:1"}, StoreErrc::unavailable, false},
+      {{K::reply, "OOM command not allowed", "h:1"}, StoreErrc::unavailable, false},
+      {{K::reply, "NOAUTH Authentication required.", "h:1"}, StoreErrc::unavailable, false},
+      {{K::reply, "WRONGTYPE Operation against a key holding the wrong kind of value", "h:1"}, StoreErrc::corrupt, false},
+      {{K::reply, "IDEMCORRUPT unknown state", "h:1"}, StoreErrc::corrupt, false},
+      {{K::reply, "ERR Error running script (call to f_x): @user_script:1: oops", "h:1"}, StoreErrc::internal, false},
+  };
+  for (const auto& c : cases) {
+    const StoreError e = map_error(c.f);
+    EXPECT_EQ(e.code, c.code) << c.f.detail;
+    EXPECT_EQ(e.in_doubt, c.in_doubt) << c.f.detail;
+    EXPECT_FALSE(e.message.empty());
+  }
+}
+
+TEST(Errors, ClassifiesRedirectsAndTransientReplies) {
+  EXPECT_EQ(classify_error_reply("MOVED 3999 127.0.0.1:6381"), ErrorAction::moved);
+  EXPECT_EQ(classify_error_reply("ASK 3999 127.0.0.1:6381"), ErrorAction::ask);
+  EXPECT_EQ(classify_error_reply("NOSCRIPT No matching script. Please use EVAL."), ErrorAction::noscript);
+  for (const char* t : {"TRYAGAIN Multiple keys request during rehashing of slot", "CLUSTERDOWN The cluster is down",
+                        "LOADING Redis is loading", "MASTERDOWN Link with MASTER is down",
+                        "READONLY You can't write against a read only replica."}) {
+    EXPECT_EQ(classify_error_reply(t), ErrorAction::retry) << t;
+  }
+  EXPECT_EQ(classify_error_reply("ERR unknown command"), ErrorAction::report);
+  EXPECT_EQ(classify_error_reply("MOVEDX"), ErrorAction::report);
+}
+
+TEST(Errors, ParsesRedirects) {
+  auto r = parse_redirect("MOVED 3999 127.0.0.1:6381");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->slot, 3999);
+  EXPECT_EQ(r->to.str(), "127.0.0.1:6381");
+  auto no_host = parse_redirect("ASK 1 :7000");
+  ASSERT_TRUE(no_host);
+  EXPECT_EQ(no_host->to.host, "");
+  EXPECT_EQ(no_host->to.port, 7000);
+  EXPECT_FALSE(parse_redirect("MOVED 99999 h:1"));
+  EXPECT_FALSE(parse_redirect("MOVED x h:1"));
+  EXPECT_FALSE(parse_redirect("MOVED 1"));
+}
+
+// ---- scripts -----------------------------------------------------------------------------------
+
+TEST(Scripts, Sha1IsWhatRedisNamesScriptsBy) {
+  EXPECT_EQ(sha1_hex(""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+  EXPECT_EQ(sha1_hex("return 1"), "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");  // SCRIPT LOAD "return 1"
+  for (auto id : {ScriptId::claim, ScriptId::complete, ScriptId::fail, ScriptId::release, ScriptId::mark_retryable,
+                  ScriptId::resolve, ScriptId::purge}) {
+    const Script& s = script(id);
+    EXPECT_EQ(s.sha1.size(), 40u) << s.name;
+    EXPECT_NE(s.source.find("KEYS[1]"), std::string_view::npos) << s.name;
+    EXPECT_EQ(s.source.find("KEYS[2]"), std::string_view::npos) << s.name << " must touch one key";
+    EXPECT_EQ(s.source.find("TIME"), std::string_view::npos) << s.name << " must not read Redis's clock";
+  }
+}
+
+}  // namespace
+}  // namespace idem::redis_detail

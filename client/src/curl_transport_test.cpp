@@ -226,7 +226,9 @@ TEST(CurlTransport, RequestsARetryCannotFixFail) {
 
 TEST(CurlTransport, RefusesBodiesAboveTheLimit) {
   TinyServer server([](const std::string&) { return http_response(200, "OK", "", std::string(1000, 'x')); });
-  CurlTransport transport({.max_response_bytes = 100});
+  CurlOptions options;
+  options.max_response_bytes = 100;
+  CurlTransport transport(options);
   const auto r = transport.perform({"POST", server.url(), {}, ""}, seconds(5));
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code, TransportErrc::failed) << r.error().message;

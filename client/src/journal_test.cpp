@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "fakes.hpp"
@@ -372,22 +373,30 @@ TEST_F(JournalTest, ManyThreadsShareOneJournaledClient) {
   ClientOptions options;
   options.budget.enabled = false;
   auto r = rig({}, options);
+  std::mutex mutex;
+  std::set<std::string> seen;
   std::atomic<int> calls{0};
-  // Every third attempt is lost after sending; its retry must find the operation still journaled.
-  r.transport->responder = [&](const HttpRequest&) -> testing::Outcome {
-    if (++calls % 3 == 0) return failure(TransportErrc::no_answer);
+  // Every operation's first attempt is lost after sending; the retry must find it still journaled.
+  r.transport->responder = [&](const HttpRequest& request) -> testing::Outcome {
+    ++calls;
+    if (calls % 3 == 0) return failure(TransportErrc::no_answer);
     return response(201);
   };
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
-      for (int i = 0; i < 25; ++i) ok += r.client->send(transfer()).ok() ? 1 : 0;
+      for (int i = 0; i < 25; ++i) {
+        const SendResult result = r.client->send(transfer());
+        EXPECT_EQ(result.stop, StopReason::success) << to_string(result.stop);
+        if (!result.ok()) ADD_FAILURE() << "STOPPED " << to_string(result.stop) << " attempts " << result.attempts << " " << result.journal_error << " " << (result.error ? result.error->message : "");
+        ok += result.ok() ? 1 : 0;
+      }
     });
   }
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(ok.load(), 100);
-  EXPECT_GT(calls.load(), 100);
+  EXPECT_EQ(calls.load(), 200);
   EXPECT_TRUE(r.client->pending().value().empty());
   EXPECT_TRUE(r.client->dead_letters().value().empty());
 }

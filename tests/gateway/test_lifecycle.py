@@ -99,9 +99,11 @@ class CommandLineTest(GatewayTestCase):
         return p.returncode, p.stderr.decode("utf-8", "replace").strip()
 
     def assertRefused(self, args, config=None, mention=None):
-        base = ["--listen", "127.0.0.1:%d" % free_port(), "--admin-listen", "127.0.0.1:%d" % free_port(),
-                "--upstream", self.upstream.url, "--store", "memory:"]
-        code, err = self.run_gateway(base + args, config)
+        base = {"--listen": "127.0.0.1:%d" % free_port(), "--admin-listen": "127.0.0.1:%d" % free_port(),
+                "--upstream": self.upstream.url, "--store": "memory:"}
+        for flag in args:
+            base.pop(flag, None)  # the case replaces it
+        code, err = self.run_gateway([x for kv in base.items() for x in kv] + args, config)
         self.assertEqual(code, 2, "args %r config %r: exit %d, stderr %r" % (args, config, code, err))
         self.assertTrue(err, "no message")
         self.assertNotIn("\n", err, "more than one line: %r" % err)
@@ -135,10 +137,13 @@ class CommandLineTest(GatewayTestCase):
         self.assertEqual(code, 2, err)
 
     def test_flags_override_the_file(self):
-        config = 'listen = "127.0.0.1:1"\nupstream = "http://127.0.0.1:1"\nstore = "bogus:"\n'
-        gw = self.start_gateway(config)  # the harness passes --listen/--upstream/--store
+        file_store = os.path.join(self.workdir, "from-the-file.db")
+        config = ('listen = "127.0.0.1:1"\nadmin_listen = "127.0.0.1:2"\nupstream = "http://127.0.0.1:3"\n'
+                  'store = "sqlite:%s"\n' % file_store)
+        gw = self.start_gateway(config, store="memory:")  # the harness passes all four flags
         r = gw.request("POST", "/echo", "{}", key=new_key())
         self.assertEqual(r.status, 200, r)
+        self.assertFalse(os.path.exists(file_store), "the file's store was opened despite --store")
 
 
 if __name__ == "__main__":

@@ -599,29 +599,33 @@ class AdminTest(GatewayTestCase):
         self.assertEqual(r.status, 200)
         self.assertTrue((r.header("Content-Type") or "").startswith("text/plain"), r)
 
-        def total(word):
-            return sum(v for k, v in self.gateway.metrics().items()
-                       if word in k.lower() and not k.split("{")[0].endswith(("_bucket", "_sum")))
+        def outcome(name):  # SPEC §9: requests by outcome
+            return self.gateway.metrics().get('idem_requests_total{outcome="%s"}' % name, 0.0)
 
-        words = ("executed", "replayed", "mismatch", "missing", "invalid", "in_use")
-        before = {w: total(w) for w in words}
+        words = ("executed", "replayed", "mismatch", "missing", "invalid", "in_use", "passed_through",
+                 "too_large")
+        before = {w: outcome(w) for w in words}
         key = new_key()
         self.gateway.request("POST", "/echo", "{}", key=key)
         self.gateway.request("POST", "/echo", "{}", key=key)
         self.gateway.request("POST", "/echo", '{"x":1}', key=key)
         self.gateway.request("POST", "/echo", "{}")
         self.gateway.request("POST", "/echo", "{}", key="short")
+        self.gateway.request("GET", "/echo")
+        self.gateway.request("POST", "/echo", b"x" * (MAX_BODY + 1), key=new_key())
         slow = new_key()
         t = threading.Thread(target=lambda: self.gateway.request("POST", "/slow?ms=800", "{}", key=slow))
         t.start()
         self.eventually(lambda: self.upstream.executions(slow) == 1, 10)
         self.gateway.request("POST", "/slow?ms=800", "{}", key=slow)
         t.join(30)
-        after = {w: total(w) for w in words}
+        after = {w: outcome(w) for w in words}
         for w in words:
-            self.assertGreater(after[w], before[w], "metric for %r did not move" % w)
+            self.assertGreater(after[w], before[w], 'idem_requests_total{outcome="%s"} did not move' % w)
         text = self.gateway.admin("/metrics").body.decode()
-        self.assertIn("_bucket", text, "no latency histograms")
+        for family in ("idem_store_call_duration_seconds_bucket", "idem_upstream_duration_seconds_bucket",
+                       "idem_lease_takeovers_total", "idem_requests_in_flight", "idem_reaper_deleted_total"):
+            self.assertIn(family, text)
 
 
 if __name__ == "__main__":

@@ -20,12 +20,17 @@ struct JsonError {
 /// duplicate member names, lone surrogates, numbers that are not finite IEEE-754 doubles.
 ///
 /// `exclude` lists RFC 6901 JSON Pointers whose values are left out of the result (e.g.
-/// "/client_ts"); a pointer that matches nothing is ignored.
+/// "/client_ts"); a pointer that matches nothing is ignored, and so are "" (the whole document)
+/// and malformed pointers. Indices refer to the input's arrays. Excluded values must still be
+/// valid JSON.
+///
+/// Also rejected: nesting deeper than 512 arrays/objects, inputs over 256 MiB. Numbers too
+/// small for a double read as 0, as ECMAScript's JSON.parse does; too large ones are errors.
 std::expected<std::string, JsonError> canonicalize_json(std::string_view json,
                                                         std::span<const std::string> exclude = {});
 
 /// Formats a double as ECMAScript's Number.prototype.toString does (RFC 8785 §3.2.2.3).
-/// `value` must be finite.
+/// `value` should be finite: NaN and infinities give "NaN", "Infinity", "-Infinity", not JSON.
 std::string format_json_number(double value);
 
 }  // namespace idem

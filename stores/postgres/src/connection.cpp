@@ -110,7 +110,9 @@ std::expected<Conn, Failure> connect(const std::string& conninfo, const std::str
     const short events = polling == PGRES_POLLING_READING ? POLLIN : POLLOUT;
     const Io io = wait_socket(conn.get(), events, deadline);
     if (io == Io::timed_out) {
-      return std::unexpected(map_error(Cause::client_timeout, "", "the server did not accept the connection in time", exchange));
+      // Nothing was asked of the server yet: it is unreachable, not slow to answer.
+      return std::unexpected(
+          map_error(Cause::connection_lost, "", "timed out: the server did not accept the connection in time", exchange));
     }
     if (io == Io::lost) {
       return std::unexpected(map_error(Cause::connection_lost, "", trimmed(PQerrorMessage(conn.get())), exchange));

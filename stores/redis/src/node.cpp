@@ -88,7 +88,7 @@ void Node::run() {
     }
     if (!batch.empty()) {
       start(std::move(batch));
-      batch = {};
+      batch.clear();  // moved-from: make it a valid empty vector again
     }
 
     int timeout_ms = -1;

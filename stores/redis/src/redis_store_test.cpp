@@ -201,10 +201,9 @@ TEST_P(RedisStoreTest, ConcurrentCallsArePipelinedOnOneConnectionPerNode) {
   EXPECT_EQ(stats.connects, GetParam() == "standalone" ? 1u : masters().size());
 }
 
-TEST_P(RedisStoreTest, SlotsAgreeWithTheServer) {
-  if (GetParam() == "standalone") GTEST_SKIP() << "CLUSTER KEYSLOT needs a cluster";
+TEST(RedisCluster, SlotsAgreeWithTheServer) {
   RawRedis raw(redis_test::cluster_nodes().front());
-  auto store = open_store(url(), "idem:");
+  auto store = open_store(redis_test::cluster_url(), "idem:");
   for (const auto& id : std::vector<RecordId>{{"acme", "key-0001"}, {"t{x}", "k}"}, {"", ""}, {"a b", "\x01\x7f"}}) {
     const auto key = store->redis_key(id);
     EXPECT_EQ(raw.call({"CLUSTER", "KEYSLOT", key}).integer, redis_detail::key_slot(key)) << key;

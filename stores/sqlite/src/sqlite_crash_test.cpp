@@ -3,6 +3,8 @@
 // after a random delay, again and again; each time, the parent reopens the file and checks every
 // key: absent or in progress with no business row, or completed with exactly one, written by the
 // holder whose token the record carries. Takeovers of killed holders' keys happen throughout.
+#include "idem/sqlite_store.hpp"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -114,8 +116,12 @@ TEST(SqliteCrash, KillsAtAnyPointLeaveNothingOrEverything) {
   TempDir dir;
   const std::string path = dir.file("crash.db");
   {
+    // The store's schema first: a child killed before it finished opening leaves no tables.
+    idem::SqliteOptions options;
+    options.path = path;
+    ASSERT_TRUE(idem::SqliteStore::open(options));
     Db db(path);
-    db.exec("PRAGMA journal_mode = WAL; CREATE TABLE business (key TEXT NOT NULL, token INTEGER NOT NULL)");
+    db.exec("CREATE TABLE business (key TEXT NOT NULL, token INTEGER NOT NULL)");
   }
   std::mt19937 random(20260101);  // seeded: a failure reproduces with the same kill schedule
   std::uniform_int_distribution<int> kill_delay_ms(0, kMaxKillDelayMs);
@@ -158,9 +164,10 @@ TEST(SqliteCrash, KillsAtAnyPointLeaveNothingOrEverything) {
               iterations, std::chrono::duration<double>(elapsed).count(), completed, killed_mid_key, takeovers);
   EXPECT_GE(iterations, 200) << "the time budget ran out first";
   EXPECT_EQ(child_failures, 0);
-  EXPECT_GT(completed, 50u);
-  EXPECT_GT(killed_mid_key, 10);
-  EXPECT_GT(takeovers, 5);
+  // The run exercised what it claims to (loose bounds: a slow disk completes fewer keys).
+  EXPECT_GE(completed, 20u);
+  EXPECT_GE(killed_mid_key, 10);
+  EXPECT_GE(takeovers, 3);
 }
 
 }  // namespace

@@ -1,0 +1,1105 @@
+#include "idem/postgres_store.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <future>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "connection.hpp"
+#include "errors.hpp"
+#include "headers_codec.hpp"
+#include "schema.hpp"
+
+namespace idem {
+
+namespace pd = postgres_detail;
+using pd::Stmt;
+using SteadyClock = pd::SteadyClock;
+
+namespace {
+
+// PostgreSQL has no unsigned 64-bit type; the token's bits are stored as they are.
+std::int64_t token_to_db(std::uint64_t token) { return static_cast<std::int64_t>(token); }
+std::uint64_t token_from_db(std::int64_t value) { return static_cast<std::uint64_t>(value); }
+
+std::int64_t limit_to_db(std::size_t limit) {
+  return static_cast<std::int64_t>(std::min<std::size_t>(limit, std::numeric_limits<std::int64_t>::max()));
+}
+
+StoreError internal_error(std::string message) { return StoreError{StoreErrc::internal, std::move(message)}; }
+
+// Text the server would refuse (invalid UTF-8, NUL) is turned away before it can abort a batch.
+std::optional<StoreError> unstorable(const RecordId& id) {
+  if (pd::valid_text(id.tenant) && pd::valid_text(id.key)) return std::nullopt;
+  return internal_error("postgres: tenant and key must be valid UTF-8 without NUL bytes");
+}
+
+// ---- reading results ------------------------------------------------------------------------
+
+// A record from the columns pd::kRecordColumns, starting at `col0`.
+StoreResult<Record> read_record(const PGresult* r, int row, int col0, std::string tenant, std::string key) {
+  pd::Reader in(r, row);
+  auto corrupt = [&](std::string_view what) {
+    return std::unexpected(StoreError{StoreErrc::corrupt, "postgres: record (\"" + tenant + "\", \"" + key +
+                                                              "\"): " + std::string(what)});
+  };
+  const auto state = in.null(col0) ? std::nullopt : parse_record_state(in.bytes(col0));
+  if (!state) return corrupt("unknown state \"" + std::string(in.bytes(col0)) + "\"");
+  Record rec;
+  rec.state = *state;
+  rec.request_hash = std::string(in.bytes(col0 + 1));
+  rec.fencing_token = token_from_db(in.int8(col0 + 2));
+  rec.lease_expires = from_epoch_ms(in.int8(col0 + 3));
+  rec.created = from_epoch_ms(in.int8(col0 + 7));
+  if (!in.null(col0 + 8)) rec.completed = from_epoch_ms(in.int8(col0 + 8));
+  rec.expires = from_epoch_ms(in.int8(col0 + 9));
+  if (rec.state == RecordState::completed) {
+    if (in.null(col0 + 4)) return corrupt("completed without a response status");
+    auto headers = pd::decode_headers(in.bytes(col0 + 5));
+    if (!headers) return corrupt("response_headers cannot be decoded");
+    rec.response = StoredResponse{in.int4(col0 + 4), std::move(*headers), std::string(in.bytes(col0 + 6))};
+  }
+  if (!in.ok()) return corrupt("a column holds a value of an unexpected size");
+  rec.tenant = std::move(tenant);
+  rec.key = std::move(key);
+  return rec;
+}
+
+StoreResult<ClaimResult> parse_claim(const ClaimRequest& req, const PGresult* r) {
+  if (PQntuples(r) != 1 || PQnfields(r) != 2 + pd::kRecordColumnCount) {
+    return std::unexpected(internal_error("postgres: idem_claim returned an unexpected shape"));
+  }
+  pd::Reader in(r, 0);
+  const std::string_view outcome = in.bytes(0);
+  ClaimResult out;
+  if (outcome == "claimed") {
+    out.status = ClaimStatus::claimed;
+    const std::string_view kind = in.bytes(1);
+    if (kind == "fresh") {
+      out.kind = ClaimKind::fresh;
+    } else if (kind == "after_failure") {
+      out.kind = ClaimKind::after_failure;
+    } else if (kind == "after_lease_expiry") {
+      out.kind = ClaimKind::after_lease_expiry;
+    } else {
+      return std::unexpected(internal_error("postgres: idem_claim returned kind \"" + std::string(kind) + "\""));
+    }
+  } else if (outcome == "mismatch") {
+    out.status = ClaimStatus::mismatch;
+  } else if (outcome == "completed") {
+    out.status = ClaimStatus::completed;
+  } else if (outcome == "in_progress") {
+    out.status = ClaimStatus::in_progress;
+  } else if (outcome == "outcome_unknown") {
+    out.status = ClaimStatus::outcome_unknown;
+  } else {
+    return std::unexpected(internal_error("postgres: idem_claim returned outcome \"" + std::string(outcome) + "\""));
+  }
+  auto record = read_record(r, 0, 2, req.id.tenant, req.id.key);
+  if (!record) return std::unexpected(record.error());
+  out.record = std::move(*record);
+  return out;
+}
+
+StoreResult<FenceStatus> fenced(const PGresult* r) {
+  return pd::affected_rows(r) == 1 ? FenceStatus::ok : FenceStatus::lost;
+}
+
+void bind_fence(const Fence& fence, pd::Params& p) {
+  p.text(fence.id.tenant);
+  p.text(fence.id.key);
+  p.int8(token_to_db(fence.token));
+}
+
+// ---- requests as the statements bind them ---------------------------------------------------
+
+struct CompleteWrite {
+  CompleteRequest req;
+  std::string headers;  // req.response.headers, encoded
+};
+
+struct PurgeArgs {
+  TimePoint now;
+  std::size_t limit;
+};
+
+void bind_claim(const ClaimRequest& req, pd::Params& p) {
+  p.text(req.id.tenant);
+  p.text(req.id.key);
+  p.text(req.request_hash);
+  p.int8(token_to_db(req.token));
+  p.int8(to_epoch_ms(req.now));
+  p.int8(to_epoch_ms(req.lease_expires));
+  p.int8(to_epoch_ms(req.expires));
+  p.boolean(req.take_over_expired_lease);
+}
+
+void bind_complete(const CompleteWrite& w, pd::Params& p) {
+  bind_fence(w.req.fence, p);
+  p.int4(w.req.response.status);
+  p.bytea(w.headers);
+  p.bytea(w.req.response.body);
+  p.int8(to_epoch_ms(w.req.now));
+  p.int8(to_epoch_ms(w.req.expires));
+}
+
+// ---- operations -------------------------------------------------------------------------------
+
+// How an operation meets the server.
+enum class OpMode : unsigned char {
+  batched,      // one statement, sharing a pipelined transaction with other operations
+  alone,        // one statement in a transaction of its own (purge: a big delete delays no request)
+  interactive,  // a transaction of several round trips, with decisions between them
+};
+
+}  // namespace
+
+/// The store's side of a PostgresTransaction: one connection outside pipeline mode, for an
+/// interactive transaction. A failure that poisons the connection makes every later call fail.
+class PostgresTransaction::Session {
+ public:
+  Session(PGconn* conn, std::chrono::milliseconds silence) : conn_(conn), silence_(silence) {}
+
+  PGconn* conn() const { return conn_; }
+  bool poisoned() const { return poison_.has_value(); }
+  const StoreError& poison_error() const { return *poison_; }
+
+  StoreResult<pd::Result> run(Stmt stmt, const pd::Params& params, const pd::Exchange& ex) {
+    if (poison_) return std::unexpected(*poison_);
+    return settle(pd::exec_prepared(conn_, pd::statement_name(stmt), params, silence_, ex));
+  }
+  StoreResult<pd::Result> sql(const std::string& sql, const pd::Params& params, int result_format,
+                              const pd::Exchange& ex) {
+    if (poison_) return std::unexpected(*poison_);
+    return settle(pd::exec(conn_, sql, params, result_format, silence_, ex));
+  }
+  StoreResult<Done> begin(std::string_view what) { return simple("BEGIN", {what, false, false}); }
+  StoreResult<Done> commit(std::string_view what) { return simple("COMMIT", {what, true, true}); }
+  // Rolls back; a failure here leaves the connection poisoned, which is all that matters.
+  void rollback() {
+    if (!poison_ && PQtransactionStatus(conn_) != PQTRANS_IDLE) (void)simple("ROLLBACK", {"rollback", false, false});
+  }
+
+  std::optional<StoreError> app_failure;  // the first failure of the application's statements
+
+ private:
+  StoreResult<Done> simple(const char* sql, const pd::Exchange& ex) {
+    auto r = this->sql(sql, pd::Params{}, 0, ex);
+    if (!r) return std::unexpected(r.error());
+    return Done{};
+  }
+  StoreResult<pd::Result> settle(std::expected<pd::Result, pd::Failure> r) {
+    if (r) return std::move(*r);
+    if (r.error().poison) poison_ = r.error().error;
+    return std::unexpected(r.error().error);
+  }
+
+  PGconn* conn_;
+  std::chrono::milliseconds silence_;
+  std::optional<StoreError> poison_;
+};
+
+using Session = PostgresTransaction::Session;
+
+StoreResult<PostgresResult> PostgresTransaction::exec(std::string_view sql,
+                                                      std::span<const std::optional<std::string>> params) {
+  pd::Params p;
+  for (const auto& value : params) p.text_form(value);
+  auto r = session_.sql(std::string(sql), p, 0, pd::Exchange{"application statement", true, false});
+  if (!r) {
+    if (!session_.app_failure) session_.app_failure = r.error();
+    return std::unexpected(r.error());
+  }
+  PostgresResult out;
+  const PGresult* res = r->get();
+  out.affected = pd::affected_rows(res);
+  const int rows = PQntuples(res), cols = PQnfields(res);
+  out.rows.reserve(static_cast<std::size_t>(rows));
+  for (int i = 0; i < rows; ++i) {
+    PostgresRow row;
+    row.reserve(static_cast<std::size_t>(cols));
+    for (int j = 0; j < cols; ++j) {
+      if (PQgetisnull(res, i, j)) {
+        row.emplace_back(std::nullopt);
+      } else {
+        row.emplace_back(std::string(PQgetvalue(res, i, j), static_cast<std::size_t>(PQgetlength(res, i, j))));
+      }
+    }
+    out.rows.push_back(std::move(row));
+  }
+  return out;
+}
+
+pg_conn* PostgresTransaction::native_handle() const { return session_.conn(); }
+
+namespace {
+
+class Op {
+ public:
+  Op(OpMode mode, bool writes) : mode_(mode), writes_(writes) {}
+  virtual ~Op() = default;
+  OpMode mode() const { return mode_; }
+  bool writes() const { return writes_; }
+
+  // The record it touches, for lock ordering within a batch; null when none.
+  virtual const RecordId* id() const { return nullptr; }
+  // batched and alone: the statement, its parameters, and the reading of its result.
+  virtual Stmt stmt() const { return Stmt::ping; }
+  virtual const pd::Params* params() const { return nullptr; }
+  virtual void accept(const PGresult*) {}
+  // interactive: the whole transaction.
+  virtual void run(Session&) {}
+  // Replaces the outcome with an error.
+  virtual void fail(const StoreError& error) = 0;
+  // Calls the callback, once.
+  virtual void deliver() = 0;
+
+ private:
+  OpMode mode_;
+  bool writes_;
+};
+
+template <class T>
+class TypedOp : public Op {
+ public:
+  TypedOp(OpMode mode, bool writes, Callback<T> done) : Op(mode, writes), done_(std::move(done)) {}
+  void fail(const StoreError& error) override { result_ = std::unexpected(error); }
+  void deliver() override {
+    if (!result_) result_ = std::unexpected(internal_error("postgres: operation was never run"));
+    auto done = std::move(done_);
+    if (done) done(std::move(*result_));
+  }
+
+ protected:
+  Callback<T> done_;
+  std::optional<StoreResult<T>> result_;
+};
+
+// One statement. The parameters point into the request the operation owns, which never moves.
+template <class T, class Req>
+class StatementOp final : public TypedOp<T> {
+ public:
+  using Bind = void (*)(const Req&, pd::Params&);
+  using Parse = StoreResult<T> (*)(const Req&, const PGresult*);
+  using Key = const RecordId* (*)(const Req&);
+
+  StatementOp(OpMode mode, bool writes, Stmt stmt, Req req, Bind bind, Parse parse, Key key, Callback<T> done)
+      : TypedOp<T>(mode, writes, std::move(done)), stmt_(stmt), req_(std::move(req)), parse_(parse), key_(key) {
+    bind(req_, params_);
+  }
+  const RecordId* id() const override { return key_ ? key_(req_) : nullptr; }
+  Stmt stmt() const override { return stmt_; }
+  const pd::Params* params() const override { return &params_; }
+  void accept(const PGresult* r) override { this->result_ = parse_(req_, r); }
+
+ private:
+  Stmt stmt_;
+  Req req_;
+  pd::Params params_;
+  Parse parse_;
+  Key key_;
+};
+
+template <class T>
+class InteractiveOp final : public TypedOp<T> {
+ public:
+  using Body = std::move_only_function<StoreResult<T>(Session&)>;
+  InteractiveOp(bool writes, Body body, Callback<T> done)
+      : TypedOp<T>(OpMode::interactive, writes, std::move(done)), body_(std::move(body)) {}
+  void run(Session& session) override { this->result_ = body_(session); }
+
+ private:
+  Body body_;
+};
+
+template <class T, class Req>
+std::unique_ptr<Op> statement_op(OpMode mode, bool writes, Stmt stmt, Req req,
+                                 typename StatementOp<T, Req>::Bind bind, typename StatementOp<T, Req>::Parse parse,
+                                 typename StatementOp<T, Req>::Key key, Callback<T> done) {
+  return std::make_unique<StatementOp<T, Req>>(mode, writes, stmt, std::move(req), bind, parse, key, std::move(done));
+}
+
+// ---- interactive transactions -----------------------------------------------------------------
+
+// Runs `step` between BEGIN and COMMIT. It returns the answer and whether to commit it (false:
+// roll back, e.g. nothing to change); an error rolls back.
+template <class T, class Step>
+StoreResult<T> in_transaction(Session& s, std::string_view what, Step&& step) {
+  if (auto begun = s.begin(what); !begun) return std::unexpected(begun.error());
+  StoreResult<std::pair<T, bool>> answer = step();
+  if (!answer || !answer->second) {
+    s.rollback();
+    if (!answer) return std::unexpected(answer.error());
+    return std::move(answer->first);
+  }
+  if (auto committed = s.commit(what); !committed) return std::unexpected(committed.error());
+  return std::move(answer->first);
+}
+
+// The record's state and expiry, locked until the end of the transaction; nullopt when absent.
+StoreResult<std::optional<std::pair<std::string, TimePoint>>> lock_record(Session& s, const RecordId& id,
+                                                                         std::string_view what) {
+  pd::Params p;
+  p.text(id.tenant);
+  p.text(id.key);
+  auto r = s.run(Stmt::lock_record, p, {what, false, false});
+  if (!r) return std::unexpected(r.error());
+  if (PQntuples(r->get()) == 0) return std::nullopt;
+  pd::Reader in(r->get(), 0);
+  std::pair<std::string, TimePoint> found{std::string(in.bytes(0)), from_epoch_ms(in.int8(1))};
+  if (!in.ok()) return std::unexpected(StoreError{StoreErrc::corrupt, "postgres: record has a malformed expiry"});
+  return found;
+}
+
+StoreResult<AdminStatus> run_mark_retryable(Session& s, const RecordId& id, TimePoint now) {
+  return in_transaction<AdminStatus>(s, "mark_retryable", [&]() -> StoreResult<std::pair<AdminStatus, bool>> {
+    auto found = lock_record(s, id, "mark_retryable");
+    if (!found) return std::unexpected(found.error());
+    if (!*found || (*found)->second <= now) return std::pair{AdminStatus::not_found, false};
+    if ((*found)->first == "completed") return std::pair{AdminStatus::wrong_state, false};
+    pd::Params p;
+    p.text(id.tenant);
+    p.text(id.key);
+    p.int8(token_to_db(new_fencing_token()));  // fences out a holder still running
+    if (auto r = s.run(Stmt::mark_retryable, p, {"mark_retryable", true, false}); !r) return std::unexpected(r.error());
+    return std::pair{AdminStatus::done, true};
+  });
+}
+
+struct ResolveArgs {
+  RecordId id;
+  StoredResponse response;
+  std::string headers;
+  TimePoint now, expires;
+};
+
+StoreResult<AdminStatus> run_resolve(Session& s, const ResolveArgs& a) {
+  return in_transaction<AdminStatus>(s, "resolve", [&]() -> StoreResult<std::pair<AdminStatus, bool>> {
+    auto found = lock_record(s, a.id, "resolve");
+    if (!found) return std::unexpected(found.error());
+    if (!*found || (*found)->second <= a.now) return std::pair{AdminStatus::not_found, false};
+    if ((*found)->first == "completed") return std::pair{AdminStatus::wrong_state, false};
+    pd::Params p;
+    p.text(a.id.tenant);
+    p.text(a.id.key);
+    p.int8(token_to_db(new_fencing_token()));
+    p.int4(a.response.status);
+    p.bytea(a.headers);
+    p.bytea(a.response.body);
+    p.int8(to_epoch_ms(a.now));
+    p.int8(to_epoch_ms(a.expires));
+    if (auto r = s.run(Stmt::resolve, p, {"resolve", true, false}); !r) return std::unexpected(r.error());
+    return std::pair{AdminStatus::done, true};
+  });
+}
+
+StoreResult<FenceStatus> run_complete_in_transaction(Session& s, const CompleteWrite& w, PostgresWork& work) {
+  constexpr std::string_view kWhat = "complete_in_transaction";
+  if (auto begun = s.begin(kWhat); !begun) return std::unexpected(begun.error());
+  auto fail = [&](StoreError error) -> StoreResult<FenceStatus> {
+    s.rollback();
+    return std::unexpected(std::move(error));
+  };
+
+  // Lock the record while we hold it: from here to the commit nobody can take it over.
+  pd::Params lock;
+  bind_fence(w.req.fence, lock);
+  auto locked = s.run(Stmt::lock_fenced, lock, {kWhat, false, false});
+  if (!locked) return fail(locked.error());
+  if (PQntuples(locked->get()) == 0) {
+    s.rollback();
+    return FenceStatus::lost;  // `work` must not run for a lost lease
+  }
+
+  std::string message;
+  bool ok = false;
+  try {
+    PostgresTransaction tx(s);
+    ok = work(tx, message);
+  } catch (const std::exception& e) {
+    message = std::string("threw: ") + e.what();
+  } catch (...) {
+    message = "threw a non-standard exception";
+  }
+  if (s.poisoned()) return std::unexpected(s.poison_error());  // no COMMIT was sent: nothing happened
+  switch (PQtransactionStatus(s.conn())) {
+    case PQTRANS_INTRANS:
+      break;
+    case PQTRANS_INERROR:
+      ok = false;  // one of its statements failed, whatever it returned
+      break;
+    case PQTRANS_IDLE: {
+      // It committed or rolled back the store's transaction: its own writes may be durable.
+      StoreError error = internal_error("postgres: complete_in_transaction: work ended the store's transaction");
+      error.in_doubt = true;
+      return std::unexpected(error);
+    }
+    default:
+      return std::unexpected(internal_error("postgres: complete_in_transaction: work left the connection busy"));
+  }
+  if (!ok) {
+    if (message.empty()) message = "(no message)";
+    if (s.app_failure) {
+      StoreError error = *s.app_failure;  // keep its code: a timeout stays retryable
+      error.message += "; work: " + message;
+      return fail(error);
+    }
+    return fail(internal_error("postgres: complete_in_transaction: work failed: " + message));
+  }
+
+  pd::Params p;
+  bind_complete(w, p);
+  auto updated = s.run(Stmt::complete, p, {kWhat, true, false});
+  if (!updated) return fail(updated.error());
+  if (pd::affected_rows(updated->get()) != 1) {
+    s.rollback();  // `work` changed the record itself: undo both
+    return FenceStatus::lost;
+  }
+  if (auto committed = s.commit(kWhat); !committed) return std::unexpected(committed.error());
+  return FenceStatus::ok;
+}
+
+// The statements' SQL, by Stmt, for one schema.
+using StatementSql = std::array<std::string, pd::kStatementCount>;
+
+// Puts a fresh connection in pipeline mode with the session settings and every statement
+// prepared, in one round trip.
+std::optional<pd::Failure> setup_connection(PGconn* conn, const StatementSql& sql, const PostgresOptions& o,
+                                            std::chrono::milliseconds silence) {
+  const pd::Exchange ex{"prepare connection", false, false};
+  auto lost = [&] { return pd::io_failure(conn, pd::Io::lost, ex); };
+  if (!PQenterPipelineMode(conn)) return lost();
+  const std::string timeout = std::to_string(o.statement_timeout.count());
+  pd::Params p;
+  p.text_form(timeout);
+  if (!PQsendQueryParams(conn, "SELECT set_config('statement_timeout', $1, false)", 1, nullptr, p.values(),
+                         p.lengths(), p.formats(), 0)) {
+    return lost();
+  }
+  for (int i = 0; i < pd::kStatementCount; ++i) {
+    if (!PQsendPrepare(conn, pd::statement_name(static_cast<Stmt>(i)), sql[static_cast<std::size_t>(i)].c_str(), 0,
+                       nullptr)) {
+      return lost();
+    }
+  }
+  if (!PQpipelineSync(conn)) return lost();
+  if (pd::Io io = pd::flush(conn, SteadyClock::now() + silence); io != pd::Io::ok) return pd::io_failure(conn, io, ex);
+  std::optional<pd::Failure> failure;
+  for (int i = 0; i < 1 + pd::kStatementCount; ++i) {
+    for (bool first = true;; first = false) {
+      pd::Result r;
+      if (pd::Io io = pd::next_result(conn, SteadyClock::now() + silence, r); io != pd::Io::ok) {
+        return pd::io_failure(conn, io, ex);
+      }
+      if (!r) break;
+      const auto status = PQresultStatus(r.get());
+      if (first && (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_PIPELINE_ABORTED)) continue;
+      if (!failure) failure = pd::result_failure(conn, r.get(), ex);
+      failure->poison = true;  // a connection that failed its setup is never used
+    }
+  }
+  pd::Result sync;
+  if (pd::Io io = pd::next_result(conn, SteadyClock::now() + silence, sync); io != pd::Io::ok) {
+    return pd::io_failure(conn, io, ex);
+  }
+  if (failure) return failure;
+  if (!sync || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC) {
+    if (sync) return pd::result_failure(conn, sync.get(), ex);
+    return lost();
+  }
+  return std::nullopt;
+}
+
+std::chrono::milliseconds silence_of(const PostgresOptions& o) {
+  // The server cancels a statement at statement_timeout; a second more without a word means the
+  // connection (or the server) is gone.
+  const Millis base = o.statement_timeout > Millis::zero() ? o.statement_timeout : Millis{60'000};
+  return base + Millis{1000};
+}
+
+std::expected<pd::Conn, pd::Failure> open_connection(const PostgresOptions& o, const StatementSql* sql) {
+  auto conn = pd::connect(o.conninfo, o.application_name, SteadyClock::now() + o.connect_timeout);
+  if (!conn) return conn;
+  if (sql) {
+    if (auto failed = setup_connection(conn->get(), *sql, o, silence_of(o))) return std::unexpected(*failed);
+  }
+  return conn;
+}
+
+}  // namespace
+
+// ---- the connection threads -------------------------------------------------------------------
+
+class PostgresStore::Impl {
+ public:
+  Impl(PostgresOptions options, StatementSql sql, std::vector<pd::Conn> conns)
+      : options_(std::move(options)), sql_(std::move(sql)), silence_(silence_of(options_)) {
+    workers_.reserve(conns.size());
+    for (auto& conn : conns) {
+      auto w = std::make_unique<Worker>();
+      w->conn = std::move(conn);
+      w->backoff = options_.reconnect_backoff_min;
+      workers_.push_back(std::move(w));
+    }
+    healthy_ = workers_.size();
+    connects_ = workers_.size();
+    for (auto& w : workers_) w->thread = std::thread([this, worker = w.get()] { worker_loop(*worker); });
+    for (auto& w : workers_) thread_ids_.push_back(w->thread.get_id());
+    if (options_.reaper_interval > Millis::zero()) reaper_ = std::thread([this] { reaper_loop(); });
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard lock(reaper_mutex_);
+      reaper_stop_ = true;
+    }
+    reaper_cv_.notify_all();
+    if (reaper_.joinable()) reaper_.join();
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w->thread.join();
+  }
+
+  void submit(std::unique_ptr<Op> op) {
+    {
+      std::lock_guard lock(mutex_);
+      if (!closed_) {
+        queue_.push_back(std::move(op));
+        cv_.notify_one();
+        return;
+      }
+    }
+    op->fail(StoreError{StoreErrc::unavailable, "postgres: the store is closed"});
+    op->deliver();
+  }
+
+  bool on_store_thread() const {
+    return std::find(thread_ids_.begin(), thread_ids_.end(), std::this_thread::get_id()) != thread_ids_.end();
+  }
+
+  PostgresStoreStats stats() const {
+    PostgresStoreStats s;
+    s.operations = operations_.load(std::memory_order_relaxed);
+    s.transactions = transactions_.load(std::memory_order_relaxed);
+    s.largest_batch = largest_batch_.load(std::memory_order_relaxed);
+    s.retried = retried_.load(std::memory_order_relaxed);
+    s.isolated = isolated_.load(std::memory_order_relaxed);
+    s.failed = failed_.load(std::memory_order_relaxed);
+    s.in_doubt = in_doubt_.load(std::memory_order_relaxed);
+    s.connects = connects_.load(std::memory_order_relaxed);
+    s.connect_failures = connect_failures_.load(std::memory_order_relaxed);
+    s.reaped = reaped_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+ private:
+  struct Worker {
+    pd::Conn conn;                            // null while disconnected
+    SteadyClock::time_point next_attempt{};   // no reconnect before this
+    Millis backoff{0};
+    std::string last_error;
+    std::thread thread;
+  };
+
+  void worker_loop(Worker& w) {
+    std::vector<std::unique_ptr<Op>> ops;
+    ops.reserve(batch_limit());
+    for (;;) {
+      {
+        std::unique_lock lock(mutex_);
+        for (;;) {
+          if (queue_.empty()) {
+            if (stopping_) {
+              // Only the last thread out closes the queue: the others may still be draining it.
+              if (++exited_ == workers_.size()) closed_ = true;
+              return;
+            }
+            cv_.wait(lock);
+            continue;
+          }
+          // A disconnected thread waiting out its backoff leaves the work to connected ones; if
+          // none is connected it takes the work and answers at once (unavailable), fail fast.
+          if (w.conn || healthy_ == 0 || SteadyClock::now() >= w.next_attempt) break;
+          cv_.wait_until(lock, w.next_attempt);
+        }
+        ops.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+        if (ops.front()->mode() == OpMode::batched) {
+          while (!queue_.empty() && ops.size() < batch_limit() && queue_.front()->mode() == OpMode::batched) {
+            ops.push_back(std::move(queue_.front()));
+            queue_.pop_front();
+          }
+        }
+      }
+      process(w, ops);
+      for (auto& op : ops) op->deliver();  // after the commit, with no lock held
+      ops.clear();
+    }
+  }
+
+  std::size_t batch_limit() const { return std::max<std::size_t>(options_.max_batch, 1); }
+
+  void process(Worker& w, std::vector<std::unique_ptr<Op>>& ops) {
+    operations_.fetch_add(ops.size(), std::memory_order_relaxed);
+    if (!ensure_connection(w)) {
+      fail_all(ops, StoreError{StoreErrc::unavailable, "postgres: not connected: " + w.last_error});
+      return;
+    }
+    if (ops.front()->mode() == OpMode::interactive) {
+      run_interactive(w, *ops.front());
+      return;
+    }
+    std::vector<Op*> batch;
+    batch.reserve(ops.size());
+    for (auto& op : ops) batch.push_back(op.get());
+    // Every transaction locks rows in (tenant, key) order, so two batches never wait for each
+    // other in a cycle. Operations of one batch are concurrent requests: any order is theirs.
+    std::stable_sort(batch.begin(), batch.end(), [](const Op* a, const Op* b) {
+      const RecordId* x = a->id();
+      const RecordId* y = b->id();
+      if (!x || !y) return !x && y;
+      return std::tie(x->tenant, x->key) < std::tie(y->tenant, y->key);
+    });
+    run_batch(w, batch, /*may_isolate=*/true);
+  }
+
+  void fail_all(std::vector<std::unique_ptr<Op>>& ops, const StoreError& error) {
+    failed_.fetch_add(1, std::memory_order_relaxed);
+    for (auto& op : ops) op->fail(error);
+  }
+
+  // Whether the thread has a usable connection, reconnecting if it may.
+  bool ensure_connection(Worker& w) {
+    if (w.conn) {
+      if (pd::idle_connection_alive(w.conn.get())) return true;
+      // Closed while idle (a server restart, a terminated backend): nothing was sent, so
+      // nothing is in doubt; reconnect at once.
+      drop_connection(w, "the server closed the idle connection");
+    }
+    if (SteadyClock::now() < w.next_attempt) return false;
+    auto conn = open_connection(options_, &sql_);
+    if (!conn) {
+      connect_failures_.fetch_add(1, std::memory_order_relaxed);
+      w.last_error = conn.error().error.message;
+      w.next_attempt = SteadyClock::now() + w.backoff;
+      w.backoff = std::min(w.backoff * 2, std::max(options_.reconnect_backoff_max, options_.reconnect_backoff_min));
+      return false;
+    }
+    connects_.fetch_add(1, std::memory_order_relaxed);
+    w.conn = std::move(*conn);
+    w.backoff = options_.reconnect_backoff_min;
+    {
+      std::lock_guard lock(mutex_);
+      ++healthy_;
+    }
+    return true;
+  }
+
+  void drop_connection(Worker& w, std::string why) {
+    if (!w.conn) return;
+    w.conn.reset();
+    w.last_error = std::move(why);
+    w.next_attempt = SteadyClock::now();  // the first reconnect is immediate
+    {
+      std::lock_guard lock(mutex_);
+      --healthy_;
+    }
+    cv_.notify_all();  // disconnected threads may now have to serve the queue themselves
+  }
+
+  void run_batch(Worker& w, std::span<Op* const> ops, bool may_isolate) {
+    bool reconnected = false;
+    for (int attempt = 0;; ++attempt) {
+      if (!w.conn && !ensure_connection(w)) {
+        failed_.fetch_add(1, std::memory_order_relaxed);
+        for (Op* op : ops) op->fail(StoreError{StoreErrc::unavailable, "postgres: not connected: " + w.last_error});
+        return;
+      }
+      transactions_.fetch_add(1, std::memory_order_relaxed);
+      if (ops.size() > largest_batch_.load(std::memory_order_relaxed)) {
+        largest_batch_.store(ops.size(), std::memory_order_relaxed);
+      }
+      auto failure = run_pipeline(w, ops);
+      if (!failure) return;
+      if (failure->poison) drop_connection(w, failure->error.message);
+      if (failure->retry && attempt < options_.max_retries) {
+        retried_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      // A connection lost before anything could commit: one more try on a new connection.
+      if (failure->poison && !failure->error.in_doubt && failure->error.code == StoreErrc::unavailable &&
+          !reconnected) {
+        reconnected = true;
+        continue;
+      }
+      if (failure->isolate && may_isolate && ops.size() > 1) {
+        // The transaction rolled back as a whole; run each operation alone so that only the
+        // refused one fails.
+        isolated_.fetch_add(1, std::memory_order_relaxed);
+        for (Op* op : ops) run_batch(w, std::span<Op* const>(&op, 1), /*may_isolate=*/false);
+        return;
+      }
+      failed_.fetch_add(1, std::memory_order_relaxed);
+      for (Op* op : ops) {
+        StoreError error = failure->error;
+        error.in_doubt = error.in_doubt && op->writes();
+        if (error.in_doubt) in_doubt_.fetch_add(1, std::memory_order_relaxed);
+        op->fail(error);
+      }
+      return;
+    }
+  }
+
+  // Sends the operations' statements and a Sync in one go — the statements up to the Sync form
+  // one implicit transaction, committed by the Sync — then reads every answer. Returns the
+  // failure that ended the transaction, if any; on success every operation has its result.
+  std::optional<pd::Failure> run_pipeline(Worker& w, std::span<Op* const> ops) {
+    PGconn* c = w.conn.get();
+    const bool writes = std::any_of(ops.begin(), ops.end(), [](const Op* op) { return op->writes(); });
+    pd::Exchange ex{ops.size() == 1 ? pd::statement_name(ops.front()->stmt()) : "batch", writes, false};
+    auto deadline = [&] { return SteadyClock::now() + silence_; };
+
+    for (Op* op : ops) {
+      const pd::Params& p = *op->params();
+      if (!PQsendQueryPrepared(c, pd::statement_name(op->stmt()), p.size(), p.values(), p.lengths(), p.formats(), 1)) {
+        return pd::io_failure(c, pd::Io::lost, ex);  // no Sync sent: nothing can commit
+      }
+    }
+    if (!PQpipelineSync(c)) return pd::io_failure(c, pd::Io::lost, ex);
+    ex.commit_sent = true;
+    if (pd::Io io = pd::flush(c, deadline()); io != pd::Io::ok) return pd::io_failure(c, io, ex);
+
+    // The first server error aborts the transaction: from then on nothing can commit.
+    std::optional<pd::Failure> aborted;
+    const pd::Exchange after_abort{ex.what, writes, false};
+    auto io_failed = [&](pd::Io io) {
+      if (aborted) {
+        aborted->poison = true;
+        return *aborted;
+      }
+      return pd::io_failure(c, io, ex);
+    };
+    for (Op* op : ops) {
+      pd::Result r;
+      if (pd::Io io = pd::next_result(c, deadline(), r); io != pd::Io::ok) return io_failed(io);
+      if (!r) return pd::map_error(pd::Cause::connection_lost, "", "a result is missing from the pipeline", ex);
+      switch (PQresultStatus(r.get())) {
+        case PGRES_TUPLES_OK:
+        case PGRES_COMMAND_OK:
+          op->accept(r.get());
+          break;
+        case PGRES_PIPELINE_ABORTED:
+          break;
+        default:
+          if (!pd::is_server_error(r.get())) return pd::result_failure(c, r.get(), ex);  // the socket failed
+          if (!aborted) aborted = pd::result_failure(c, r.get(), after_abort);
+          break;
+      }
+      // Each statement's results end with a null.
+      if (pd::Io io = pd::next_result(c, deadline(), r); io != pd::Io::ok) return io_failed(io);
+      if (r) return pd::map_error(pd::Cause::connection_lost, "", "unexpected extra result in the pipeline", ex);
+    }
+    pd::Result sync;
+    if (pd::Io io = pd::next_result(c, deadline(), sync); io != pd::Io::ok) return io_failed(io);
+    if (sync && PQresultStatus(sync.get()) == PGRES_PIPELINE_SYNC) return aborted;
+    // An error in place of the Sync's answer: the commit itself failed, or the session ended
+    // around it (map_error keeps the doubt for the latter).
+    if (aborted) {
+      aborted->poison = true;
+      return aborted;
+    }
+    if (!sync) return pd::map_error(pd::Cause::connection_lost, "", "the pipeline's Sync was not answered", ex);
+    auto f = pd::result_failure(c, sync.get(), ex);
+    f.poison = true;
+    return f;
+  }
+
+  void run_interactive(Worker& w, Op& op) {
+    transactions_.fetch_add(1, std::memory_order_relaxed);
+    PGconn* c = w.conn.get();
+    // Out of pipeline mode, so the application's code may use libpq as it usually does.
+    if (!PQexitPipelineMode(c)) {
+      drop_connection(w, "could not leave pipeline mode: " + std::string(PQerrorMessage(c)));
+      op.fail(StoreError{StoreErrc::unavailable, "postgres: " + w.last_error});
+      return;
+    }
+    Session session(c, silence_);
+    op.run(session);
+    if (session.poisoned()) {
+      drop_connection(w, session.poison_error().message);
+      return;
+    }
+    if (PQtransactionStatus(c) != PQTRANS_IDLE || !PQenterPipelineMode(c)) {
+      drop_connection(w, "the connection was left busy or inside a transaction");
+    }
+  }
+
+  void reaper_loop() {
+    const Clock& clock = options_.clock ? *options_.clock : SystemClock::instance();
+    const std::size_t batch = std::max<std::size_t>(options_.reaper_batch, 1);
+    std::unique_lock lock(reaper_mutex_);
+    while (!reaper_cv_.wait_for(lock, options_.reaper_interval, [&] { return reaper_stop_; })) {
+      lock.unlock();
+      const TimePoint now = clock.now();
+      for (;;) {
+        std::promise<StoreResult<std::size_t>> promise;
+        auto future = promise.get_future();
+        submit(purge_op(now, batch, [&promise](StoreResult<std::size_t> r) { promise.set_value(std::move(r)); }));
+        auto deleted = future.get();
+        if (!deleted) break;  // try again next interval
+        reaped_.fetch_add(*deleted, std::memory_order_relaxed);
+        if (*deleted < batch) break;
+        std::lock_guard stop_check(reaper_mutex_);
+        if (reaper_stop_) break;
+      }
+      lock.lock();
+    }
+  }
+
+ public:
+  static std::unique_ptr<Op> purge_op(TimePoint now, std::size_t limit, Callback<std::size_t> done) {
+    return statement_op<std::size_t, PurgeArgs>(
+        OpMode::alone, true, Stmt::purge, PurgeArgs{now, limit},
+        [](const PurgeArgs& a, pd::Params& p) {
+          p.int8(to_epoch_ms(a.now));
+          p.int8(limit_to_db(a.limit));
+        },
+        [](const PurgeArgs&, const PGresult* r) -> StoreResult<std::size_t> {
+          return static_cast<std::size_t>(pd::affected_rows(r));
+        },
+        nullptr, std::move(done));
+  }
+
+ private:
+  const PostgresOptions options_;
+  const StatementSql sql_;
+  const std::chrono::milliseconds silence_;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Op>> queue_;  // guarded by mutex_
+  std::size_t healthy_ = 0;                // guarded by mutex_: threads with a connection
+  std::size_t exited_ = 0;                 // guarded by mutex_
+  bool stopping_ = false;                  // guarded by mutex_
+  bool closed_ = false;                    // guarded by mutex_: every thread has exited
+
+  std::mutex reaper_mutex_;
+  std::condition_variable reaper_cv_;
+  bool reaper_stop_ = false;  // guarded by reaper_mutex_
+
+  std::atomic<std::uint64_t> operations_{0}, transactions_{0}, largest_batch_{0}, retried_{0}, isolated_{0},
+      failed_{0}, in_doubt_{0}, connects_{0}, connect_failures_{0}, reaped_{0};
+
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::thread::id> thread_ids_;
+  std::thread reaper_;
+};
+
+// ---- PostgresStore ----------------------------------------------------------------------------
+
+StoreResult<std::unique_ptr<PostgresStore>> PostgresStore::open(PostgresOptions options) {
+  if (options.schema.empty()) return std::unexpected(internal_error("postgres: PostgresOptions::schema is empty"));
+  if (options.pool_size == 0) return std::unexpected(internal_error("postgres: PostgresOptions::pool_size is 0"));
+  if (options.statement_timeout < Millis::zero() || options.connect_timeout <= Millis::zero()) {
+    return std::unexpected(internal_error("postgres: connect_timeout must be positive, statement_timeout not negative"));
+  }
+  StatementSql sql;
+  for (int i = 0; i < pd::kStatementCount; ++i) {
+    sql[static_cast<std::size_t>(i)] = pd::statement_sql(static_cast<Stmt>(i), options.schema);
+  }
+  // The first connection migrates (outside pipeline mode), then joins the pool.
+  auto first = open_connection(options, nullptr);
+  if (!first) return std::unexpected(first.error().error);
+  if (auto migrated = pd::migrate(first->get(), options.schema, options.migrate, silence_of(options)); !migrated) {
+    return std::unexpected(migrated.error().error);
+  }
+  if (auto failed = setup_connection(first->get(), sql, options, silence_of(options))) {
+    return std::unexpected(failed->error);
+  }
+  std::vector<pd::Conn> conns;
+  conns.push_back(std::move(*first));
+  while (conns.size() < options.pool_size) {
+    auto conn = open_connection(options, &sql);
+    if (!conn) return std::unexpected(conn.error().error);
+    conns.push_back(std::move(*conn));
+  }
+  return std::unique_ptr<PostgresStore>(
+      new PostgresStore(std::make_unique<Impl>(std::move(options), std::move(sql), std::move(conns))));
+}
+
+PostgresStore::PostgresStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+PostgresStore::~PostgresStore() = default;
+
+void PostgresStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
+  if (auto bad = unstorable(request.id)) return done(std::unexpected(*bad));
+  if (!pd::valid_text(request.request_hash)) {
+    return done(std::unexpected(internal_error("postgres: request hash must be valid UTF-8")));
+  }
+  impl_->submit(statement_op<ClaimResult, ClaimRequest>(
+      OpMode::batched, true, Stmt::claim, std::move(request), bind_claim, parse_claim,
+      [](const ClaimRequest& r) { return &r.id; }, std::move(done)));
+}
+
+void PostgresStore::complete(CompleteRequest request, Callback<FenceStatus> done) {
+  if (auto bad = unstorable(request.fence.id)) return done(std::unexpected(*bad));
+  std::string headers = pd::encode_headers(request.response.headers);
+  impl_->submit(statement_op<FenceStatus, CompleteWrite>(
+      OpMode::batched, true, Stmt::complete, CompleteWrite{std::move(request), std::move(headers)}, bind_complete,
+      [](const CompleteWrite&, const PGresult* r) { return fenced(r); },
+      [](const CompleteWrite& w) { return &w.req.fence.id; }, std::move(done)));
+}
+
+void PostgresStore::fail(FailRequest request, Callback<FenceStatus> done) {
+  if (auto bad = unstorable(request.fence.id)) return done(std::unexpected(*bad));
+  impl_->submit(statement_op<FenceStatus, FailRequest>(
+      OpMode::batched, true, Stmt::fail, std::move(request),
+      [](const FailRequest& r, pd::Params& p) {
+        bind_fence(r.fence, p);
+        p.int8(to_epoch_ms(r.expires));
+      },
+      [](const FailRequest&, const PGresult* r) { return fenced(r); },
+      [](const FailRequest& r) { return &r.fence.id; }, std::move(done)));
+}
+
+void PostgresStore::release(Fence fence, Callback<FenceStatus> done) {
+  if (auto bad = unstorable(fence.id)) return done(std::unexpected(*bad));
+  impl_->submit(statement_op<FenceStatus, Fence>(
+      OpMode::batched, true, Stmt::release, std::move(fence), bind_fence,
+      [](const Fence&, const PGresult* r) { return fenced(r); }, [](const Fence& f) { return &f.id; },
+      std::move(done)));
+}
+
+void PostgresStore::get(RecordId id, Callback<std::optional<Record>> done) {
+  if (auto bad = unstorable(id)) return done(std::unexpected(*bad));
+  impl_->submit(statement_op<std::optional<Record>, RecordId>(
+      OpMode::batched, false, Stmt::get, std::move(id),
+      [](const RecordId& id, pd::Params& p) {
+        p.text(id.tenant);
+        p.text(id.key);
+      },
+      [](const RecordId& id, const PGresult* r) -> StoreResult<std::optional<Record>> {
+        if (PQntuples(r) == 0) return std::nullopt;
+        auto record = read_record(r, 0, 0, id.tenant, id.key);
+        if (!record) return std::unexpected(record.error());
+        return std::move(*record);
+      },
+      [](const RecordId& id) { return &id; }, std::move(done)));
+}
+
+void PostgresStore::purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) {
+  impl_->submit(Impl::purge_op(now, limit, std::move(done)));
+}
+
+void PostgresStore::ping(Callback<Done> done) {
+  impl_->submit(statement_op<Done, Done>(
+      OpMode::batched, false, Stmt::ping, Done{}, [](const Done&, pd::Params&) {},
+      [](const Done&, const PGresult*) -> StoreResult<Done> { return Done{}; }, nullptr, std::move(done)));
+}
+
+void PostgresStore::list(ListQuery query, Callback<std::vector<Record>> done) {
+  if (query.after) {
+    if (auto bad = unstorable(*query.after)) return done(std::unexpected(*bad));
+  }
+  const Stmt stmt = query.after ? Stmt::list_after : Stmt::list_all;
+  impl_->submit(statement_op<std::vector<Record>, ListQuery>(
+      OpMode::batched, false, stmt, std::move(query),
+      [](const ListQuery& q, pd::Params& p) {
+        if (q.state) {
+          p.text(to_string(*q.state));
+        } else {
+          p.null();
+        }
+        p.int8(limit_to_db(q.limit));
+        if (q.after) {
+          p.text(q.after->tenant);
+          p.text(q.after->key);
+        }
+      },
+      [](const ListQuery&, const PGresult* r) -> StoreResult<std::vector<Record>> {
+        std::vector<Record> out;
+        out.reserve(static_cast<std::size_t>(PQntuples(r)));
+        for (int i = 0; i < PQntuples(r); ++i) {
+          pd::Reader in(r, i);
+          auto record = read_record(r, i, 2, std::string(in.bytes(0)), std::string(in.bytes(1)));
+          if (!record) return std::unexpected(record.error());
+          out.push_back(std::move(*record));
+        }
+        return out;
+      },
+      nullptr, std::move(done)));
+}
+
+void PostgresStore::mark_retryable(RecordId id, TimePoint now, Callback<AdminStatus> done) {
+  if (auto bad = unstorable(id)) return done(std::unexpected(*bad));
+  impl_->submit(std::make_unique<InteractiveOp<AdminStatus>>(
+      true, [id = std::move(id), now](Session& s) { return run_mark_retryable(s, id, now); }, std::move(done)));
+}
+
+void PostgresStore::resolve(RecordId id, StoredResponse response, TimePoint now, TimePoint expires,
+                            Callback<AdminStatus> done) {
+  if (auto bad = unstorable(id)) return done(std::unexpected(*bad));
+  std::string headers = pd::encode_headers(response.headers);
+  impl_->submit(std::make_unique<InteractiveOp<AdminStatus>>(
+      true,
+      [args = ResolveArgs{std::move(id), std::move(response), std::move(headers), now, expires}](Session& s) {
+        return run_resolve(s, args);
+      },
+      std::move(done)));
+}
+
+void PostgresStore::count(TimePoint now, Callback<StateCounts> done) {
+  impl_->submit(statement_op<StateCounts, TimePoint>(
+      OpMode::batched, false, Stmt::count, now, [](const TimePoint& now, pd::Params& p) { p.int8(to_epoch_ms(now)); },
+      [](const TimePoint&, const PGresult* r) -> StoreResult<StateCounts> {
+        if (PQntuples(r) != 1) return std::unexpected(internal_error("postgres: count returned no row"));
+        pd::Reader in(r, 0);
+        StateCounts c;
+        c.in_progress = static_cast<std::uint64_t>(in.int8(0));
+        c.completed = static_cast<std::uint64_t>(in.int8(1));
+        c.failed_retryable = static_cast<std::uint64_t>(in.int8(2));
+        c.expired = static_cast<std::uint64_t>(in.int8(3));
+        if (!in.ok()) return std::unexpected(internal_error("postgres: count returned a malformed row"));
+        return c;
+      },
+      nullptr, std::move(done)));
+}
+
+void PostgresStore::complete_in_transaction(CompleteRequest request, PostgresWork work, Callback<FenceStatus> done) {
+  if (auto bad = unstorable(request.fence.id)) return done(std::unexpected(*bad));
+  std::string headers = pd::encode_headers(request.response.headers);
+  impl_->submit(std::make_unique<InteractiveOp<FenceStatus>>(
+      true,
+      [w = CompleteWrite{std::move(request), std::move(headers)}, work = std::move(work)](Session& s) mutable {
+        return run_complete_in_transaction(s, w, work);
+      },
+      std::move(done)));
+}
+
+StoreResult<FenceStatus> PostgresStore::complete_in_transaction(CompleteRequest request, PostgresWork work) {
+  if (impl_->on_store_thread()) {
+    return std::unexpected(
+        internal_error("postgres: blocking complete_in_transaction called from a store callback (would deadlock)"));
+  }
+  std::promise<StoreResult<FenceStatus>> promise;
+  auto future = promise.get_future();
+  complete_in_transaction(std::move(request), std::move(work),
+                          [&promise](StoreResult<FenceStatus> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+PostgresStoreStats PostgresStore::stats() const { return impl_->stats(); }
+
+int PostgresStore::schema_version() { return pd::latest_schema_version(); }
+
+}  // namespace idem

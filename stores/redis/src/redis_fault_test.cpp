@@ -1,0 +1,488 @@
+// RedisStore through faults, against the shared test servers (scripts/lib/servers.sh):
+//   - a standalone Redis shut down and restarted mid-run,
+//   - a cluster master failed over (CLUSTER FAILOVER on its replica) mid-run,
+//   - a slot migrated between masters (ASK during the migration, MOVED after it) and back,
+//   - a server that stops answering (CLIENT PAUSE) past the command timeout.
+// While Redis is down, calls fail fast with `unavailable` and nothing executes; afterwards the
+// store recovers by itself; over every run no key executes twice. These tests stop and reshape
+// the servers, so ctest runs them alone (RUN_SERIAL). Every server is up again at the end (a
+// failover leaves master and replica swapped).
+#include "idem/redis_store.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "idem/testing/manual_clock.hpp"
+#include "redis_test_support.hpp"
+#include "slot.hpp"
+
+namespace idem {
+namespace {
+
+using namespace std::chrono_literals;
+using redis_detail::Address;
+using redis_test::RawRedis;
+using testing::ManualClock;
+
+[[maybe_unused]] auto* const servers_environment = ::testing::AddGlobalTestEnvironment(new redis_test::ServersEnvironment);
+
+constexpr Millis kLease = 60s;
+
+std::unique_ptr<RedisStore> open_store(RedisOptions options) {
+  auto store = RedisStore::open(std::move(options));
+  if (!store) throw std::runtime_error("RedisStore::open: " + store.error().message);
+  return std::move(*store);
+}
+
+RedisOptions fast_options(const std::string& url, const std::string& what) {
+  RedisOptions o;
+  o.url = url;
+  o.key_prefix = redis_test::unique_prefix(what);
+  o.reconnect_backoff_min = 50ms;
+  o.reconnect_backoff_max = 200ms;
+  return o;
+}
+
+template <class Pred>
+bool eventually(Millis timeout, Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return pred();
+}
+
+// ---- clients that retry like SPEC §8, counting executions -------------------------------------
+
+// Executions per key, and how the store answered along the way.
+struct Ledger {
+  std::mutex mutex;
+  std::map<std::string, int> executions;
+  std::atomic<int> errors{0}, in_doubt{0}, replays{0};
+
+  void executed(const std::string& key) {
+    std::lock_guard lock(mutex);
+    ++executions[key];
+  }
+};
+
+enum class Outcome { done, stuck, gave_up };
+
+// Drives one operation under `key` until it has a final answer: claim; when claimed, "execute"
+// (count it) and record the outcome, retrying the completion with the same token until the store
+// takes it. Errors are retried after a pause, like a client would. `stuck`: the key is held by a
+// claim whose answer was lost (in doubt); its lease must expire first.
+Outcome drive(Store& store, ManualClock& clock, std::atomic<std::uint64_t>& tokens, Ledger& ledger,
+              const std::string& key, std::chrono::steady_clock::time_point deadline) {
+  BlockingStore b(store);
+  while (std::chrono::steady_clock::now() < deadline) {
+    ClaimRequest r;
+    r.id = RecordId{"t", key};
+    r.request_hash = "h";
+    r.token = tokens++;
+    r.now = clock.now();
+    r.lease_expires = r.now + kLease;
+    r.expires = r.now + 24h;
+    auto c = b.claim(r);
+    if (!c) {
+      ++ledger.errors;
+      if (c.error().in_doubt) ++ledger.in_doubt;
+      std::this_thread::sleep_for(20ms);
+      continue;
+    }
+    switch (c->status) {
+      case ClaimStatus::completed:
+        ++ledger.replays;
+        return Outcome::done;
+      case ClaimStatus::in_progress:
+        return Outcome::stuck;
+      case ClaimStatus::mismatch:
+      case ClaimStatus::outcome_unknown:
+        ADD_FAILURE() << key << ": unexpected claim status";
+        return Outcome::gave_up;
+      case ClaimStatus::claimed:
+        break;
+    }
+    ledger.executed(key);
+    const Fence fence{r.id, r.token};
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto d = b.complete(CompleteRequest{fence, StoredResponse{201, {}, "done " + key}, clock.now(), clock.now() + 24h});
+      if (d && *d == FenceStatus::ok) return Outcome::done;
+      if (d && *d == FenceStatus::lost) {
+        // Only an earlier attempt of ours whose answer was lost can have completed it.
+        auto again = b.get(r.id);
+        if (again && *again && (*again)->state == RecordState::completed && (*again)->fencing_token == r.token) {
+          return Outcome::done;
+        }
+        ADD_FAILURE() << key << ": fenced out of its own claim";
+        return Outcome::gave_up;
+      }
+      ++ledger.errors;
+      if (!d && d.error().in_doubt) ++ledger.in_doubt;
+      std::this_thread::sleep_for(20ms);
+    }
+    return Outcome::gave_up;
+  }
+  return Outcome::gave_up;
+}
+
+// Runs `threads` clients over fresh keys (and replays of finished ones) until `stop`; then lets
+// the leases of claims lost in doubt expire and finishes those keys. Afterwards every key must
+// have executed exactly once.
+class Hammer {
+ public:
+  Hammer(Store& store, std::string key_prefix) : store_(store), key_prefix_(std::move(key_prefix)) {}
+
+  void start(int threads) {
+    for (int t = 0; t < threads; ++t) {
+      workers_.emplace_back([this] {
+        while (!stop_) {
+          const int i = next_++;
+          const std::string key = key_prefix_ + std::to_string(i);
+          const auto outcome = drive(store_, clock_, tokens_, ledger_, key, std::chrono::steady_clock::now() + 20s);
+          std::lock_guard lock(mutex_);
+          keys_.push_back(key);
+          if (outcome != Outcome::done) unfinished_.push_back(key);
+          if (i % 5 == 0 && keys_.size() > 10) replay_.push_back(keys_[keys_.size() / 2]);
+        }
+      });
+    }
+  }
+
+  void stop_and_finish() {
+    stop_ = true;
+    for (auto& w : workers_) w.join();
+    // A replayed key must replay, never execute again.
+    for (const auto& key : replay_) {
+      EXPECT_EQ(drive(store_, clock_, tokens_, ledger_, key, std::chrono::steady_clock::now() + 10s), Outcome::done);
+    }
+    clock_.advance(kLease);
+    for (const auto& key : unfinished_) {
+      EXPECT_EQ(drive(store_, clock_, tokens_, ledger_, key, std::chrono::steady_clock::now() + 10s), Outcome::done)
+          << key;
+    }
+    int twice = 0, never = 0;
+    for (const auto& key : keys_) {
+      const int n = ledger_.executions[key];
+      if (n > 1) ++twice;
+      if (n == 0) ++never;
+      EXPECT_LE(n, 1) << key << " executed " << n << " times";
+    }
+    EXPECT_EQ(twice, 0);
+    EXPECT_EQ(never, 0) << "keys never executed";
+    std::printf("hammer: %zu keys, %zu unfinished at first (claims lost in doubt), %zu replays checked, "
+                "%d errors (%d in doubt), executed twice: %d\n",
+                keys_.size(), unfinished_.size(), replay_.size(), ledger_.errors.load(), ledger_.in_doubt.load(),
+                twice);
+  }
+
+  std::size_t keys_so_far() {
+    std::lock_guard lock(mutex_);
+    return keys_.size();
+  }
+
+ private:
+  Store& store_;
+  std::string key_prefix_;
+  ManualClock clock_;
+  std::atomic<std::uint64_t> tokens_{1};
+  Ledger ledger_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> next_{0};
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::vector<std::string> keys_, unfinished_, replay_;
+};
+
+// ---- servers -----------------------------------------------------------------------------------
+
+Address standalone_address() { return redis_detail::parse_redis_url(redis_test::standalone_url())->nodes[0]; }
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+// The command line scripts/lib/servers.sh started a standalone server with, from CONFIG GET.
+std::string restart_command(RawRedis& raw) {
+  std::string cmd = "redis-server --daemonize yes";
+  for (const char* name : {"port", "bind", "dir", "pidfile", "logfile", "appendonly", "appendfsync", "save"}) {
+    cmd += std::string(" --") + name + " " + quoted(raw.config(name));
+  }
+  return cmd + " >/dev/null 2>&1";
+}
+
+bool cluster_ok(const Address& node) {
+  try {
+    RawRedis raw(node, 500ms);
+    return raw.text({"CLUSTER", "INFO"}).find("cluster_state:ok") != std::string::npos;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+void expect_every_server_up() {
+  EXPECT_TRUE(redis_test::answers(standalone_address()));
+  for (const auto& node : redis_test::cluster_nodes()) {
+    EXPECT_TRUE(eventually(10s, [&] { return cluster_ok(node); })) << node.str();
+  }
+}
+
+// One line of CLUSTER NODES.
+struct ClusterNode {
+  std::string id;
+  Address address;
+  bool master = false;
+  std::string master_id;
+};
+
+std::vector<ClusterNode> cluster_topology() {
+  RawRedis raw(redis_test::cluster_nodes().front());
+  std::vector<ClusterNode> out;
+  std::stringstream lines(raw.text({"CLUSTER", "NODES"}));
+  for (std::string line; std::getline(lines, line);) {
+    std::stringstream fields(line);
+    ClusterNode n;
+    std::string address, flags;
+    fields >> n.id >> address >> flags >> n.master_id;
+    if (flags.find("fail") != std::string::npos) continue;
+    auto parsed = redis_detail::parse_address(address.substr(0, address.find('@')));
+    if (!parsed) continue;
+    n.address = *parsed;
+    n.master = flags.find("master") != std::string::npos;
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+// ---- the faults --------------------------------------------------------------------------------
+
+TEST(RedisFaults, StandaloneRestartFailsFastThenRecoversByItself) {
+  const Address address = standalone_address();
+  RawRedis admin(address);
+  const std::string restart = restart_command(admin);
+  auto store = open_store(fast_options(redis_test::standalone_url(), "restart"));
+
+  // A record completed before the restart must survive it (AOF, fsynced by SHUTDOWN).
+  ManualClock clock;
+  std::atomic<std::uint64_t> tokens{1'000'000};
+  Ledger before;
+  ASSERT_EQ(drive(*store, clock, tokens, before, "before-restart", std::chrono::steady_clock::now() + 5s),
+            Outcome::done);
+
+  Hammer hammer(*store, "restart-");
+  hammer.start(4);
+  std::this_thread::sleep_for(300ms);
+
+  try {
+    admin.call({"SHUTDOWN"});
+  } catch (const std::exception&) {
+    // SHUTDOWN answers by closing the connection.
+  }
+  ASSERT_TRUE(eventually(10s, [&] { return !redis_test::answers(address); }));
+
+  // Down: every claim fails at once with `unavailable`; none is claimed, so nothing executes.
+  {
+    BlockingStore b(*store);
+    for (int i = 0; i < 20; ++i) {
+      ClaimRequest r;
+      r.id = RecordId{"t", "while-down-" + std::to_string(i)};
+      r.request_hash = "h";
+      r.token = tokens++;
+      r.now = clock.now();
+      r.lease_expires = r.now + kLease;
+      r.expires = r.now + 24h;
+      const auto start = std::chrono::steady_clock::now();
+      auto c = b.claim(r);
+      const auto took = std::chrono::steady_clock::now() - start;
+      ASSERT_FALSE(c) << "a claim succeeded while Redis was down";
+      EXPECT_EQ(c.error().code, StoreErrc::unavailable) << c.error().message;
+      EXPECT_LT(took, 200ms) << c.error().message;
+      std::this_thread::sleep_for(25ms);
+    }
+  }
+
+  ASSERT_EQ(std::system(restart.c_str()), 0) << restart;
+  ASSERT_TRUE(eventually(20s, [&] { return redis_test::answers(address); })) << "redis did not come back";
+  // Recovered by itself: new keys complete again.
+  const auto keys_at_restart = hammer.keys_so_far();
+  EXPECT_TRUE(eventually(10s, [&] { return hammer.keys_so_far() > keys_at_restart + 50; }));
+  hammer.stop_and_finish();
+
+  BlockingStore b(*store);
+  ClaimRequest replay;
+  replay.id = RecordId{"t", "before-restart"};
+  replay.request_hash = "h";
+  replay.token = tokens++;
+  replay.now = clock.now();
+  replay.lease_expires = replay.now + kLease;
+  replay.expires = replay.now + 24h;
+  auto c = b.claim(replay);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->status, ClaimStatus::completed) << "a completed record did not survive the restart";
+  const auto stats = store->stats();
+  EXPECT_GE(stats.connections_lost, 1u);
+  EXPECT_GE(stats.connect_failures, 1u);
+  EXPECT_GE(stats.connects, 2u);
+  expect_every_server_up();
+}
+
+TEST(RedisFaults, ClusterFailoverMidRunExecutesEveryKeyOnce) {
+  // A master and its replica.
+  auto topology = cluster_topology();
+  const ClusterNode* replica = nullptr;
+  for (const auto& n : topology) {
+    if (!n.master && n.master_id != "-") replica = &n;
+  }
+  ASSERT_NE(replica, nullptr) << "no replica in the cluster";
+
+  auto options = fast_options(redis_test::cluster_url(), "failover");
+  options.command_timeout = 2s;
+  auto store = open_store(options);
+  const auto refreshes_before = store->stats().topology_refreshes;
+
+  Hammer hammer(*store, "failover-");
+  hammer.start(8);
+  std::this_thread::sleep_for(400ms);
+
+  RawRedis promote(replica->address);
+  ASSERT_EQ(promote.text({"CLUSTER", "FAILOVER"}), "OK");
+  ASSERT_TRUE(eventually(15s, [&] {
+    RawRedis r(replica->address);
+    auto role = r.call({"ROLE"});
+    return role.is_array() && !role.elements.empty() && role.elements[0].str == "master";
+  })) << replica->address.str() << " did not become master";
+  const auto keys_at_failover = hammer.keys_so_far();
+  EXPECT_TRUE(eventually(15s, [&] { return hammer.keys_so_far() > keys_at_failover + 300; }))
+      << "the store did not recover after the failover";
+  hammer.stop_and_finish();
+
+  const auto stats = store->stats();
+  EXPECT_GT(stats.topology_refreshes, refreshes_before);
+  std::printf("failover: moved=%llu refreshes=%llu retries=%llu timeouts=%llu\n",
+              static_cast<unsigned long long>(stats.moved), static_cast<unsigned long long>(stats.topology_refreshes),
+              static_cast<unsigned long long>(stats.retries), static_cast<unsigned long long>(stats.timeouts));
+  expect_every_server_up();
+}
+
+TEST(RedisFaults, SlotMigrationIsFollowedThroughAskThenMoved) {
+  auto store = open_store(fast_options(redis_test::cluster_url(), "migrate"));
+  BlockingStore b(*store);
+  ManualClock clock;
+  std::atomic<std::uint64_t> tokens{1};
+  Ledger ledger;
+  auto deadline = [] { return std::chrono::steady_clock::now() + 10s; };
+
+  const RecordId first{"t", "migrating-0"};
+  const std::string first_key = store->redis_key(first);
+  const int slot = redis_detail::key_slot(first_key);
+  ASSERT_EQ(drive(*store, clock, tokens, ledger, first.key, deadline()), Outcome::done);
+
+  // Another identity in the same slot, created while the slot migrates.
+  RecordId second{"t", ""};
+  for (int i = 1; second.key.empty(); ++i) {
+    const std::string candidate = "migrating-" + std::to_string(i);
+    if (redis_detail::key_slot(store->redis_key(RecordId{"t", candidate})) == slot) second.key = candidate;
+  }
+
+  // Owner (source) and another master (target), with their node ids.
+  RawRedis any(redis_test::cluster_nodes().front());
+  Address source, target;
+  for (const auto& range : any.call({"CLUSTER", "SLOTS"}).elements) {
+    Address owner{range.elements[2].elements[0].str, static_cast<int>(range.elements[2].elements[1].integer)};
+    if (range.elements[0].integer <= slot && slot <= range.elements[1].integer) {
+      source = owner;
+    } else if (target.host.empty()) {
+      target = owner;
+    }
+  }
+  ASSERT_FALSE(source.host.empty());
+  ASSERT_FALSE(target.host.empty());
+  RawRedis src(source), tgt(target);
+  const std::string src_id = src.text({"CLUSTER", "MYID"}), tgt_id = tgt.text({"CLUSTER", "MYID"});
+  const std::string s = std::to_string(slot);
+
+  auto move_slot = [&](RawRedis& from, const Address& from_address, const std::string& from_id, RawRedis& to,
+                       const Address& to_address, const std::string& to_id) {
+    ASSERT_EQ(to.text({"CLUSTER", "SETSLOT", s, "IMPORTING", from_id}), "OK");
+    ASSERT_EQ(from.text({"CLUSTER", "SETSLOT", s, "MIGRATING", to_id}), "OK");
+    auto keys = from.call({"CLUSTER", "GETKEYSINSLOT", s, "1000"});
+    for (const auto& k : keys.elements) {
+      ASSERT_EQ(from.text({"MIGRATE", to_address.host, std::to_string(to_address.port), "", "0", "5000", "KEYS", k.str}),
+                "OK");
+    }
+    (void)from_address;
+  };
+  auto assign_slot = [&](const std::string& owner_id) {
+    for (const auto& n : cluster_topology()) {
+      if (n.master) {
+        EXPECT_EQ(RawRedis(n.address).text({"CLUSTER", "SETSLOT", s, "NODE", owner_id}), "OK");
+      }
+    }
+  };
+
+  // Migrating: the record moved to the target while the map still names the source -> ASK.
+  move_slot(src, source, src_id, tgt, target, tgt_id);
+  ASSERT_EQ(drive(*store, clock, tokens, ledger, first.key, deadline()), Outcome::done);  // a replay
+  EXPECT_GE(store->stats().ask, 1u);
+  ASSERT_EQ(drive(*store, clock, tokens, ledger, second.key, deadline()), Outcome::done);  // created on the target
+  tgt.text({"ASKING"});  // the target answers for the importing slot only after ASKING
+  EXPECT_EQ(tgt.call({"EXISTS", store->redis_key(second)}).integer, 1);
+
+  // Migrated: the target owns the slot -> MOVED, and the store follows it from then on.
+  assign_slot(tgt_id);
+  const auto moved_before = store->stats().moved;
+  ASSERT_EQ(drive(*store, clock, tokens, ledger, first.key, deadline()), Outcome::done);
+  EXPECT_GT(store->stats().moved, moved_before);
+
+  // And back, leaving the cluster as it was.
+  move_slot(tgt, target, tgt_id, src, source, src_id);
+  assign_slot(src_id);
+  ASSERT_EQ(drive(*store, clock, tokens, ledger, first.key, deadline()), Outcome::done);
+  ASSERT_EQ(drive(*store, clock, tokens, ledger, second.key, deadline()), Outcome::done);
+  EXPECT_EQ(ledger.executions[first.key], 1);
+  EXPECT_EQ(ledger.executions[second.key], 1);
+  EXPECT_EQ(src.call({"EXISTS", first_key}).integer, 1);
+  expect_every_server_up();
+}
+
+TEST(RedisFaults, StalledServerTimesOutInDoubtThenRecovers) {
+  auto options = fast_options(redis_test::standalone_url(), "stall");
+  options.command_timeout = 200ms;
+  auto store = open_store(options);
+  BlockingStore b(*store);
+  ManualClock clock;
+  auto request = [&](const std::string& key) {
+    ClaimRequest r;
+    r.id = RecordId{"t", key};
+    r.request_hash = "h";
+    r.token = 7;
+    r.now = clock.now();
+    r.lease_expires = r.now + kLease;
+    r.expires = r.now + 24h;
+    return r;
+  };
+  ASSERT_TRUE(b.claim(request("before-stall")));
+  RawRedis admin(standalone_address());
+  ASSERT_EQ(admin.text({"CLIENT", "PAUSE", "1000", "ALL"}), "OK");
+  const auto start = std::chrono::steady_clock::now();
+  auto c = b.claim(request("during-stall"));
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, StoreErrc::timeout) << c.error().message;
+  EXPECT_TRUE(c.error().in_doubt);  // it was written: Redis may or may not run it
+  EXPECT_LT(took, 700ms);
+  EXPECT_TRUE(eventually(5s, [&] { return b.claim(request("after-stall")).has_value(); }));
+  EXPECT_GE(store->stats().timeouts, 1u);
+  // The claim that timed out is either absent (the dropped connection's unread command was
+  // discarded) or held in progress: never completed, never lost once answered.
+  auto r = b.get(RecordId{"t", "during-stall"});
+  ASSERT_TRUE(r);
+  if (*r) EXPECT_EQ((*r)->state, RecordState::in_progress);
+}
+
+}  // namespace
+}  // namespace idem

@@ -115,6 +115,8 @@ start_gateway() {
 # No [[route]]: every POST and PATCH is handled, key optional (wrk always sends one).
 upstream_timeout = "30s"
 max_body = "1MiB"
+# No line per key, as nginx runs with access_log off.
+log_level = "warn"
 EOF
   "$gateway" --config "$work/$name.toml" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" \
     --upstream "http://127.0.0.1:$upstream_port" --store "$store" >"$work/$name.log" 2>&1 &
@@ -166,7 +168,11 @@ EOF
   echo "  $(tail -1 "$results")" >&2
 }
 
-echo "run.sh: wrk -t$threads -c$connections -d${duration}s per case (warm-up ${warmup}s)" >&2
+load_before=$(cut -d' ' -f1 /proc/loadavg)
+echo "run.sh: wrk -t$threads -c$connections -d${duration}s per case (warm-up ${warmup}s); load average $load_before" >&2
+if awk -v l="$load_before" -v c="$(nproc)" 'BEGIN { exit !(l > c) }'; then
+  echo "run.sh: warning: load average $load_before above $(nproc) cores: other work will skew the figures" >&2
+fi
 bench "(a) upstream alone" "http://127.0.0.1:$upstream_port/"
 bench "(b) nginx proxy" "http://127.0.0.1:$proxy_port/"
 bench "(c) idem-gateway memory" "http://127.0.0.1:$mem_port/"
@@ -192,9 +198,10 @@ command_line="bench/gateway/run.sh${shown_args[*]:+ ${shown_args[*]}}"
 section="$work/section.md"
 python3 - "$results" "$section" "$command_line" "$threads" "$connections" "$duration" "$cores" "$cpu" \
   "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)" "$(date -u +%Y-%m-%d)" \
-  "$(wrk --version 2>&1 | head -1 | awk '{print $2}')" "$("$nginx_bin" -v 2>&1 | sed 's/.*nginx\///')" "$journal" "$warmup" <<'EOF'
+  "$(wrk --version 2>&1 | head -1 | awk '{print $2}')" "$("$nginx_bin" -v 2>&1 | sed 's/.*nginx\///')" "$journal" "$warmup" \
+  "$load_before" <<'EOF'
 import sys
-(results, out, cmd, threads, conns, dur, cores, cpu, commit, day, wrk_v, nginx_v, journal, warm) = sys.argv[1:]
+(results, out, cmd, threads, conns, dur, cores, cpu, commit, day, wrk_v, nginx_v, journal, warm, load) = sys.argv[1:]
 rows = [l.rstrip("\n").split("\t") for l in open(results) if l.strip()]
 by = {r[0][:3]: r for r in rows}
 b = float(by["(b)"][1])
@@ -216,10 +223,12 @@ lines.append("")
 lines.append("![gateway benchmark](img/gateway_bench.png)\n")
 lines.append("- Command: `%s` (wrk `-t%s -c%s -d%ss --latency`, %s s warm-up per case; "
              "`--quick` for a 2 s smoke run)." % (cmd, threads, conns, dur, warm))
-lines.append("- Machine: %s cores (%s). wrk, both nginx processes and the gateway share them, so "
-             "every case pays for its load generator; read the ratios, not the absolute numbers." % (cores, cpu))
+lines.append("- Machine: %s cores (%s), load average %s when the run started. wrk, both nginx processes "
+             "and the gateway share the cores, so every case pays for its load generator; read the ratios, "
+             "not the absolute numbers." % (cores, cpu, load))
 lines.append("- (b) nginx `worker_processes auto`, `proxy_http_version 1.1`, upstream `keepalive 64`. "
-             "(c), (d) idem-gateway with no `[[route]]` (every POST handled), defaults otherwise; "
+             "(c), (d) idem-gateway with no `[[route]]` (every POST handled), `log_level = \"warn\"` (nginx has "
+             "`access_log off`), defaults otherwise (one event loop per core); "
              "(d) `sqlite:` store, WAL (journal_mode=%s), `synchronous=FULL`." % journal)
 lines.append("- Measured %s at commit %s; wrk %s, nginx %s." % (day, commit, wrk_v, nginx_v))
 open(out, "w").write("\n".join(lines) + "\n")

@@ -651,7 +651,15 @@ asio::awaitable<void> answer_and_close(Session& s, const Problem& problem, unsig
   beast::error_code ec;
   s.stream.expires_after(s.worker.shared.config.client_timeout);
   co_await bhttp::async_write(s.stream, res, with(ec));
+  if (ec) co_return;
   s.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  // Lingering close: read and drop what the client is still sending (at most 1 s, 1 MiB), so
+  // that closing with unread bytes does not reset the connection before it reads the answer.
+  std::size_t drained = 0;
+  s.stream.expires_after(std::chrono::seconds(1));
+  while (!ec && drained < 1024 * 1024) {
+    drained += co_await s.stream.async_read_some(s.buffer.prepare(16 * 1024), with(ec));
+  }
 }
 
 Problem too_large(const Config& cfg) {

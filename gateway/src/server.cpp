@@ -185,7 +185,7 @@ void Gateway::Impl::run() {
   for (std::size_t i = 1; i < workers.size(); ++i) threads.emplace_back(loop, std::ref(*workers[i]->io));
   loop(io);
   for (auto& t : threads) t.join();
-  log::write(LogLevel::info, "stopped");
+  log::notice("stopped");
 }
 
 asio::awaitable<void> Gateway::Impl::accept_loop() {
@@ -344,9 +344,8 @@ void Gateway::Impl::on_signal() {
   draining = true;
   beast::error_code ec;
   acceptor->close(ec);
-  log::write(LogLevel::info, "shutting down: stopped accepting; waiting up to " +
-                                 std::to_string(config.drain_timeout.count()) + " ms for " +
-                                 std::to_string(open_connections()) + " open connections");
+  log::notice("shutting down: stopped accepting; waiting up to " + std::to_string(config.drain_timeout.count()) +
+              " ms for " + std::to_string(open_connections()) + " open connections");
   for (auto& w : workers) asio::post(*w->io, [w = w.get()] { w->drain(); });
   asio::co_spawn(io0(), drain(), LogFailure{"drain"});
 }

@@ -17,7 +17,8 @@
 //   /close-mid-response[/...]  headers with Content-Length: 1000, 100 bytes of body, then close
 //   /hang[/...]                never answers (until the client closes)
 //   /hang-first[/...]          never answers on a key's first execution, 200 afterwards
-//   any of them with ?hop=1    also sends hop-by-hop response headers (Keep-Alive, Proxy-*)
+//   any of them with ?hop=1    also sends hop-by-hop response headers: Keep-Alive, Proxy-Fixture,
+//                              Proxy-Authenticate, and X-Fixture-Private named by Connection
 // Control routes (not counted):
 //   GET /counts                {"total":N,"keys":{"K":n},"requests":[{method,path,key,count}]}
 //   GET /executions?key=K      {"key":"K","count":n}
@@ -162,11 +163,14 @@ Response make_response(const Request& req, http::status status, std::string body
   res.set(http::field::content_type, std::string(content_type));
   res.set("X-Execution-Id", execution_id);
   res.set("X-Fixture-Route", std::string(path_of(sv(req.target()))));
+  res.keep_alive(req.keep_alive());
   if (query_param(sv(req.target()), "hop") == "1") {
     res.set(http::field::keep_alive, "timeout=30");
     res.set("Proxy-Fixture", "hop-by-hop");
+    res.set(http::field::proxy_authenticate, "Basic realm=\"fixture\"");
+    res.set(http::field::connection, req.keep_alive() ? "X-Fixture-Private" : "close, X-Fixture-Private");
+    res.set("X-Fixture-Private", "connection-scoped");
   }
-  res.keep_alive(req.keep_alive());
   res.body() = std::move(body);
   res.prepare_payload();
   if (req.method() == http::verb::head) res.body().clear();  // keeps the Content-Length it would have

@@ -120,9 +120,14 @@ class ReplayTest(GatewayTestCase):
         again = self.gateway.request("POST", "/echo?hop=1", "{}", key=key)
         self.assertExecuted(first)
         self.assertReplayOf(again, first)
-        for r in (first, again):
-            self.assertNotIn("timeout=30", r.header_all("Keep-Alive"), r)
-            self.assertIsNone(r.header("Proxy-Fixture"), "Proxy-* header passed on: %r" % (r,))
+        for name, r in (("forwarded", first), ("replayed", again)):
+            with self.subTest(name):
+                self.assertNotIn("timeout=30", r.header_all("Keep-Alive"), r)
+                self.assertIsNone(r.header("Proxy-Authenticate"), r)
+                self.assertIsNone(r.header("X-Fixture-Private"), "header named by Connection passed on")
+                self.assertNotIn("X-Fixture-Private", ",".join(r.header_all("Connection")))
+                # The issue lists "Proxy-*" as hop-by-hop: any Proxy- header, not only the RFC's.
+                self.assertIsNone(r.header("Proxy-Fixture"), "Proxy-* header passed on: %r" % (r,))
 
     def test_replay_of_created_and_large_bodies(self):
         key = new_key()

@@ -575,7 +575,13 @@ class PostgresStore::Impl {
       std::lock_guard lock(mutex_);
       if (!closed_) {
         queue_.push_back(std::move(op));
-        cv_.notify_one();
+        // One wake-up is enough while every thread is connected; otherwise it might go to a
+        // thread waiting out its reconnect backoff, which leaves the work to the others.
+        if (healthy_ == workers_.size()) {
+          cv_.notify_one();
+        } else {
+          cv_.notify_all();
+        }
         return;
       }
     }

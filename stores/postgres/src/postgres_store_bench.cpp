@@ -105,13 +105,15 @@ void BM_ClaimComplete(benchmark::State& state) {
 
 BENCHMARK(BM_ClaimComplete)
     ->ArgNames({"pool", "batch"})
+    ->Args({2, 128})
     ->Args({4, 128})
+    ->Args({8, 128})
     ->Args({16, 1})
+    ->Args({64, 1})
     ->Threads(1)
     ->Threads(8)
     ->Threads(64)
-    ->UseRealTime()
-    ->MinTime(3.0);
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace idem

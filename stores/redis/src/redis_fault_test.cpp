@@ -1,6 +1,7 @@
 // RedisStore through faults, against the shared test servers (scripts/lib/servers.sh):
 //   - a standalone Redis shut down and restarted mid-run,
 //   - a cluster master failed over (CLUSTER FAILOVER on its replica) mid-run,
+//   - a cluster master killed (SIGKILL) mid-run, its replica promoted by the cluster,
 //   - a slot migrated between masters (ASK during the migration, MOVED after it) and back,
 //   - a server that stops answering (CLIENT PAUSE) past the command timeout.
 // While Redis is down, calls fail fast with `unavailable` and nothing executes; afterwards the
@@ -11,7 +12,10 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <atomic>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -145,11 +149,11 @@ class Hammer {
         while (!stop_) {
           const int i = next_++;
           const std::string key = key_prefix_ + std::to_string(i);
-          const auto outcome = drive(store_, clock_, tokens_, ledger_, key, std::chrono::steady_clock::now() + 20s);
+          const auto outcome = drive(store_, clock_, tokens_, ledger_, key, std::chrono::steady_clock::now() + 10s);
           std::lock_guard lock(mutex_);
           keys_.push_back(key);
-          if (outcome != Outcome::done) unfinished_.push_back(key);
-          if (i % 5 == 0 && keys_.size() > 10) replay_.push_back(keys_[keys_.size() / 2]);
+          (outcome == Outcome::done ? done_ : unfinished_).push_back(key);
+          if (i % 5 == 0 && done_.size() > 10) replay_.push_back(done_[done_.size() / 2]);
         }
       });
     }
@@ -160,11 +164,11 @@ class Hammer {
     for (auto& w : workers_) w.join();
     // A replayed key must replay, never execute again.
     for (const auto& key : replay_) {
-      EXPECT_EQ(drive(store_, clock_, tokens_, ledger_, key, std::chrono::steady_clock::now() + 10s), Outcome::done);
+      EXPECT_EQ(drive(store_, clock_, tokens_, ledger_, key, std::chrono::steady_clock::now() + 5s), Outcome::done);
     }
     clock_.advance(kLease);
     for (const auto& key : unfinished_) {
-      EXPECT_EQ(drive(store_, clock_, tokens_, ledger_, key, std::chrono::steady_clock::now() + 10s), Outcome::done)
+      EXPECT_EQ(drive(store_, clock_, tokens_, ledger_, key, std::chrono::steady_clock::now() + 5s), Outcome::done)
           << key;
     }
     int twice = 0, never = 0;
@@ -197,7 +201,7 @@ class Hammer {
   std::atomic<int> next_{0};
   std::vector<std::thread> workers_;
   std::mutex mutex_;
-  std::vector<std::string> keys_, unfinished_, replay_;
+  std::vector<std::string> keys_, done_, unfinished_, replay_;
 };
 
 // ---- servers -----------------------------------------------------------------------------------
@@ -206,13 +210,27 @@ Address standalone_address() { return redis_detail::parse_redis_url(redis_test::
 
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
-// The command line scripts/lib/servers.sh started a standalone server with, from CONFIG GET.
+// The command line scripts/lib/servers.sh started a server with, from CONFIG GET.
 std::string restart_command(RawRedis& raw) {
   std::string cmd = "redis-server --daemonize yes";
   for (const char* name : {"port", "bind", "dir", "pidfile", "logfile", "appendonly", "appendfsync", "save"}) {
     cmd += std::string(" --") + name + " " + quoted(raw.config(name));
   }
+  if (raw.config("cluster-enabled") == "yes") {
+    for (const char* name : {"cluster-enabled", "cluster-config-file", "cluster-node-timeout"}) {
+      cmd += std::string(" --") + name + " " + quoted(raw.config(name));
+    }
+  }
   return cmd + " >/dev/null 2>&1";
+}
+
+// The server's pid, from its pidfile.
+pid_t pid_of(RawRedis& raw) {
+  std::ifstream file(raw.config("pidfile"));
+  pid_t pid = 0;
+  file >> pid;
+  if (pid <= 0) throw std::runtime_error("no pid in " + raw.config("pidfile"));
+  return pid;
 }
 
 bool cluster_ok(const Address& node) {
@@ -368,6 +386,79 @@ TEST(RedisFaults, ClusterFailoverMidRunExecutesEveryKeyOnce) {
   expect_every_server_up();
 }
 
+TEST(RedisFaults, ClusterMasterCrashFailsOverAndWaitKeepsAcknowledgedRecords) {
+  // A master that dies (SIGKILL): the cluster notices after cluster-node-timeout and promotes
+  // its replica. Meanwhile that master's keys fail fast (or CLUSTERDOWN, retried then
+  // unavailable); the store re-reads the slot map until the new master shows up. With
+  // wait_replicas = 1 every acknowledged write is on the replica that takes over, so no key
+  // executes twice; without it an acknowledged record could be lost with the master.
+  auto topology = cluster_topology();
+  const ClusterNode* victim = nullptr;
+  for (const auto& n : topology) {
+    if (!n.master) continue;
+    for (const auto& r : topology) {
+      if (!r.master && r.master_id == n.id) victim = &n;
+    }
+  }
+  ASSERT_NE(victim, nullptr) << "no master with a replica";
+  RawRedis victim_admin(victim->address);
+  const std::string restart = restart_command(victim_admin);
+  const pid_t pid = pid_of(victim_admin);
+
+  auto options = fast_options(redis_test::cluster_url(), "crash");
+  options.wait_replicas = 1;
+  options.wait_timeout = 500ms;
+  options.command_timeout = 2s;
+  auto store = open_store(options);
+
+  Hammer hammer(*store, "crash-");
+  hammer.start(8);
+  std::this_thread::sleep_for(300ms);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  // Promoted: some other node now serves the victim's first slot.
+  const Address first = redis_test::cluster_nodes().front() == victim->address ? redis_test::cluster_nodes()[1]
+                                                                                 : redis_test::cluster_nodes().front();
+  ASSERT_TRUE(eventually(20s, [&] {
+    try {
+      RawRedis r(first, 500ms);
+      for (const auto& range : r.call({"CLUSTER", "SLOTS"}).elements) {
+        Address owner{range.elements[2].elements[0].str, static_cast<int>(range.elements[2].elements[1].integer)};
+        if (owner == victim->address) return false;
+      }
+      return r.text({"CLUSTER", "INFO"}).find("cluster_state:ok") != std::string::npos;
+    } catch (const std::exception&) {
+      return false;
+    }
+  })) << "the replica was not promoted";
+  const auto failover_took = std::chrono::steady_clock::now() - killed_at;
+  // The crashed node comes back and rejoins as the new master's replica: only then can writes
+  // to that shard be acknowledged by a replica again (until then they fail, in doubt).
+  ASSERT_EQ(std::system(restart.c_str()), 0) << restart;
+  ASSERT_TRUE(eventually(20s, [&] {
+    try {
+      RawRedis r(victim->address, 500ms);
+      auto role = r.call({"ROLE"});
+      return role.is_array() && role.elements.size() >= 4 && role.elements[0].str == "slave" &&
+             role.elements[3].str == "connected";
+    } catch (const std::exception&) {
+      return false;
+    }
+  })) << "the crashed node did not rejoin as a replica";
+  const auto keys_at_rejoin = hammer.keys_so_far();
+  EXPECT_TRUE(eventually(15s, [&] { return hammer.keys_so_far() > keys_at_rejoin + 300; }))
+      << "the store did not recover after the failover";
+  hammer.stop_and_finish();
+
+  const auto stats = store->stats();
+  std::printf("crash: failover took %lld ms; moved=%llu refreshes=%llu retries=%llu connect_failures=%llu\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(failover_took).count()),
+              static_cast<unsigned long long>(stats.moved), static_cast<unsigned long long>(stats.topology_refreshes),
+              static_cast<unsigned long long>(stats.retries), static_cast<unsigned long long>(stats.connect_failures));
+  EXPECT_GE(stats.topology_refreshes, 2u);
+  expect_every_server_up();
+}
+
 TEST(RedisFaults, SlotMigrationIsFollowedThroughAskThenMoved) {
   auto store = open_store(fast_options(redis_test::cluster_url(), "migrate"));
   BlockingStore b(*store);
@@ -481,7 +572,9 @@ TEST(RedisFaults, StalledServerTimesOutInDoubtThenRecovers) {
   // discarded) or held in progress: never completed, never lost once answered.
   auto r = b.get(RecordId{"t", "during-stall"});
   ASSERT_TRUE(r);
-  if (*r) EXPECT_EQ((*r)->state, RecordState::in_progress);
+  if (*r) {
+    EXPECT_EQ((*r)->state, RecordState::in_progress);
+  }
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// The victim of sqlite_crash_test: completes keys one after another, each together with one
+// The victim of sqlite_crash_test: writes one byte to stdout once its store is open, then
+// completes keys one after another, each together with one
 // business row, until it is SIGKILLed. A key it finds held by a killed predecessor is taken over
 // once that holder's (short) lease has run out.
 //
@@ -9,6 +10,7 @@
 #include "idem/sqlite_store.hpp"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -63,6 +65,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   idem::SqliteStore& store = **opened;
+  // Tells the parent the store is open: its kill timer starts now.
+  if (write(STDOUT_FILENO, "r", 1) != 1) return 4;
   idem::BlockingStore blocking(store);
   std::mt19937_64 random(std::random_device{}());
 

@@ -87,35 +87,46 @@ BENCHMARK(BM_Sha256)->Arg(1 << 10)->Arg(64 << 10);
 BENCHMARK(BM_Fingerprint)->Arg(1 << 10)->Arg(64 << 10);
 BENCHMARK(BM_Canonicalize)->Arg(1 << 10)->Arg(64 << 10);
 
-// Console output as usual, remembering each benchmark's best throughput for the summary. With
-// --benchmark_repetitions=N the best of the N runs counts, which filters out noise from other
-// processes better than a mean.
+// Console output as usual, remembering each benchmark's throughput for the summary: the best
+// of its runs (with --benchmark_repetitions=N, the best of N filters out noise from other
+// processes better than a mean), or the median when only aggregates are reported.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& run : runs) {
-      if (run.error_occurred || run.run_type != Run::RT_Iteration) continue;
+      if (run.error_occurred) continue;
       const auto it = run.counters.find("bytes_per_second");
       if (it == run.counters.end()) continue;
       // "BM_Fingerprint/1024": function "BM_Fingerprint", args "1024".
-      double& best = rates_[run.run_name.args][run.run_name.function_name];
-      best = std::max(best, it->second.value);
+      Rate& rate = rates_[run.run_name.args][run.run_name.function_name];
+      if (run.run_type == Run::RT_Iteration) {
+        rate.best = std::max(rate.best, it->second.value);
+      } else if (run.aggregate_name == "median") {
+        rate.median = it->second.value;
+      }
     }
   }
 
   void summary() const {
-    std::printf("\nfingerprint / sha256 throughput, best run of each (goal >= 0.5):\n");
+    std::printf("\nfingerprint / sha256 throughput (goal >= 0.5):\n");
     for (const auto& [args, by_name] : rates_) {
       const auto fp = by_name.find("BM_Fingerprint"), sha = by_name.find("BM_Sha256");
       if (fp == by_name.end() || sha == by_name.end()) continue;
-      std::printf("  %6s B: fingerprint %7.1f MB/s, sha256 %7.1f MB/s, ratio %.2f\n", args.c_str(),
-                  fp->second / 1e6, sha->second / 1e6, fp->second / sha->second);
+      const bool best = fp->second.best > 0 && sha->second.best > 0;
+      const double f = best ? fp->second.best : fp->second.median;
+      const double h = best ? sha->second.best : sha->second.median;
+      std::printf("  %6s B: fingerprint %7.1f MB/s, sha256 %7.1f MB/s, ratio %.2f (%s)\n",
+                  args.c_str(), f / 1e6, h / 1e6, f / h, best ? "best run" : "median");
     }
   }
 
  private:
-  std::map<std::string, std::map<std::string, double>> rates_;
+  struct Rate {
+    double best = 0;
+    double median = 0;
+  };
+  std::map<std::string, std::map<std::string, Rate>> rates_;
 };
 
 }  // namespace

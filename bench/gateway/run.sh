@@ -52,6 +52,9 @@ for tool in wrk nginx gnuplot python3 curl; do
     { echo "run.sh: $tool is missing (scripts/deps installs it)" >&2; exit 2; }
 done
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+# The system interpreter: a version-manager shim (pyenv) can take seconds to start.
+py=python3
+[ -x /usr/bin/python3 ] && py=/usr/bin/python3
 
 work=$(mktemp -d -t idem-bench-gw.XXXXXX)
 pids=()
@@ -70,8 +73,12 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+# free_ports N: N distinct ports that were free a moment ago.
+free_ports() {
+  "$py" -c 'import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
 }
 
 # Waits until `curl ARGS` succeeds (max 10 s).
@@ -124,10 +131,7 @@ EOF
   wait_http "http://127.0.0.1:$admin/healthz"
 }
 
-upstream_port=$(free_port)
-proxy_port=$(free_port)
-mem_port=$(free_port); mem_admin=$(free_port)
-sql_port=$(free_port); sql_admin=$(free_port)
+read -r upstream_port proxy_port mem_port mem_admin sql_port sql_admin < <(free_ports 6)
 
 start_nginx upstream "server { listen 127.0.0.1:$upstream_port; location / { return 200 \"ok\"; } }"
 start_nginx proxy "upstream up { server 127.0.0.1:$upstream_port; keepalive 64; }
@@ -151,7 +155,7 @@ bench() {
     wrk -t"$threads" -c"$connections" -d"${warmup}s" -s "$here/post.lua" "$url" >/dev/null
   fi
   wrk -t"$threads" -c"$connections" -d"${duration}s" --latency -s "$here/post.lua" "$url" >"$out"
-  python3 - "$label" "$out" >>"$results" <<'EOF'
+  "$py" - "$label" "$out" >>"$results" <<'EOF'
 import re, sys
 label, path = sys.argv[1], sys.argv[2]
 text = open(path).read()
@@ -181,7 +185,7 @@ bench "(d) idem-gateway sqlite" "http://127.0.0.1:$sql_port/"
 # Every gateway request must have executed (fresh keys): check a non-2xx count of zero.
 journal="?"
 if [ -s "$work/bench.db" ]; then
-  journal=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('pragma journal_mode').fetchone()[0])" "$work/bench.db" 2>/dev/null || echo "?")
+  journal=$("$py" -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('pragma journal_mode').fetchone()[0])" "$work/bench.db" 2>/dev/null || echo "?")
 fi
 
 mkdir -p "${out_dir:-$root/docs/img}"
@@ -196,7 +200,7 @@ gnuplot -e "datafile='$dat'; outfile='$png'; subtitle='$subtitle'" "$here/plot.g
 
 command_line="bench/gateway/run.sh${shown_args[*]:+ ${shown_args[*]}}"
 section="$work/section.md"
-python3 - "$results" "$section" "$command_line" "$threads" "$connections" "$duration" "$cores" "$cpu" \
+"$py" - "$results" "$section" "$command_line" "$threads" "$connections" "$duration" "$cores" "$cpu" \
   "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)" "$(date -u +%Y-%m-%d)" \
   "$(wrk --version 2>&1 | head -1 | awk '{print $2}')" "$("$nginx_bin" -v 2>&1 | sed 's/.*nginx\///')" "$journal" "$warmup" \
   "$load_before" <<'EOF'
@@ -240,7 +244,7 @@ if [ -n "$out_dir" ]; then
   cat "$section"
 else
   doc="$root/docs/benchmarks.md"
-  python3 - "$doc" "$section" <<'EOF'
+  "$py" - "$doc" "$section" <<'EOF'
 import os, re, sys
 doc, section = sys.argv[1], open(sys.argv[2]).read()
 text = open(doc).read() if os.path.exists(doc) else "# Benchmarks\n"

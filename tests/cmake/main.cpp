@@ -3,6 +3,7 @@
 #include <idem/jcs.hpp>
 #include <idem/memory_store.hpp>
 #include <idem/sqlite_store.hpp>
+#include <idem/client/key.hpp>
 
 #include <cstdio>
 #include <vector>
@@ -20,6 +21,7 @@ int main() {
   auto second = engine.begin_and_wait(policy, request, "tenant");
   if (second.verdict != idem::Verdict::replay || second.replay->body != "created") return 1;
   if (idem::canonicalize_json("{\"b\":1,\"a\":2}").value_or("") != "{\"a\":2,\"b\":1}") return 1;
+  if (idem::client::new_key().size() != 36) return 1;
   std::puts("idem consumer: find_package(idem) works");
   return 0;
 }

@@ -9,6 +9,7 @@ Command line of every module (ctest passes the binaries):
 """
 
 import argparse
+import ctypes
 import http.client
 import json
 import os
@@ -34,6 +35,15 @@ STOP_TIMEOUT = 15.0
 # Ports and processes
 
 
+def _die_with_parent():
+    """Runs in the child before exec: if the test process is killed (ctest timeout), so is the
+    child, instead of lingering on its port."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def free_port():
     """A port that was free a moment ago (the caller retries if someone else takes it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -55,7 +65,7 @@ class Process:
         self.log_path = os.path.join(workdir, "%s.%d.log" % (name, len(_PROCESSES)))
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         self.pid = self.proc.pid
         self.saved_log = None  # kept after the temp dir is gone, for the dump on failure
         _PROCESSES.append(self)
@@ -532,6 +542,8 @@ def main():
     parser.add_argument("--upstream-bin", required=True, help="path to idem-fixture-upstream")
     parser.add_argument("--store", choices=("memory", "sqlite"), default="memory")
     ARGS, rest = parser.parse_known_args()
+    # SIGTERM (ctest, CI cancelling) unwinds like a failure, so tearDownClass stops the children.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     for path in (ARGS.gateway, ARGS.upstream_bin):
         if not os.access(path, os.X_OK):
             print("not an executable: %s" % path, file=sys.stderr)
@@ -541,8 +553,9 @@ def main():
     if not ok:
         for p in _PROCESSES:
             text = p.log()
-            if text:
+            crashed = p.proc.returncode not in (None, 0)
+            if text and (p.name == "gateway" or crashed):
                 tail = "\n".join(text.splitlines()[-40:])
-                print("\n---- %s (pid %d) %s, last lines ----\n%s" % (p.name, p.pid, " ".join(p.argv), tail),
-                      file=sys.stderr)
+                print("\n---- %s (pid %d, exit %s) %s, last lines ----\n%s"
+                      % (p.name, p.pid, p.proc.returncode, " ".join(p.argv), tail), file=sys.stderr)
     sys.exit(0 if ok else 1)

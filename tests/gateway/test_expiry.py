@@ -93,8 +93,7 @@ class UpstreamTimeoutTest(GatewayTestCase):
         claimed = time.monotonic()
         r = self.gateway.request("POST", "/hang-first", "{}", key=key)
         elapsed = time.monotonic() - claimed
-        self.assertEqual(r.status, 504, r)
-        self.assertEqual((r.header("Content-Type") or "").split(";")[0], "application/problem+json", r)
+        self.assertProblem(r, 504, "upstream_timeout")
         self.assertLess(elapsed, UPSTREAM_TIMEOUT + 3, "upstream_timeout not enforced")
         self.assertGreaterEqual(elapsed, UPSTREAM_TIMEOUT - 0.1)
 
@@ -151,8 +150,7 @@ class UpstreamDropTest(GatewayTestCase):
         key = new_key()
         claimed = time.monotonic()
         r = self.gateway.request("POST", "/close-mid-response", "{}", key=key)
-        self.assertIn(r.status, (502, 504), r)
-        self.assertEqual((r.header("Content-Type") or "").split(";")[0], "application/problem+json", r)
+        self.assertProblem(r, 504, "upstream_timeout")  # docs/gateway.md: sent, answer incomplete
         self.assertNotIn(b"xxxxxxxxxx", r.body, "a truncated upstream body was passed on")
         # Sent but not answered: in doubt, so not released and not re-executed within the lease.
         self.assertProblem(self.gateway.request("POST", "/close-mid-response", "{}", key=key),
@@ -160,7 +158,7 @@ class UpstreamDropTest(GatewayTestCase):
         self.assertEqual(self.upstream.executions(key), 1)
         sleep_until(claimed + LEASE + MARGIN)
         r = self.gateway.request("POST", "/close-mid-response", "{}", key=key)
-        self.assertIn(r.status, (502, 504), r)
+        self.assertProblem(r, 504, "upstream_timeout")
         self.assertEqual(self.upstream.executions(key), 2)
         # Everyone else is still served.
         self.assertExecuted(self.gateway.request("POST", "/echo", "{}", key=new_key()))
@@ -176,7 +174,7 @@ class UpstreamUnreachableTest(GatewayTestCase):
             key = new_key()
             for _ in range(2):  # released: the retry tries again instead of 409
                 r = gw.request("POST", "/echo", "{}", key=key, timeout=10)
-                self.assertProblem(r, 502, None)
+                self.assertProblem(r, 502, "upstream_unreachable")
             try:
                 up = Upstream(self.workdir, port=port)
             except RuntimeError:

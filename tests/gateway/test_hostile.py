@@ -111,7 +111,9 @@ class HostileTest(GatewayTestCase):
                                % (new_key(), headers))
                     except (BrokenPipeError, ConnectionResetError):
                         continue  # closed while we were still sending: fine
-                    self.assertAnsweredOrClosed(c, allowed=(400, 413, 431))
+                    r = self.assertAnsweredOrClosed(c, allowed=(431,))
+                    if r is not None:
+                        self.assertProblem(r, 431, "request_header_too_large")
                 finally:
                     c.close()
         self.assertEqual(self.upstream.total(), before)
@@ -224,7 +226,7 @@ class HostileTest(GatewayTestCase):
     def test_upstream_closes_mid_response(self):
         for _ in range(5):
             r = self.gateway.request("POST", "/close-mid-response", "{}", key=new_key())
-            self.assertIn(r.status, (502, 504), r)
+            self.assertProblem(r, 504, "upstream_timeout")
         self.assertStillServing()
 
     def test_pipelined_requests_are_answered_in_order(self):

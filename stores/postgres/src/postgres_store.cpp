@@ -628,6 +628,8 @@ class PostgresStore::Impl {
             if (stopping_) {
               // Only the last thread out closes the queue: the others may still be draining it.
               if (++exited_ == workers_.size()) closed_ = true;
+              if (w.conn) --healthy_;
+              cv_.notify_all();
               return;
             }
             cv_.wait(lock);

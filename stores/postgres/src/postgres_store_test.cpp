@@ -290,6 +290,11 @@ TEST(PostgresErrorsLive, AServerThatStopsAnsweringTimesOutInDoubt) {
   ManualClock clock;
   auto c = must_claim(*store, claim_request(clock, "key-frozen-000001"));
   proxy.freeze();
+  // The caller's thread never waits for the server: the call returns, the answer comes later.
+  std::promise<StoreResult<ClaimResult>> later;
+  const auto call = SteadyClock::now();
+  store->claim(claim_request(clock, "key-frozen-async-1"), [&](StoreResult<ClaimResult> r) { later.set_value(r); });
+  EXPECT_LT(elapsed_since(call), 50ms);
   const auto start = SteadyClock::now();
   auto done = BlockingStore(*store).complete(complete_request(clock, fence_of(c)));
   ASSERT_FALSE(done.has_value());
@@ -304,6 +309,7 @@ TEST(PostgresErrorsLive, AServerThatStopsAnsweringTimesOutInDoubt) {
     EXPECT_FALSE(r.has_value());
     EXPECT_LT(elapsed_since(t), 2s);
   }
+  EXPECT_FALSE(later.get_future().get().has_value());
   proxy.thaw();
   proxy.cut();  // the held-back connections are of no use now
   const auto deadline = SteadyClock::now() + 5s;

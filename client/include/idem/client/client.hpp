@@ -72,7 +72,7 @@ struct ClientOptions {
   /// (24 h retention by default), and a forgotten key would execute again.
   Millis resume_max_age = std::chrono::hours(12);
   /// Called on a copy of the request before every attempt, e.g. to add a fresh Authorization
-  /// header. What it adds is sent but never journaled.
+  /// header. What it adds is sent but never journaled. May run on several threads at once.
   std::function<void(HttpRequest&)> before_attempt;
   /// Seed of the jitter generator; unset means a random seed (tests set it).
   std::optional<std::uint64_t> jitter_seed;

@@ -21,7 +21,7 @@ int main() {
   auto second = engine.begin_and_wait(policy, request, "tenant");
   if (second.verdict != idem::Verdict::replay || second.replay->body != "created") return 1;
   if (idem::canonicalize_json("{\"b\":1,\"a\":2}").value_or("") != "{\"a\":2,\"b\":1}") return 1;
-  if (idem::client::new_key().size() != 36) return 1;
+  if (idem::client::new_key().value_or("").size() != 36) return 1;
   std::puts("idem consumer: find_package(idem) works");
   return 0;
 }

@@ -16,10 +16,12 @@ import harness  # noqa: E402
 from harness import GatewayTestCase, RawClient, new_key  # noqa: E402
 
 MAX_BODY = 64 * 1024
+MAX_STORED = 256 * 1024
 
 CONFIG = """
 upstream_timeout = "10s"
 max_body = "64KiB"
+max_stored_response = "256KiB"
 
 [idempotency]
 header = "Idempotency-Key"
@@ -141,6 +143,22 @@ class ReplayTest(GatewayTestCase):
         self.assertEqual(len(first.body), 200000)
         self.assertReplayOf(self.gateway.request("POST", "/large?bytes=200000", "{}", key=key), first)
         self.assertEqual(self.upstream.executions(key), 1)
+
+    def test_response_above_max_stored_response_reaches_client_then_410(self):
+        key = new_key()
+        size = MAX_STORED + 100000
+        before = self.gateway.metrics().get("idem_oversized_responses_total", 0.0)
+        first = self.gateway.request("POST", "/large?bytes=%d" % size, "{}", key=key)
+        self.assertExecuted(first)
+        self.assertEqual(len(first.body), size, "streamed response truncated")
+        self.assertEqual(first.body[:26], b"abcdefghijklmnopqrstuvwxyz")
+        for _ in range(2):
+            r = self.gateway.request("POST", "/large?bytes=%d" % size, "{}", key=key)
+            self.assertProblem(r, 410, "idempotency_response_not_stored")
+            self.assertEqual(r.header("Idempotent-Replayed"), "true", r)
+            self.assertEqual(r.header("Idempotent-Original-Status"), "200", r)
+        self.assertEqual(self.upstream.executions(key), 1)
+        self.assertGreater(self.gateway.metrics().get("idem_oversized_responses_total", 0.0), before)
 
     def test_mismatch_is_422_and_does_not_poison(self):
         key = new_key()

@@ -82,9 +82,9 @@ class Params {
     lengths_.push_back(0);
     formats_.push_back(1);
   }
-  /// A parameter in PostgreSQL's text form (for the application's statements).
-  void text_form(const std::optional<std::string>& value) {
-    values_.push_back(value ? value->c_str() : nullptr);
+  /// A parameter in PostgreSQL's text form, NUL-terminated (null for SQL NULL); not copied.
+  void text_form(const char* value) {
+    values_.push_back(value);
     lengths_.push_back(0);
     formats_.push_back(0);
   }

@@ -211,7 +211,7 @@ using Session = PostgresTransaction::Session;
 StoreResult<PostgresResult> PostgresTransaction::exec(std::string_view sql,
                                                       std::span<const std::optional<std::string>> params) {
   pd::Params p;
-  for (const auto& value : params) p.text_form(value);
+  for (const auto& value : params) p.text_form(value ? value->c_str() : nullptr);
   auto r = session_.sql(std::string(sql), p, 0, pd::Exchange{"application statement", true, false});
   if (!r) {
     if (!session_.app_failure) session_.app_failure = r.error();
@@ -478,7 +478,7 @@ std::optional<pd::Failure> setup_connection(PGconn* conn, const StatementSql& sq
   if (!PQenterPipelineMode(conn)) return lost();
   const std::string timeout = std::to_string(o.statement_timeout.count());
   pd::Params p;
-  p.text_form(timeout);
+  p.text_form(timeout.c_str());
   if (!PQsendQueryParams(conn, "SELECT set_config('statement_timeout', $1, false)", 1, nullptr, p.values(),
                          p.lengths(), p.formats(), 0)) {
     return lost();

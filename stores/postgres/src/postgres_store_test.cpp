@@ -210,7 +210,7 @@ TEST(PostgresErrorsLive, StatementTimeoutIsATimeoutAndChangesNothing) {
   ASSERT_FALSE(done.has_value());
   EXPECT_EQ(done.error().code, StoreErrc::timeout) << done.error().message;
   EXPECT_FALSE(done.error().in_doubt);  // the server said it cancelled: nothing committed
-  EXPECT_LT(elapsed_since(start), 1200ms);
+  EXPECT_LT(elapsed_since(start), 3s);  // the server's cancel, not the client's deadline
   locker.exec("ROLLBACK");
   EXPECT_EQ(BlockingStore(*store).get(RecordId{"t", "key-stmt-timeout-1"}).value()->state, RecordState::in_progress);
   auto again = BlockingStore(*store).complete(complete_request(clock, fence_of(c)));
@@ -307,7 +307,7 @@ TEST(PostgresErrorsLive, AServerThatStopsAnsweringTimesOutInDoubt) {
     const auto t = SteadyClock::now();
     auto r = BlockingStore(*store).claim(claim_request(clock, "key-frozen-" + std::to_string(100000 + i)));
     EXPECT_FALSE(r.has_value());
-    EXPECT_LT(elapsed_since(t), 2s);
+    EXPECT_LT(elapsed_since(t), 3s);
   }
   EXPECT_FALSE(later.get_future().get().has_value());
   proxy.thaw();
@@ -548,7 +548,7 @@ TEST(PostgresReaper, PurgeSkipsRowsOthersHoldAndNeverWaitsForThem) {
   auto first = BlockingStore(*store).purge_expired(clock.now(), 100);
   ASSERT_TRUE(first.has_value()) << first.error().message;
   EXPECT_EQ(*first, 29u);
-  EXPECT_LT(elapsed_since(start), 1s);
+  EXPECT_LT(elapsed_since(start), 3s);  // waiting for the lock would take statement_timeout (5 s)
   locker.exec("ROLLBACK");
   EXPECT_EQ(BlockingStore(*store).purge_expired(clock.now(), 100).value(), 1u);
 }

@@ -123,6 +123,10 @@ void Router::dispatch(Op op) {
     send_to(to, std::move(op));
     return;
   }
+  if (url_.cluster && (op.slot < 0 || op.slot >= kSlots)) {
+    fail(op, Failure{Failure::Kind::no_route, "no slot for the command", ""});
+    return;
+  }
   Node* node = nullptr;
   {
     std::lock_guard lock(mutex_);

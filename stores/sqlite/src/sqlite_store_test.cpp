@@ -414,6 +414,7 @@ TEST_F(SqliteStoreTest, OneFailingOperationDoesNotUndoTheOthersInItsBatch) {
   ASSERT_FALSE(result);
   EXPECT_EQ(result.error().code, StoreErrc::internal);
   EXPECT_NE(result.error().message.find("declined"), std::string::npos);
+  EXPECT_GE(store->stats().largest_batch, 11u);  // all eleven shared one transaction
   store.reset();
   EXPECT_EQ(claimed.load(), 10);
   EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys WHERE key LIKE 'key-batch-%-%'"), 10);

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "idem/clock.hpp"
 #include "idem/store.hpp"
@@ -69,8 +71,10 @@ using SqliteWork = std::move_only_function<bool(sqlite3* db, std::string& error)
 ///
 /// Every operation is queued to one writer thread, which runs up to `max_batch` queued
 /// operations in one transaction (each in its own savepoint, so one failure undoes only its own
-/// operation), commits once, then calls their callbacks. Callbacks therefore run on the writer
-/// thread; they may call the store again but must not block on it.
+/// operation), commits once (one fsync for the batch), then calls their callbacks. Callbacks
+/// therefore run on the writer thread, with no lock held; they may call the store again, but
+/// must not block on it nor throw. A failed commit reports its error to every operation of the
+/// batch, with `in_doubt` set for writes that may have reached the disk anyway.
 class SqliteStore final : public Store, public StoreAdmin {
  public:
   /// Opens (creating and migrating as needed) the database and starts the writer and, if
@@ -88,10 +92,11 @@ class SqliteStore final : public Store, public StoreAdmin {
   void complete(CompleteRequest request, Callback<FenceStatus> done) override;
   void fail(FailRequest request, Callback<FenceStatus> done) override;
   void release(Fence fence, Callback<FenceStatus> done) override;
+  /// A read: never waits for another process's write lock (WAL), unless batched with writes.
   void get(RecordId id, Callback<std::optional<Record>> done) override;
   /// Runs in a transaction of its own, so reaping never makes a batch of requests wait long.
   void purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) override;
-  /// Succeeds when the writer can take the database's write lock.
+  /// Succeeds when the writer can take the database's write lock within busy_timeout.
   void ping(Callback<Done> done) override;
 
   // StoreAdmin (idemctl). list and count are reads; mark_retryable and resolve are queued like
@@ -118,7 +123,6 @@ class SqliteStore final : public Store, public StoreAdmin {
 
   /// The schema version this build writes (see the idem_schema_version table).
   static int schema_version();
-
 
  private:
   class Impl;  // the writer, its queue and the connection (sqlite_store.cpp)

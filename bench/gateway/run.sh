@@ -201,7 +201,9 @@ gnuplot -e "datafile='$dat'; outfile='$png'; subtitle='$subtitle'" "$here/plot.g
 command_line="bench/gateway/run.sh${shown_args[*]:+ ${shown_args[*]}}"
 section="$work/section.md"
 "$py" - "$results" "$section" "$command_line" "$threads" "$connections" "$duration" "$cores" "$cpu" \
-  "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)" "$(date -u +%Y-%m-%d)" \
+  "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+     [ -n "$(git -C "$root" status --porcelain -- core http gateway stores 2>/dev/null)" ] &&
+     echo ' (with uncommitted changes)')" "$(date -u +%Y-%m-%d)" \
   "$(wrk --version 2>&1 | head -1 | awk '{print $2}')" "$("$nginx_bin" -v 2>&1 | sed 's/.*nginx\///')" "$journal" "$warmup" \
   "$load_before" <<'EOF'
 import sys

@@ -43,7 +43,7 @@ std::optional<StoreError> unstorable(const RecordId& id) {
 
 // ---- reading results ------------------------------------------------------------------------
 
-// A record from the columns pd::kRecordColumns, starting at `col0`.
+// A record from its pd::kRecordColumnCount columns, starting at `col0`.
 StoreResult<Record> read_record(const PGresult* r, int row, int col0, std::string tenant, std::string key) {
   pd::Reader in(r, row);
   auto corrupt = [&](std::string_view what) {

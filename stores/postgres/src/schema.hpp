@@ -44,10 +44,9 @@ const char* statement_name(Stmt stmt);
 /// The statement's SQL for tables in `schema`.
 std::string statement_sql(Stmt stmt, const std::string& schema);
 
-/// Columns of a record, in the order read_record expects them (after any leading columns).
-inline constexpr const char* kRecordColumns =
-    "state, request_hash, fencing_token, lease_expires_ms, response_status, response_headers, response_body, "
-    "created_ms, completed_ms, expires_ms";
+/// How many columns describe a record in the statements' results: state, request_hash,
+/// fencing_token, lease_expires_ms, response_status, response_headers, response_body, created_ms,
+/// completed_ms, expires_ms (the table's order, after any leading tenant_id, key).
 inline constexpr int kRecordColumnCount = 10;
 
 }  // namespace idem::postgres_detail

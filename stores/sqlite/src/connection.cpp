@@ -1,6 +1,5 @@
 #include "connection.hpp"
 
-
 namespace idem::sqlite_detail {
 
 StoreError map_error(int code, std::string_view what, sqlite3* db) {
@@ -50,8 +49,8 @@ StoreResult<Done> exec(sqlite3* db, const char* sql, std::string_view what) {
 
 StoreResult<Statement> Statement::prepare(sqlite3* db, std::string_view sql) {
   sqlite3_stmt* stmt = nullptr;
-  const int rc = sqlite3_prepare_v3(db, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT, &stmt,
-                                    nullptr);
+  const int rc =
+      sqlite3_prepare_v3(db, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
   if (rc != SQLITE_OK) {
     sqlite3_finalize(stmt);
     return std::unexpected(map_error(rc, "prepare \"" + std::string(sql) + "\"", db));

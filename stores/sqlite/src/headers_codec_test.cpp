@@ -40,7 +40,8 @@ TEST(HeadersCodec, AnyBytesOrderAndRepeatsRoundTrip) {
 
 TEST(HeadersCodec, ManyHeadersRoundTrip) {
   Headers headers;
-  for (int i = 0; i < 1000; ++i) headers.push_back({"X-H" + std::to_string(i), std::string(static_cast<std::size_t>(i), 'v')});
+  for (int i = 0; i < 1000; ++i)
+    headers.push_back({"X-H" + std::to_string(i), std::string(static_cast<std::size_t>(i), 'v')});
   EXPECT_EQ(decode_headers(encode_headers(headers)), headers);
 }
 

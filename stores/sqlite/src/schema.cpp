@@ -1,7 +1,7 @@
 #include "schema.hpp"
 
-#include <string>
 #include <span>
+#include <string>
 
 namespace idem::sqlite_detail {
 namespace {
@@ -49,7 +49,8 @@ constexpr Migration kMigrations[] = {
 int latest_schema_version() { return std::span(kMigrations).back().version; }
 
 StoreResult<int> read_schema_version(sqlite3* db) {
-  auto exists = Statement::prepare(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'idem_schema_version'");
+  auto exists = Statement::prepare(
+      db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'idem_schema_version'");
   if (!exists) return std::unexpected(exists.error());
   if (exists->step() != SQLITE_ROW) return std::unexpected(map_error(sqlite3_errcode(db), "read schema", db));
   if (exists->int64(0) == 0) return 0;
@@ -69,11 +70,10 @@ StoreResult<Done> migrate(sqlite3* db) {
     if (!current) return std::unexpected(current.error());
     const int latest = latest_schema_version();
     if (*current > latest) {
-      return std::unexpected(StoreError{
-          StoreErrc::corrupt,
-          "sqlite: the database's idem schema is version " + std::to_string(*current) +
-              ", newer than this build understands (" + std::to_string(latest) +
-              "); open it with a newer idem, or use another file"});
+      return std::unexpected(
+          StoreError{StoreErrc::corrupt, "sqlite: the database's idem schema is version " + std::to_string(*current) +
+                                             ", newer than this build understands (" + std::to_string(latest) +
+                                             "); open it with a newer idem, or use another file"});
     }
     if (*current == latest) return Done{};
     if (auto made = exec(db, kVersionTable, "create idem_schema_version"); !made) return made;

@@ -7,8 +7,6 @@
 //
 // The database must already hold `CREATE TABLE business (key TEXT NOT NULL, token INTEGER NOT
 // NULL)`, deliberately without a unique constraint so that a duplicate would be visible.
-#include "idem/sqlite_store.hpp"
-
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -18,6 +16,8 @@
 #include <random>
 #include <string>
 #include <thread>
+
+#include "idem/sqlite_store.hpp"
 
 namespace {
 

@@ -3,12 +3,10 @@
 // after a random delay, again and again; each time, the parent reopens the file and checks every
 // key: absent or in progress with no business row, or completed with exactly one, written by the
 // holder whose token the record carries. Takeovers of killed holders' keys happen throughout.
-#include "idem/sqlite_store.hpp"
-
-#include <gtest/gtest.h>
-#include <signal.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -22,6 +20,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include "idem/sqlite_store.hpp"
 
 extern char** environ;
 
@@ -59,8 +59,8 @@ class TempDir {
 struct KeyState {
   std::string state;  // "in_progress", "completed", "failed_retryable"
   std::int64_t token = 0;
-  std::int64_t rows = 0;           // business rows for the key
-  std::int64_t rows_by_holder = 0; // of those, written by the record's token
+  std::int64_t rows = 0;            // business rows for the key
+  std::int64_t rows_by_holder = 0;  // of those, written by the record's token
 };
 
 class Db {

@@ -149,8 +149,8 @@ struct Db {
 // Decodes the record columns (kRecordColumns, from column 0) of the current row.
 StoreResult<Record> decode_record(const Statement& q, RecordId id) {
   auto corrupt = [&](std::string_view what) {
-    return std::unexpected(StoreError{StoreErrc::corrupt, "sqlite: record (\"" + id.tenant + "\", \"" + id.key +
-                                                              "\"): " + std::string(what)});
+    return std::unexpected(StoreError{
+        StoreErrc::corrupt, "sqlite: record (\"" + id.tenant + "\", \"" + id.key + "\"): " + std::string(what)});
   };
   Record r;
   const auto state = parse_record_state(q.text(0));
@@ -319,8 +319,8 @@ StoreResult<FenceStatus> run_complete_in_transaction(Db& db, const CompleteReque
     return std::unexpected(internal_error("sqlite: complete_in_transaction: work ended the store's transaction"));
   }
   if (!ok) {
-    return std::unexpected(internal_error(
-        "sqlite: complete_in_transaction: work failed: " + (error.empty() ? std::string("(no message)") : error)));
+    return std::unexpected(internal_error("sqlite: complete_in_transaction: work failed: " +
+                                          (error.empty() ? std::string("(no message)") : error)));
   }
   auto status = run_complete(db, req, fx);
   if (status && *status == FenceStatus::lost) fx.rollback = true;  // `work` changed the record: undo both
@@ -574,7 +574,8 @@ class SqliteStore::Impl {
   // fsync for the next one.
   void run_transaction(std::vector<std::unique_ptr<Op>>& ops) {
     Db db{db_.get(), st_};
-    const bool writes = std::any_of(ops.begin(), ops.end(), [](const auto& op) { return op->op_class() != OpClass::read; });
+    const bool writes =
+        std::any_of(ops.begin(), ops.end(), [](const auto& op) { return op->op_class() != OpClass::read; });
     transactions_.fetch_add(1, std::memory_order_relaxed);
 
     // BEGIN IMMEDIATE takes the write lock now (waiting up to busy_timeout for other processes),
@@ -600,8 +601,9 @@ class SqliteStore::Impl {
         // Some errors (I/O, disk full) make SQLite roll the whole transaction back by itself.
         if (sqlite3_get_autocommit(db_.get())) {
           count_operations(ops.size());
-          abort_transaction(ops, StoreError{StoreErrc::unavailable,
-                                            "sqlite: the transaction was rolled back by an error in one of its operations"});
+          abort_transaction(ops,
+                            StoreError{StoreErrc::unavailable,
+                                       "sqlite: the transaction was rolled back by an error in one of its operations"});
           return;
         }
       }
@@ -716,8 +718,9 @@ StoreResult<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteOptions option
   if (!wal) return std::unexpected(wal.error());
   if (const int rc = wal->step(); rc != SQLITE_ROW) return std::unexpected(map_error(rc, "enable WAL", raw));
   if (const auto mode = wal->text(0); mode != "wal") {
-    return std::unexpected(StoreError{StoreErrc::unavailable,
-                                      "sqlite: " + options.path + ": cannot use WAL mode (journal_mode is " + std::string(mode) + ")"});
+    return std::unexpected(
+        StoreError{StoreErrc::unavailable,
+                   "sqlite: " + options.path + ": cannot use WAL mode (journal_mode is " + std::string(mode) + ")"});
   }
   wal->reset();
   if (auto sync = sqlite_detail::exec(raw, synchronous_pragma(options.synchronous), "set synchronous"); !sync) {
@@ -769,7 +772,8 @@ void SqliteStore::purge_expired(TimePoint now, std::size_t limit, Callback<std::
 }
 
 void SqliteStore::ping(Callback<Done> done) {
-  impl_->submit(make_op<Done>(OpClass::write, [](Db& db, Effects&) { return run_ping(db); }, std::move(done)));
+  impl_->submit(make_op<Done>(
+      OpClass::write, [](Db& db, Effects&) { return run_ping(db); }, std::move(done)));
 }
 
 void SqliteStore::complete_in_transaction(CompleteRequest request, SqliteWork work, Callback<FenceStatus> done) {
@@ -815,8 +819,8 @@ void SqliteStore::resolve(RecordId id, StoredResponse response, TimePoint now, T
 }
 
 void SqliteStore::count(TimePoint now, Callback<StateCounts> done) {
-  impl_->submit(make_op<StateCounts>(OpClass::read, [now](Db& db, Effects&) { return run_count(db, now); },
-                                     std::move(done)));
+  impl_->submit(make_op<StateCounts>(
+      OpClass::read, [now](Db& db, Effects&) { return run_count(db, now); }, std::move(done)));
 }
 
 SqliteStoreStats SqliteStore::stats() const { return impl_->stats(); }

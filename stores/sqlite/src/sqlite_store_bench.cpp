@@ -12,8 +12,6 @@
 // keeps a noisy disk (shared VMs) from favouring whichever ran during a quiet moment.
 // The files go to $IDEM_BENCH_DIR, else the system temporary directory: put it on the disk you
 // mean to measure (tmpfs has no fsync cost and measures only the CPU).
-#include "idem/sqlite_store.hpp"
-
 #include <benchmark/benchmark.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -28,6 +26,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "idem/sqlite_store.hpp"
 
 namespace {
 
@@ -109,7 +109,8 @@ void store_claim_complete(benchmark::State& state) {
   if (state.thread_index() == 0) {
     const auto stats = g_run->store->stats();
     const double per_commit =
-        stats.write_transactions ? static_cast<double>(stats.operations) / static_cast<double>(stats.write_transactions) : 0;
+        stats.write_transactions ? static_cast<double>(stats.operations) / static_cast<double>(stats.write_transactions)
+                                 : 0;
     state.counters["store_ops_per_commit"] = per_commit;
     if (state.threads() == 8) g_store_ops_per_commit_8 = per_commit;
     delete g_run;
@@ -149,7 +150,11 @@ void raw_batched_loop(benchmark::State& state) {
   sqlite3_prepare_v2(db, "BEGIN IMMEDIATE", -1, &begin, nullptr);
   sqlite3_prepare_v2(db, "COMMIT", -1, &commit, nullptr);
   const std::string hash = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-  const std::string headers = "\x01\x01\x0c" "Content-Type" "\x10" "application/json";
+  const std::string headers =
+      "\x01\x01\x0c"
+      "Content-Type"
+      "\x10"
+      "application/json";
   const std::string body = R"({"id":"pay_1","amount":100})";
   const std::int64_t now = idem::to_epoch_ms(kNow);
   std::uint64_t i = 0;
@@ -263,11 +268,12 @@ int main(int argc, char** argv) {
       batches += " " + std::to_string(round_batch);
     }
   }
-  std::printf("\nfirst runs: store (1 thread) %.0f ops/s, store (8 threads) %.0f ops/s at %.2f store ops per commit, "
-              "raw batched loop (%ld ops per commit) %.0f ops/s\n",
-              median(reporter.of("store_claim_complete/min_time:3.000/real_time/threads:1")),
-              median(reporter.of("store_claim_complete/min_time:3.000/real_time/threads:8")), store_ops, batch,
-              median(reporter.of("raw_batched_loop/")));
+  std::printf(
+      "\nfirst runs: store (1 thread) %.0f ops/s, store (8 threads) %.0f ops/s at %.2f store ops per commit, "
+      "raw batched loop (%ld ops per commit) %.0f ops/s\n",
+      median(reporter.of("store_claim_complete/min_time:3.000/real_time/threads:1")),
+      median(reporter.of("store_claim_complete/min_time:3.000/real_time/threads:8")), store_ops, batch,
+      median(reporter.of("raw_batched_loop/")));
   std::printf("alternating rounds, store (8 threads) / raw (ops per commit:%s):", batches.c_str());
   for (double r : ratios) std::printf(" %.2f", r);
   std::printf("; median %.2f (goal >= 0.80)\n", median(ratios));

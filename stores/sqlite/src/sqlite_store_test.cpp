@@ -136,7 +136,9 @@ class SqliteStoreTest : public ::testing::Test {
     return CompleteRequest{fence, StoredResponse{201, {{"Content-Type", "application/json"}}, std::move(body)},
                            clock.now(), clock.now() + 24h};
   }
-  static Fence fence_of(const ClaimResult& c) { return Fence{RecordId{c.record.tenant, c.record.key}, c.record.fencing_token}; }
+  static Fence fence_of(const ClaimResult& c) {
+    return Fence{RecordId{c.record.tenant, c.record.key}, c.record.fencing_token};
+  }
 
   ClaimResult claim_ok(Store& store, const std::string& key) {
     auto c = BlockingStore(store).claim(request(key));
@@ -158,10 +160,11 @@ TEST_F(SqliteStoreTest, FreshDatabaseGetsTheLatestSchemaInWalMode) {
   RawDb raw(path);
   EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), SqliteStore::schema_version());
   EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'idempotency_keys'"), 1);
-  EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'idempotency_keys_expires'"), 1);
-  for (const char* column : {"tenant_id", "key", "state", "request_hash", "fencing_token", "lease_expires_ms",
-                             "response_status", "response_headers", "response_body", "created_ms", "completed_ms",
-                             "expires_ms"}) {
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'idempotency_keys_expires'"),
+            1);
+  for (const char* column :
+       {"tenant_id", "key", "state", "request_hash", "fencing_token", "lease_expires_ms", "response_status",
+        "response_headers", "response_body", "created_ms", "completed_ms", "expires_ms"}) {
     EXPECT_EQ(raw.scalar(std::string("SELECT count(*) FROM pragma_table_info('idempotency_keys') WHERE name = '") +
                          column + "'"),
               1)
@@ -195,8 +198,9 @@ TEST_F(SqliteStoreTest, ReopeningKeepsSchemaAndRecords) {
 TEST_F(SqliteStoreTest, CoexistsWithTheApplicationsOwnTablesAndUserVersion) {
   {
     RawDb raw(path);
-    raw.exec("PRAGMA user_version = 7; CREATE TABLE payments (id INTEGER PRIMARY KEY, amount INTEGER);"
-             "INSERT INTO payments (amount) VALUES (100);");
+    raw.exec(
+        "PRAGMA user_version = 7; CREATE TABLE payments (id INTEGER PRIMARY KEY, amount INTEGER);"
+        "INSERT INTO payments (amount) VALUES (100);");
   }
   open_store(path).reset();
   RawDb raw(path);
@@ -243,11 +247,13 @@ TEST_F(SqliteStoreTest, UnopenablePathIsUnavailable) {
 TEST_F(SqliteStoreTest, HeadersAndBodiesWithAnyBytesSurviveAReopen) {
   std::string every_byte;
   for (int b = 0; b < 256; ++b) every_byte.push_back(static_cast<char>(b));
-  const StoredResponse response{
-      200,
-      {{"Set-Cookie", "a=1"}, {"Set-Cookie", "a=1"}, {std::string("x\0y", 3), every_byte}, {"", ""},
-       {"X-Big", std::string(100'000, 'z')}},
-      every_byte + std::string(1 << 20, '\0')};
+  const StoredResponse response{200,
+                                {{"Set-Cookie", "a=1"},
+                                 {"Set-Cookie", "a=1"},
+                                 {std::string("x\0y", 3), every_byte},
+                                 {"", ""},
+                                 {"X-Big", std::string(100'000, 'z')}},
+                                every_byte + std::string(1 << 20, '\0')};
   {
     auto store = open_store(path);
     auto c = claim_ok(*store, "key-weird-bytes-01");
@@ -419,7 +425,8 @@ TEST_F(SqliteStoreTest, OneFailingOperationDoesNotUndoTheOthersInItsBatch) {
   EXPECT_EQ(claimed.load(), 10);
   EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys WHERE key LIKE 'key-batch-%-%'"), 10);
   EXPECT_EQ(raw.scalar("SELECT count(*) FROM business"), 0);
-  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys WHERE key = 'key-batch-failing' AND state = 'in_progress'"), 1);
+  EXPECT_EQ(
+      raw.scalar("SELECT count(*) FROM idempotency_keys WHERE key = 'key-batch-failing' AND state = 'in_progress'"), 1);
 }
 
 TEST_F(SqliteStoreTest, ClosingFinishesQueuedOperations) {
@@ -585,9 +592,12 @@ TEST_F(SqliteStoreTest, TwoStoresOnOneFileSixteenThreadsOneKeyOneWinner) {
       r.expires = now + 24h;
       start.arrive_and_wait();
       auto c = b.claim(r);
-      if (!c) ++errors;
-      else if (c->status == ClaimStatus::claimed) ++claimed;
-      else if (c->status == ClaimStatus::in_progress) ++in_progress;
+      if (!c)
+        ++errors;
+      else if (c->status == ClaimStatus::claimed)
+        ++claimed;
+      else if (c->status == ClaimStatus::in_progress)
+        ++in_progress;
     });
   }
   for (auto& w : workers) w.join();

@@ -50,13 +50,13 @@ struct SqliteOptions {
 
 /// What the store has done since it opened; for tests, benchmarks and metrics.
 struct SqliteStoreStats {
-  std::uint64_t operations = 0;          ///< operations the writer executed
-  std::uint64_t transactions = 0;        ///< transactions the writer began (one per batch, or per purge)
-  std::uint64_t write_transactions = 0;  ///< of those, write transactions committed (one fsync each)
-  std::uint64_t largest_batch = 0;       ///< most operations in one transaction
-  std::uint64_t failed_transactions = 0; ///< transactions that could not begin or commit
-  std::uint64_t reaped = 0;              ///< records the background reaper deleted
-  std::uint64_t reaper_batches = 0;      ///< reaper transactions that deleted at least one record
+  std::uint64_t operations = 0;           ///< operations the writer executed
+  std::uint64_t transactions = 0;         ///< transactions the writer began (one per batch, or per purge)
+  std::uint64_t write_transactions = 0;   ///< of those, write transactions committed (one fsync each)
+  std::uint64_t largest_batch = 0;        ///< most operations in one transaction
+  std::uint64_t failed_transactions = 0;  ///< transactions that could not begin or commit
+  std::uint64_t reaped = 0;               ///< records the background reaper deleted
+  std::uint64_t reaper_batches = 0;       ///< reaper transactions that deleted at least one record
 };
 
 /// The application's part of a transactional completion (SPEC §4.4): runs its own SQL on `db`,

@@ -1,6 +1,7 @@
 #include "idem/open_store.hpp"
 
 #include "idem/memory_store.hpp"
+#include "idem/postgres_store.hpp"
 #include "idem/sqlite_store.hpp"
 
 namespace idem {
@@ -47,7 +48,7 @@ std::optional<std::string> check_store_url(std::string_view url) {
       if (sqlite_path(url).empty()) return "expected sqlite:PATH, e.g. \"sqlite:./var/idem.db\"";
       return std::nullopt;
     case Scheme::postgres:
-      return "the postgres store is not built yet in this version; use \"sqlite:PATH\" or \"memory:\"";
+      return std::nullopt;  // libpq checks the rest when connecting
     case Scheme::redis:
       return "the redis store is not built yet in this version; use \"sqlite:PATH\" or \"memory:\"";
     case Scheme::redis_cluster:
@@ -79,6 +80,17 @@ StoreResult<OpenedStore> open_store(std::string_view url, const OpenStoreOptions
       if (!store) return std::unexpected(std::move(store.error()));
       out.admin = dynamic_cast<StoreAdmin*>(store->get());
       if (!out.admin) return std::unexpected(bad_url("the sqlite store has no operator interface"));
+      out.store = std::move(*store);
+      return out;
+    }
+    case Scheme::postgres: {
+      PostgresOptions pg;
+      pg.conninfo = std::string(url);
+      pg.clock = options.clock;
+      pg.reaper_interval = options.reaper_interval;
+      auto store = PostgresStore::open(std::move(pg));
+      if (!store) return std::unexpected(std::move(store.error()));
+      out.admin = store->get();
       out.store = std::move(*store);
       return out;
     }

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "idem/store.hpp"
@@ -21,6 +22,9 @@ struct StoreFactory {
   /// another process's view); null when the backend cannot share (memory).
   std::function<std::unique_ptr<Store>()> share;
 };
+
+/// Names a factory in test output (instead of its bytes).
+inline void PrintTo(const StoreFactory& factory, std::ostream* os) { *os << factory.name; }
 
 /// The one suite every Store must pass (SPEC §4, §6). A backend's test instantiates it:
 ///   INSTANTIATE_TEST_SUITE_P(Sqlite, StoreConformance, ::testing::Values(StoreFactory{...}),

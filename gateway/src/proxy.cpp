@@ -2,8 +2,6 @@
 // answer from the store, record the outcome, write the response. Also the upstream pool.
 #include "worker.hpp"
 
-#include <sys/socket.h>
-
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -15,7 +13,6 @@
 #include <boost/beast/http/write.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <limits>
 #include <optional>
@@ -47,14 +44,6 @@ bool is_http_error(const beast::error_code& ec) {
   return &ec.category() == &bhttp::make_error_code(bhttp::error::bad_target).category();
 }
 
-// Whether a pooled socket is still open: nothing to read yet (EAGAIN) means alive; EOF, an
-// error, or unsolicited bytes (the upstream should send nothing between responses) mean not.
-bool still_open(tcp::socket& socket) {
-  char byte;
-  const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-}
-
 UpstreamError failure_kind(const beast::error_code& ec) {
   return ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped;
 }
@@ -77,7 +66,8 @@ asio::awaitable<UpstreamPool::Acquired> UpstreamPool::acquire(bool fresh) {
       auto conn = std::move(idle_.back());
       idle_.pop_back();
       if (now - conn->idle_since >= shared_.config.upstream_idle_timeout) continue;
-      if (!still_open(conn->stream.socket())) continue;
+      beast::error_code ignored;
+      conn->stream.socket().cancel(ignored);  // the idle watch; its handler only sees "aborted"
       metrics_.upstream_reuses.fetch_add(1, std::memory_order_relaxed);
       out.conn = std::move(conn);
       out.reused = true;
@@ -100,7 +90,23 @@ void UpstreamPool::release(std::unique_ptr<UpstreamConn> conn) {
   if (conn->buffer.size() != 0) return;  // bytes after the response: the connection is confused
   conn->stream.expires_never();
   conn->idle_since = Clock::now();
+  conn->id = ++next_id_;
+  watch(*conn);
   idle_.push_back(std::move(conn));
+}
+
+void UpstreamPool::watch(UpstreamConn& conn) {
+  // Completes when the idle socket becomes readable: EOF or an error (the upstream closed it),
+  // or bytes nobody asked for. Any of them makes it unusable. The handler names the connection
+  // by id: by the time it runs the connection may be in use, or gone.
+  conn.stream.socket().async_wait(tcp::socket::wait_read, [this, id = conn.id](const beast::error_code& ec) {
+    if (ec != asio::error::operation_aborted) drop(id);
+  });
+}
+
+void UpstreamPool::drop(std::uint64_t id) {
+  auto it = std::find_if(idle_.begin(), idle_.end(), [id](const auto& c) { return c->id == id; });
+  if (it != idle_.end()) idle_.erase(it);
 }
 
 void UpstreamPool::sweep() {

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -43,11 +44,14 @@ struct UpstreamConn {
   beast::tcp_stream stream;
   beast::flat_buffer buffer;
   std::chrono::steady_clock::time_point idle_since{};
+  std::uint64_t id = 0;  // names it to the idle watch, which must not hold a pointer
 };
 
 /// Keep-alive connections to the upstream, one pool per event loop (so no locks): LIFO reuse
 /// (the most recently used connection is the least likely to have been closed by the upstream),
-/// a liveness check before reuse, and idle connections closed after upstream_idle_timeout.
+/// idle connections closed after upstream_idle_timeout. Like nginx, every idle connection keeps
+/// a read-wait registered: an upstream that closes it (or sends anything) while it is idle gets
+/// it dropped from the pool at once, at no cost per request (no liveness syscall on reuse).
 class UpstreamPool {
  public:
   UpstreamPool(asio::io_context& io, const Shared& shared, MetricsShard& metrics)
@@ -73,10 +77,14 @@ class UpstreamPool {
   void clear() { idle_.clear(); }
 
  private:
+  void watch(UpstreamConn& conn);
+  void drop(std::uint64_t id);
+
   asio::io_context& io_;
   const Shared& shared_;
   MetricsShard& metrics_;
   std::vector<std::unique_ptr<UpstreamConn>> idle_;
+  std::uint64_t next_id_ = 0;
 };
 
 struct Session;

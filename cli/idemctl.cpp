@@ -1,41 +1,14 @@
-// idemctl: canonicalise JSON and compute request fingerprints the way the gateway does.
+// idemctl: one CLI for users and operators of idem. Send requests with safe retries (send, and the
+// client journal: pending, dead-letters, resume), operate a store (get, list, purge, release,
+// resolve, stats), and check fingerprints (canonicalize, fingerprint). One file per command group.
 
 #include <CLI/CLI.hpp>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <string>
 
 #include "commands.hpp"
-
-namespace idem::cli {
-
-std::string read_stdin() {
-  std::string data;
-  char buf[1 << 16];
-  for (;;) {
-    const std::size_t n = std::fread(buf, 1, sizeof buf, stdin);
-    data.append(buf, n);
-    if (n < sizeof buf) break;
-  }
-  if (std::ferror(stdin)) fail(kExitFailure, std::string("cannot read stdin: ") + std::strerror(errno));
-  return data;
-}
-
-void write_stdout(std::string_view text) {
-  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
-    fail(kExitFailure, std::string("cannot write stdout: ") + std::strerror(errno));
-  }
-}
-
-void fail(int exit_code, std::string_view message) {
-  std::fprintf(stderr, "idemctl: %.*s\n", static_cast<int>(message.size()), message.data());
-  throw CLI::RuntimeError(exit_code);
-}
-
-}  // namespace idem::cli
 
 int main(int argc, char** argv) {
   using namespace idem::cli;
@@ -45,8 +18,11 @@ int main(int argc, char** argv) {
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return "idemctl: " + std::string(e.what()) + "\nRun with --help for more information.\n";
   });
-  app.footer("Exit status: 0 success, 1 failure, 2 usage error or invalid input.");
+  app.footer("Exit status: 0 success, 1 failure (or a non-2xx answer, or not found), 2 usage error or\ninvalid input.");
 
+  register_send(app);
+  register_journal(app);
+  register_store(app);
   register_canonicalize(app);
   register_fingerprint(app);
 

@@ -14,7 +14,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
-#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -44,14 +43,12 @@ struct UpstreamConn {
   beast::tcp_stream stream;
   beast::flat_buffer buffer;
   std::chrono::steady_clock::time_point idle_since{};
-  std::uint64_t id = 0;  // names it to the idle watch, which must not hold a pointer
 };
 
 /// Keep-alive connections to the upstream, one pool per event loop (so no locks): LIFO reuse
 /// (the most recently used connection is the least likely to have been closed by the upstream),
-/// idle connections closed after upstream_idle_timeout. Like nginx, every idle connection keeps
-/// a read-wait registered: an upstream that closes it (or sends anything) while it is idle gets
-/// it dropped from the pool at once, at no cost per request (no liveness syscall on reuse).
+/// idle connections closed after upstream_idle_timeout, and a liveness check before reusing a
+/// connection that sat idle for a second or more (see acquire).
 class UpstreamPool {
  public:
   UpstreamPool(asio::io_context& io, const Shared& shared, MetricsShard& metrics)
@@ -77,14 +74,10 @@ class UpstreamPool {
   void clear() { idle_.clear(); }
 
  private:
-  void watch(UpstreamConn& conn);
-  void drop(std::uint64_t id);
-
   asio::io_context& io_;
   const Shared& shared_;
   MetricsShard& metrics_;
   std::vector<std::unique_ptr<UpstreamConn>> idle_;
-  std::uint64_t next_id_ = 0;
 };
 
 struct Session;

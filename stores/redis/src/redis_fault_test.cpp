@@ -74,7 +74,25 @@ struct Ledger {
     std::lock_guard lock(mutex);
     ++executions[key];
   }
+
+  // What happened to each key, to explain a failure.
+  std::map<std::string, std::vector<std::string>> history;
+  void note(const std::string& key, std::string what) {
+    std::lock_guard lock(mutex);
+    history[key].push_back(std::move(what));
+  }
 };
+
+const char* status_name(ClaimStatus s) {
+  switch (s) {
+    case ClaimStatus::claimed: return "claimed";
+    case ClaimStatus::mismatch: return "mismatch";
+    case ClaimStatus::completed: return "completed";
+    case ClaimStatus::in_progress: return "in_progress";
+    case ClaimStatus::outcome_unknown: return "outcome_unknown";
+  }
+  return "?";
+}
 
 enum class Outcome { done, stuck, gave_up };
 
@@ -94,6 +112,9 @@ Outcome drive(Store& store, ManualClock& clock, std::atomic<std::uint64_t>& toke
     r.lease_expires = r.now + kLease;
     r.expires = r.now + 24h;
     auto c = b.claim(r);
+    ledger.note(key, "claim token " + std::to_string(r.token) + ": " +
+                         (c ? std::string(status_name(c->status)) : "error " + c.error().message +
+                                                                          (c.error().in_doubt ? " (in doubt)" : "")));
     if (!c) {
       ++ledger.errors;
       if (c.error().in_doubt) ++ledger.in_doubt;
@@ -117,6 +138,8 @@ Outcome drive(Store& store, ManualClock& clock, std::atomic<std::uint64_t>& toke
     const Fence fence{r.id, r.token};
     while (std::chrono::steady_clock::now() < deadline) {
       auto d = b.complete(CompleteRequest{fence, StoredResponse{201, {}, "done " + key}, clock.now(), clock.now() + 24h});
+      ledger.note(key, "complete: " + (d ? std::string(*d == FenceStatus::ok ? "ok" : "lost")
+                                         : "error " + d.error().message + (d.error().in_doubt ? " (in doubt)" : "")));
       if (d && *d == FenceStatus::ok) return Outcome::done;
       if (d && *d == FenceStatus::lost) {
         // Only an earlier attempt of ours whose answer was lost can have completed it.
@@ -176,7 +199,11 @@ class Hammer {
       const int n = ledger_.executions[key];
       if (n > 1) ++twice;
       if (n == 0) ++never;
-      EXPECT_LE(n, 1) << key << " executed " << n << " times";
+      if (n > 1) {
+        std::string story;
+        for (const auto& line : ledger_.history[key]) story += "\n  " + line;
+        ADD_FAILURE() << key << " executed " << n << " times:" << story;
+      }
     }
     EXPECT_EQ(twice, 0);
     EXPECT_EQ(never, 0) << "keys never executed";
@@ -502,8 +529,10 @@ TEST(RedisFaults, SlotMigrationIsFollowedThroughAskThenMoved) {
     ASSERT_EQ(from.text({"CLUSTER", "SETSLOT", s, "MIGRATING", to_id}), "OK");
     auto keys = from.call({"CLUSTER", "GETKEYSINSLOT", s, "1000"});
     for (const auto& k : keys.elements) {
-      ASSERT_EQ(from.text({"MIGRATE", to_address.host, std::to_string(to_address.port), "", "0", "5000", "KEYS", k.str}),
-                "OK");
+      // NOKEY: a key past its TTL that Redis had not reclaimed yet (GETKEYSINSLOT still lists it).
+      const auto answer =
+          from.text({"MIGRATE", to_address.host, std::to_string(to_address.port), "", "0", "5000", "KEYS", k.str});
+      ASSERT_TRUE(answer == "OK" || answer == "NOKEY") << answer;
     }
     (void)from_address;
   };

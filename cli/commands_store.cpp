@@ -1,0 +1,394 @@
+// idemctl get, list, purge, release, resolve, stats: operating the records of any store, named by
+// URL (--store, or $IDEM_STORE). What an operator needs when a key is stuck or a response was lost.
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <future>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "commands.hpp"
+#include "idem/open_store.hpp"
+#include "store_commands.hpp"
+
+namespace idem::cli {
+namespace {
+
+// Runs one asynchronous store call and waits for its callback (stores may answer on their thread).
+template <class T, class Call>
+StoreResult<T> wait_for(Call&& call) {
+  std::promise<StoreResult<T>> promise;
+  auto future = promise.get_future();
+  call([&promise](StoreResult<T> result) { promise.set_value(std::move(result)); });
+  return future.get();
+}
+
+int store_error(const Output& o, const StoreError& e) {
+  std::string message = "store error (" + std::string(to_string(e.code)) + "): " + e.message;
+  if (e.in_doubt) message += " (the change may have been applied; check with idemctl get)";
+  return error(o, kExitFailure, message);
+}
+
+std::string describe(const RecordId& id) { return "tenant " + json_quoted(id.tenant) + " key " + json_quoted(id.key); }
+
+}  // namespace
+
+nlohmann::json record_json(const Record& r, TimePoint now, bool with_body) {
+  nlohmann::json j;
+  j["tenant"] = r.tenant;
+  j["key"] = r.key;
+  j["state"] = to_string(r.state);
+  j["request_hash"] = r.request_hash;
+  j["fencing_token"] = std::to_string(r.fencing_token);  // a string: 64 bits do not survive a double
+  j["created"] = format_time(r.created);
+  j["lease_expires"] = r.state == RecordState::in_progress ? nlohmann::json(format_time(r.lease_expires)) : nullptr;
+  j["completed"] = r.completed ? nlohmann::json(format_time(*r.completed)) : nullptr;
+  j["expires"] = format_time(r.expires);
+  j["expired"] = r.expires <= now;
+  if (r.response) {
+    nlohmann::json res;
+    res["status"] = r.response->status;
+    res["headers"] = headers_json(r.response->headers);
+    res["body_size"] = r.response->body.size();
+    if (with_body) res["body_base64"] = base64(r.response->body);
+    j["response"] = std::move(res);
+  } else {
+    j["response"] = nullptr;
+  }
+  return j;
+}
+
+int run_get(Store& store, const RecordId& id, bool body_only, TimePoint now, const Output& o) {
+  auto found = wait_for<std::optional<Record>>([&](auto cb) { store.get(id, std::move(cb)); });
+  if (!found) return store_error(o, found.error());
+  if (!*found) return error(o, kExitFailure, "no record for " + describe(id));
+  const Record& r = **found;
+  if (body_only) {
+    if (!r.response) {
+      return error(o, kExitFailure, describe(id) + " has no stored response (state " + std::string(to_string(r.state)) + ")");
+    }
+    o.out.write(r.response->body.data(), static_cast<std::streamsize>(r.response->body.size()));
+    return kExitOk;
+  }
+  if (o.json) {
+    write_json(o.out, record_json(r, now, /*with_body=*/true));
+    return kExitOk;
+  }
+  const auto line = [&](std::string_view name, const std::string& value) {
+    o.out << pad(std::string(name), 15) << value << '\n';
+  };
+  line("tenant", r.tenant.empty() ? "(empty)" : r.tenant);
+  line("key", r.key);
+  line("state", std::string(to_string(r.state)));
+  line("request_hash", r.request_hash);
+  line("fencing_token", std::to_string(r.fencing_token));
+  line("created", format_time(r.created));
+  if (r.state == RecordState::in_progress) {
+    line("lease_expires", format_time(r.lease_expires) + (r.lease_expires <= now ? " (lease expired)" : ""));
+  }
+  if (r.completed) line("completed", format_time(*r.completed));
+  line("expires", format_time(r.expires) + (r.expires <= now ? " (expired: as if absent; purge deletes it)" : ""));
+  if (r.response) {
+    line("status", std::to_string(r.response->status));
+    for (const Header& h : r.response->headers) line("header", h.name + ": " + h.value);
+    line("body", std::to_string(r.response->body.size()) + " bytes (--body prints them)");
+  } else {
+    line("response", "none stored");
+  }
+  return kExitOk;
+}
+
+int run_list(StoreAdmin& admin, const ListArgs& args, TimePoint now, const Output& o) {
+  ListQuery query;
+  query.state = args.state;
+  query.after = args.after;
+  query.limit = std::max<std::size_t>(1, args.limit);
+  std::vector<Record> shown;
+  bool full_page = false;
+  for (;;) {
+    auto page = wait_for<std::vector<Record>>([&](auto cb) { admin.list(query, std::move(cb)); });
+    if (!page) return store_error(o, page.error());
+    full_page = page->size() >= query.limit;
+    if (!page->empty()) query.after = RecordId{page->back().tenant, page->back().key};
+    for (Record& r : *page) shown.push_back(std::move(r));
+    if (!args.all || !full_page) break;
+  }
+  const bool more = full_page && !args.all;
+  if (o.json) {
+    nlohmann::json records = nlohmann::json::array();
+    for (const Record& r : shown) records.push_back(record_json(r, now, /*with_body=*/false));
+    nlohmann::json j{{"records", std::move(records)}};
+    j["next_after"] = more ? nlohmann::json{{"tenant", query.after->tenant}, {"key", query.after->key}} : nullptr;
+    write_json(o.out, j);
+    return kExitOk;
+  }
+  if (shown.empty()) {
+    o.out << "no records\n";
+    return kExitOk;
+  }
+  o.out << pad("STATE", 17) << pad("STATUS", 7) << pad("CREATED", 25) << pad("EXPIRES", 25) << "TENANT KEY\n";
+  for (const Record& r : shown) {
+    o.out << pad(std::string(to_string(r.state)), 17) << pad(r.response ? std::to_string(r.response->status) : "-", 7)
+          << pad(format_time(r.created), 25) << pad(format_time(r.expires), 25)
+          << (r.tenant.empty() ? "''" : shell_quote(r.tenant)) << ' ' << shell_quote(r.key)
+          << (r.expires <= now ? "  (expired)" : "") << '\n';
+  }
+  if (more) {
+    error(o, kExitOk, "more records may follow: add --after " + shell_quote(query.after->tenant) + " " +
+                          shell_quote(query.after->key) + " (or use --all)");
+  }
+  return kExitOk;
+}
+
+int run_purge(Store& store, TimePoint now, std::size_t batch, const Output& o) {
+  batch = std::max<std::size_t>(1, batch);
+  std::size_t total = 0;
+  for (;;) {
+    auto purged = wait_for<std::size_t>([&](auto cb) { store.purge_expired(now, batch, std::move(cb)); });
+    if (!purged) {
+      if (total > 0) error(o, kExitOk, "purged " + std::to_string(total) + " expired records before the error");
+      return store_error(o, purged.error());
+    }
+    total += *purged;
+    if (*purged < batch) break;
+  }
+  if (o.json) {
+    write_json(o.out, {{"purged", total}});
+  } else {
+    o.out << "purged " << total << " expired record" << (total == 1 ? "" : "s") << '\n';
+  }
+  return kExitOk;
+}
+
+int run_release(StoreAdmin& admin, const RecordId& id, TimePoint now, const Output& o) {
+  auto status = wait_for<AdminStatus>([&](auto cb) { admin.mark_retryable(id, now, std::move(cb)); });
+  if (!status) return store_error(o, status.error());
+  switch (*status) {
+    case AdminStatus::done:
+      if (o.json) {
+        write_json(o.out, {{"tenant", id.tenant}, {"key", id.key}, {"state", "failed_retryable"}});
+      } else {
+        o.out << "released " << describe(id)
+              << ": now failed_retryable; the next request with the same fingerprint executes again\n";
+      }
+      return kExitOk;
+    case AdminStatus::not_found:
+      return error(o, kExitFailure, "no record for " + describe(id) + " (absent or expired)");
+    case AdminStatus::wrong_state:
+      return error(o, kExitFailure, describe(id) +
+                                        " is completed: its response is replayed and it cannot be released "
+                                        "(it is forgotten when it expires)");
+  }
+  return kExitFailure;
+}
+
+int run_resolve(StoreAdmin& admin, const RecordId& id, StoredResponse response, TimePoint now, Millis retention,
+                const Output& o) {
+  const int status_code = response.status;
+  const std::size_t body_size = response.body.size();
+  const TimePoint expires = now + retention;
+  auto status = wait_for<AdminStatus>(
+      [&](auto cb) { admin.resolve(id, std::move(response), now, expires, std::move(cb)); });
+  if (!status) return store_error(o, status.error());
+  switch (*status) {
+    case AdminStatus::done:
+      if (o.json) {
+        write_json(o.out, {{"tenant", id.tenant},
+                           {"key", id.key},
+                           {"state", "completed"},
+                           {"status", status_code},
+                           {"body_size", body_size},
+                           {"expires", format_time(expires)}});
+      } else {
+        o.out << "resolved " << describe(id) << ": completed with status " << status_code << " (" << body_size
+              << " bytes), replayed until " << format_time(expires) << '\n';
+      }
+      return kExitOk;
+    case AdminStatus::not_found:
+      return error(o, kExitFailure, "no record for " + describe(id) + " (absent or expired)");
+    case AdminStatus::wrong_state:
+      return error(o, kExitFailure, describe(id) + " is already completed; its stored response stands");
+  }
+  return kExitFailure;
+}
+
+int run_stats(StoreAdmin& admin, TimePoint now, const Output& o) {
+  auto counts = wait_for<StateCounts>([&](auto cb) { admin.count(now, std::move(cb)); });
+  if (!counts) return store_error(o, counts.error());
+  const std::uint64_t total = counts->in_progress + counts->completed + counts->failed_retryable + counts->expired;
+  if (o.json) {
+    write_json(o.out, {{"in_progress", counts->in_progress},
+                       {"completed", counts->completed},
+                       {"failed_retryable", counts->failed_retryable},
+                       {"expired", counts->expired},
+                       {"total", total}});
+    return kExitOk;
+  }
+  o.out << pad("in_progress", 18) << counts->in_progress << '\n'
+        << pad("completed", 18) << counts->completed << '\n'
+        << pad("failed_retryable", 18) << counts->failed_retryable << '\n'
+        << pad("expired", 18) << counts->expired << "  (not yet purged)\n"
+        << pad("total", 18) << total << '\n';
+  return kExitOk;
+}
+
+// ---- the command line ------------------------------------------------------------------------
+
+namespace {
+
+struct StoreArgs {
+  std::string url;
+  bool json = false;
+  std::string tenant;
+  std::string key;
+  // get
+  bool body = false;
+  // list
+  std::string state;
+  std::size_t limit = 100;
+  std::vector<std::string> after;
+  bool all = false;
+  // purge
+  std::size_t batch = 1000;
+  // resolve
+  int status = 0;
+  std::string response_body;
+  std::vector<std::string> headers;
+  std::string retention = "24h";
+};
+
+const CLI::Validator kHeaderLine(
+    [](std::string& line) { return parse_header_line(line) ? std::string() : "'" + line + "' is not 'Name: value'"; },
+    "", "header");
+
+const CLI::Validator kDuration(
+    [](std::string& text) {
+      return parse_duration(text) ? std::string() : "'" + text + "' is not a duration like 30s, 15m, 24h, 1h30m";
+    },
+    "", "duration");
+
+// The --store option and its environment variable, and --json: every store command has them.
+CLI::App* add_store_command(CLI::App& app, const std::shared_ptr<StoreArgs>& args, std::string name,
+                            std::string description) {
+  CLI::App* cmd = app.add_subcommand(std::move(name), std::move(description));
+  cmd->add_option("--store", args->url,
+                  "store URL: sqlite:PATH, postgres://..., redis://HOST:PORT, redis+cluster://... "
+                  "(default: $IDEM_STORE)")
+      ->envname("IDEM_STORE")
+      ->required();
+  cmd->add_flag("--json", args->json, "print JSON (one line) instead of text");
+  cmd->group("Store (operators)");
+  return cmd;
+}
+
+void add_id(CLI::App* cmd, const std::shared_ptr<StoreArgs>& args) {
+  cmd->add_option("tenant", args->tenant, "the tenant ('' when the gateway has no [tenant] rule)")->required();
+  cmd->add_option("key", args->key, "the idempotency key")->required();
+}
+
+// Opens the store or ends the command (exit 1, the reason on stderr).
+OpenedStore open_or_fail(const std::string& url) {
+  if (url == "memory:" || url == "memory" || url == "memory://") {
+    fail(kExitUsage, "--store memory: is empty in a new process; name the gateway's store (sqlite:PATH, ...)");
+  }
+  if (auto problem = check_store_url(url)) fail(kExitUsage, "--store: " + *problem);
+  auto opened = open_store(url);
+  if (!opened) fail(kExitFailure, "cannot open store " + redact_store_url(url) + ": " + opened.error().message);
+  return std::move(*opened);
+}
+
+}  // namespace
+
+void register_store(CLI::App& app) {
+  auto args = std::make_shared<StoreArgs>();
+  const auto output = [args] { return Output{std::cout, std::cerr, args->json}; };
+  const auto now = [] { return SystemClock::instance().now(); };
+
+  CLI::App* get = add_store_command(app, args, "get", "Print one record: state, hash, token, times, response");
+  add_id(get, args);
+  get->add_flag("--body", args->body, "print only the stored response body, raw");
+  get->callback([args, output, now] {
+    if (args->body && args->json) fail(kExitUsage, "--body and --json exclude each other (--json has body_base64)");
+    OpenedStore s = open_or_fail(args->url);
+    finish(run_get(*s.store, {args->tenant, args->key}, args->body, now(), output()));
+  });
+
+  CLI::App* list = add_store_command(app, args, "list", "List records in (tenant, key) order, without bodies");
+  list->add_option("--state", args->state, "only records in this state")
+      ->check(CLI::IsMember({"in_progress", "completed", "failed_retryable"}));
+  list->add_option("--limit", args->limit, "records per page (default 100)")->check(CLI::Range(1, 1000000));
+  list->add_option("--after", args->after, "start after this record (the previous page's last)")
+      ->expected(2)
+      ->type_name("TENANT KEY");
+  list->add_flag("--all", args->all, "every record, page after page");
+  list->callback([args, output, now] {
+    ListArgs l;
+    if (!args->state.empty()) l.state = parse_record_state(args->state);
+    if (args->after.size() == 2) l.after = RecordId{args->after[0], args->after[1]};
+    l.limit = args->limit;
+    l.all = args->all;
+    OpenedStore s = open_or_fail(args->url);
+    finish(run_list(*s.admin, l, now(), output()));
+  });
+
+  CLI::App* purge = add_store_command(app, args, "purge", "Delete expired records now, in batches; print how many");
+  purge->add_option("--batch", args->batch, "records deleted per store call (default 1000)")
+      ->check(CLI::Range(1, 1000000));
+  purge->callback([args, output, now] {
+    OpenedStore s = open_or_fail(args->url);
+    finish(run_purge(*s.store, now(), args->batch, output()));
+  });
+
+  CLI::App* release = add_store_command(
+      app, args, "release",
+      "Make an in_progress (stuck or outcome-unknown) record retryable: the next request executes");
+  add_id(release, args);
+  release->footer(
+      "Use it when the operation did NOT take effect (check the upstream first): the next retry\n"
+      "with the same key executes it again. If it did take effect, use resolve instead.");
+  release->callback([args, output, now] {
+    OpenedStore s = open_or_fail(args->url);
+    finish(run_release(*s.admin, {args->tenant, args->key}, now(), output()));
+  });
+
+  CLI::App* resolve = add_store_command(
+      app, args, "resolve", "Record a known outcome for an in_progress or failed_retryable record; retries replay it");
+  add_id(resolve, args);
+  resolve->add_option("--status", args->status, "the response status to replay")
+      ->required()
+      ->check(CLI::Range(100, 599));
+  resolve->add_option("--body", args->response_body, "the response body: DATA, @FILE, or @- for stdin")
+      ->required();
+  resolve->add_option("-H,--header", args->headers, "a response header to replay, 'Name: value' (repeatable)")
+      ->type_name("'NAME: VALUE'")
+      ->allow_extra_args(false)
+      ->check(kHeaderLine);
+  resolve->add_option("--retention", args->retention, "how long the outcome is replayed (default 24h)")
+      ->check(kDuration);
+  resolve->callback([args, output, now] {
+    std::string why;
+    auto body = read_data_argument(args->response_body, why);
+    if (!body) fail(kExitUsage, "--body: " + why);
+    StoredResponse response;
+    response.status = args->status;
+    response.body = std::move(*body);
+    for (const std::string& line : args->headers) response.headers.push_back(*parse_header_line(line));
+    const Millis retention = *parse_duration(args->retention);
+    if (retention <= Millis{0}) fail(kExitUsage, "--retention must be positive");
+    OpenedStore s = open_or_fail(args->url);
+    finish(run_resolve(*s.admin, {args->tenant, args->key}, std::move(response), now(), retention, output()));
+  });
+
+  CLI::App* stats = add_store_command(app, args, "stats", "Count records by state");
+  stats->callback([args, output, now] {
+    OpenedStore s = open_or_fail(args->url);
+    finish(run_stats(*s.admin, now(), output()));
+  });
+}
+
+}  // namespace idem::cli

@@ -3,11 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <unistd.h>
 
 #include "idem/memory_store.hpp"
 #include "idem/open_store.hpp"
@@ -37,10 +39,11 @@ class StoreCommandsTest : public ::testing::TestWithParam<std::string> {
       admin_ = memory.get();
       store_ = std::move(memory);
     } else {
-      dir_ = std::filesystem::temp_directory_path() /
-             ("idemctl-test-" + std::to_string(::getpid()) + "-" +
-              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+      std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+      std::replace(name.begin(), name.end(), '/', '-');
+      dir_ = std::filesystem::temp_directory_path() / ("idemctl-test-" + std::to_string(::getpid()) + "-" + name);
       std::filesystem::remove_all(dir_);
+      std::filesystem::create_directories(dir_);
       auto opened = open_store("sqlite:" + (dir_ / "store.db").string());
       ASSERT_TRUE(opened) << opened.error().message;
       admin_ = opened->admin;

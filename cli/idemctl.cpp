@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   register_store(app);
   register_canonicalize(app);
   register_fingerprint(app);
+  for (const char* name : {"canonicalize", "fingerprint"}) app.get_subcommand(name)->group("Fingerprints");
 
   try {
     app.parse(argc, argv);

@@ -22,6 +22,8 @@ std::string_view trim(std::string_view s) {
 }  // namespace
 
 bool is_hop_by_hop(std::string_view name) {
+  // Every Proxy-* header (the rule), not only the RFC's Proxy-Authenticate/Authorization.
+  if (name.size() >= 6 && iequals(name.substr(0, 6), "Proxy-")) return true;
   // Cheap pre-filter on length: most headers are longer or shorter than every hop-by-hop name.
   if (name.size() < 2 || name.size() > 19) return false;
   for (const auto h : kHopByHop) {

@@ -7,11 +7,12 @@ namespace {
 
 TEST(HopByHop, KnowsTheStandardNamesCaseInsensitively) {
   for (const auto* name : {"Connection", "keep-alive", "TRANSFER-ENCODING", "te", "Trailer", "Upgrade",
-                           "Proxy-Authenticate", "proxy-authorization", "Proxy-Connection"}) {
+                           "Proxy-Authenticate", "proxy-authorization", "Proxy-Connection", "Proxy-Fixture",
+                           "proxy-anything"}) {
     EXPECT_TRUE(is_hop_by_hop(name)) << name;
   }
   for (const auto* name : {"Content-Length", "Content-Type", "Date", "Idempotency-Key", "Trailers",
-                           "Tee", "X-Connection", ""}) {
+                           "Tee", "X-Connection", "X-Proxy-Id", "Proxy", ""}) {
     EXPECT_FALSE(is_hop_by_hop(name)) << name;
   }
 }

@@ -14,7 +14,7 @@
 
 #include "connection.hpp"
 #include "errors.hpp"
-#include "headers_codec.hpp"
+#include "idem/headers_codec.hpp"
 #include "schema.hpp"
 
 namespace idem {
@@ -62,7 +62,7 @@ StoreResult<Record> read_record(const PGresult* r, int row, int col0, std::strin
   rec.expires = from_epoch_ms(in.int8(col0 + 9));
   if (rec.state == RecordState::completed) {
     if (in.null(col0 + 4)) return corrupt("completed without a response status");
-    auto headers = pd::decode_headers(in.bytes(col0 + 5));
+    auto headers = decode_headers(in.bytes(col0 + 5));
     if (!headers) return corrupt("response_headers cannot be decoded");
     rec.response = StoredResponse{in.int4(col0 + 4), std::move(*headers), std::string(in.bytes(col0 + 6))};
   }
@@ -961,7 +961,7 @@ void PostgresStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
 
 void PostgresStore::complete(CompleteRequest request, Callback<FenceStatus> done) {
   if (auto bad = unstorable(request.fence.id)) return done(std::unexpected(*bad));
-  std::string headers = pd::encode_headers(request.response.headers);
+  std::string headers = encode_headers(request.response.headers);
   impl_->submit(statement_op<FenceStatus, CompleteWrite>(
       OpMode::batched, true, Stmt::complete, CompleteWrite{std::move(request), std::move(headers)}, bind_complete,
       [](const CompleteWrite&, const PGresult* r) { return fenced(r); },
@@ -1057,7 +1057,7 @@ void PostgresStore::mark_retryable(RecordId id, TimePoint now, Callback<AdminSta
 void PostgresStore::resolve(RecordId id, StoredResponse response, TimePoint now, TimePoint expires,
                             Callback<AdminStatus> done) {
   if (auto bad = unstorable(id)) return done(std::unexpected(*bad));
-  std::string headers = pd::encode_headers(response.headers);
+  std::string headers = encode_headers(response.headers);
   impl_->submit(std::make_unique<InteractiveOp<AdminStatus>>(
       true,
       [args = ResolveArgs{std::move(id), std::move(response), std::move(headers), now, expires}](Session& s) {
@@ -1085,7 +1085,7 @@ void PostgresStore::count(TimePoint now, Callback<StateCounts> done) {
 
 void PostgresStore::complete_in_transaction(CompleteRequest request, PostgresWork work, Callback<FenceStatus> done) {
   if (auto bad = unstorable(request.fence.id)) return done(std::unexpected(*bad));
-  std::string headers = pd::encode_headers(request.response.headers);
+  std::string headers = encode_headers(request.response.headers);
   impl_->submit(std::make_unique<InteractiveOp<FenceStatus>>(
       true,
       [w = CompleteWrite{std::move(request), std::move(headers)}, work = std::move(work)](Session& s) mutable {

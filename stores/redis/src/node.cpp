@@ -161,7 +161,7 @@ bool Node::ensure_connected(Failure& why) {
     next_connect_ = Steady::now() + backoff_;
     backoff_ = std::min(backoff_ * 2, settings_.backoff_max);
     why = opened.error();
-    dispatcher_.node_failed(address_);
+    dispatcher_.node_failed(address_, /*unreachable=*/true);
     return false;
   }
   counters_.connects.fetch_add(1, std::memory_order_relaxed);
@@ -267,7 +267,7 @@ void Node::finish(Op op, Reply reply, std::optional<Reply> wait_reply) {
         if (op.retries < settings_.max_retries && Steady::now() + delay < op.deadline) {
           ++op.retries;
           counters_.retries.fetch_add(1, std::memory_order_relaxed);
-          dispatcher_.node_failed(address_);  // CLUSTERDOWN, READONLY: the slot map may be stale
+          dispatcher_.node_failed(address_, /*unreachable=*/false);  // CLUSTERDOWN, READONLY: map stale?
           op.asking = false;
           dispatcher_.retry_later(std::move(op), delay);
           return;
@@ -303,7 +303,7 @@ void Node::drop_connection(const Failure& why) {
   next_connect_ = Steady::now();  // the next command reconnects at once; a failure starts the backoff
   auto lost = std::move(inflight_);
   inflight_.clear();
-  dispatcher_.node_failed(address_);
+  dispatcher_.node_failed(address_, /*unreachable=*/true);
   for (auto& f : lost) fail(f.op, why);
 }
 

@@ -75,8 +75,9 @@ class Dispatcher {
   virtual void retry_later(Op op, Millis delay) = 0;
   /// A MOVED answer: the slot's owner is `to` (updates the map, schedules a refresh).
   virtual void moved(int slot, const Address& to) = 0;
-  /// The node failed (connect or connection loss) or answered CLUSTERDOWN-like errors.
-  virtual void node_failed(const Address& node) = 0;
+  /// The node could not be reached (`unreachable`: connect failed or the connection broke), or
+  /// it answered CLUSTERDOWN-like errors: the slot map may be stale.
+  virtual void node_failed(const Address& node, bool unreachable) = 0;
 };
 
 /// A node's queue, connection and thread.

@@ -136,7 +136,10 @@ Outcome drive(Store& store, ManualClock& clock, std::atomic<std::uint64_t>& toke
     }
     ledger.executed(key);
     const Fence fence{r.id, r.token};
-    while (std::chrono::steady_clock::now() < deadline) {
+    // Having executed, the holder keeps trying to record the outcome for longer: giving up
+    // would leave the key to be taken over, and executed again, after its lease.
+    const auto record_deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < record_deadline) {
       auto d = b.complete(CompleteRequest{fence, StoredResponse{201, {}, "done " + key}, clock.now(), clock.now() + 24h});
       ledger.note(key, "complete: " + (d ? std::string(*d == FenceStatus::ok ? "ok" : "lost")
                                          : "error " + d.error().message + (d.error().in_doubt ? " (in doubt)" : "")));

@@ -9,6 +9,9 @@ namespace {
 // Refreshes never run closer together than this, however many failures ask for one.
 constexpr Millis kMinRefreshGap{100};
 
+// How long an unreachable node's view of the cluster is trusted less than the others'.
+constexpr Millis kSuspectFor{15000};
+
 // CLUSTER SLOTS: [[start, end, [ip, port, id, ...], replica...], ...] -> (start, end, master).
 struct SlotRange {
   int start = 0, end = 0;
@@ -174,7 +177,14 @@ void Router::moved(int slot, const Address& to) {
   request_refresh();
 }
 
-void Router::node_failed(const Address&) { request_refresh(); }
+void Router::node_failed(const Address& node, bool unreachable) {
+  if (!url_.cluster) return;
+  if (unreachable) {
+    std::lock_guard lock(mutex_);
+    suspect_until_[node] = Steady::now() + kSuspectFor;
+  }
+  request_refresh();
+}
 
 void Router::request_refresh() {
   if (!url_.cluster) return;
@@ -186,13 +196,22 @@ void Router::request_refresh() {
 }
 
 bool Router::refresh_once() {
-  // Ask the nodes we route to first (they know best), then the seeds, then everyone else seen.
-  std::vector<Address> candidates = masters();
-  for (const auto& seed : url_.nodes) candidates.push_back(seed);
+  // Ask the nodes we route to first (they know best), then the seeds, then everyone else seen;
+  // nodes that were unreachable lately come last (see suspect_until_).
+  std::vector<Address> all = masters();
+  for (const auto& seed : url_.nodes) all.push_back(seed);
+  std::vector<Address> candidates, suspects;
   {
     std::lock_guard lock(mutex_);
-    for (const auto& [address, node] : nodes_) candidates.push_back(address);
+    for (const auto& [address, node] : nodes_) all.push_back(address);
+    const auto now = Steady::now();
+    for (auto& address : all) {
+      auto it = suspect_until_.find(address);
+      const bool suspect = it != suspect_until_.end() && it->second > now;
+      (suspect ? suspects : candidates).push_back(std::move(address));
+    }
   }
+  candidates.insert(candidates.end(), suspects.begin(), suspects.end());
   std::set<Address> tried;
   for (const auto& address : candidates) {
     if (!tried.insert(address).second) continue;

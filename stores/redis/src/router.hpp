@@ -45,7 +45,7 @@ class Router final : public Dispatcher {
   void send_to(const Address& to, Op op) override;
   void retry_later(Op op, Millis delay) override;
   void moved(int slot, const Address& to) override;
-  void node_failed(const Address& node) override;
+  void node_failed(const Address& node, bool unreachable) override;
 
   const Settings& settings() const { return settings_; }
 
@@ -65,6 +65,10 @@ class Router final : public Dispatcher {
   std::map<Address, std::unique_ptr<Node>> nodes_;   // guarded by mutex_; never shrinks
   std::array<Node*, kSlots> slots_{};                // guarded by mutex_ (cluster)
   bool shutting_down_ = false;                       // guarded by mutex_
+  // Nodes that were unreachable lately. Their view of the cluster is asked for last: a master
+  // restarted after a failover still claims its old slots until gossip corrects it, and
+  // trusting it would route writes to stale data.
+  std::map<Address, Steady::time_point> suspect_until_;  // guarded by mutex_
 
   std::mutex refresh_mutex_;
   std::condition_variable refresh_cv_;

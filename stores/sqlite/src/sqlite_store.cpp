@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "connection.hpp"
-#include "headers_codec.hpp"
+#include "idem/headers_codec.hpp"
 #include "schema.hpp"
 
 namespace idem {
@@ -164,7 +164,7 @@ StoreResult<Record> decode_record(const Statement& q, RecordId id) {
   r.expires = from_epoch_ms(q.int64(9));
   if (r.state == RecordState::completed) {
     if (q.is_null(4)) return corrupt("completed without a response status");
-    auto headers = sqlite_detail::decode_headers(q.blob(5));
+    auto headers = decode_headers(q.blob(5));
     if (!headers) return corrupt("response_headers cannot be decoded");
     r.response = StoredResponse{static_cast<int>(q.int64(4)), std::move(*headers), std::string(q.blob(6))};
   }
@@ -256,7 +256,7 @@ StoreResult<ClaimResult> run_claim(Db& db, const ClaimRequest& req, Effects& fx)
 
 StoreResult<FenceStatus> run_complete(Db& db, const CompleteRequest& req, Effects& fx) {
   Statement& q = db.st.complete;
-  const std::string headers = sqlite_detail::encode_headers(req.response.headers);
+  const std::string headers = encode_headers(req.response.headers);
   bind_fence(q, req.fence);
   q.bind(4, req.response.status);
   q.bind_blob(5, headers);
@@ -384,7 +384,7 @@ StoreResult<AdminStatus> run_resolve(Db& db, const RecordId& id, const StoredRes
   auto refused = admin_precondition(db, id, now);
   if (!refused) return std::unexpected(refused.error());
   if (*refused) return **refused;
-  const std::string headers = sqlite_detail::encode_headers(response.headers);
+  const std::string headers = encode_headers(response.headers);
   Statement& q = db.st.admin_resolve;
   ResetOnExit reset(q);
   q.bind_text(1, id.tenant);

@@ -10,8 +10,8 @@ inline constexpr std::string_view kReplayedHeader = "Idempotent-Replayed";
 /// Added to 422 idempotency_key_mismatch (SPEC §7).
 inline constexpr std::string_view kConflictHeader = "X-Idempotency-Conflict";
 
-/// Whether a header is hop-by-hop by definition (RFC 9110 §7.6.1, plus the legacy
-/// Keep-Alive, Proxy-Connection and Proxy-Authenticate/Authorization): Connection, Keep-Alive,
+/// Whether a header is hop-by-hop by definition (RFC 9110 §7.6.1, plus the legacy Keep-Alive,
+/// and every Proxy-* header as the gateway issue says): Connection, Keep-Alive,
 /// Transfer-Encoding, TE, Trailer, Upgrade, Proxy-*. Case-insensitive.
 bool is_hop_by_hop(std::string_view name);
 

@@ -1,10 +1,10 @@
-#include "headers_codec.hpp"
+#include "idem/headers_codec.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace idem::sqlite_detail {
+namespace idem {
 namespace {
 
 std::string bytes(std::initializer_list<int> values) {
@@ -62,4 +62,4 @@ TEST(HeadersCodec, RejectsMalformedBlobs) {
 }
 
 }  // namespace
-}  // namespace idem::sqlite_detail
+}  // namespace idem

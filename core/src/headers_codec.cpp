@@ -1,8 +1,8 @@
-#include "headers_codec.hpp"
+#include "idem/headers_codec.hpp"
 
 #include <cstdint>
 
-namespace idem::sqlite_detail {
+namespace idem {
 namespace {
 
 constexpr unsigned char kVersion = 0x01;
@@ -77,4 +77,4 @@ std::optional<Headers> decode_headers(std::string_view blob) {
   return headers;
 }
 
-}  // namespace idem::sqlite_detail
+}  // namespace idem

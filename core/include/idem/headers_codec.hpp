@@ -1,6 +1,6 @@
 #pragma once
 
-// The `response_headers` column: stored headers as one compact blob.
+// Stored response headers as one compact, binary-safe blob: the form every store persists.
 //
 // Layout (version 1):   0x01  count  (name_len name value_len value){count}
 // where count and the lengths are unsigned LEB128 varints and names and values are raw bytes,
@@ -13,7 +13,7 @@
 
 #include "idem/record.hpp"
 
-namespace idem::sqlite_detail {
+namespace idem {
 
 /// Encodes headers, in order, repeats included.
 std::string encode_headers(const Headers& headers);
@@ -22,4 +22,4 @@ std::string encode_headers(const Headers& headers);
 /// trailing bytes, unknown version).
 std::optional<Headers> decode_headers(std::string_view blob);
 
-}  // namespace idem::sqlite_detail
+}  // namespace idem

@@ -16,8 +16,7 @@
 #include "idem/engine.hpp"
 #include "idem/gateway/config.hpp"
 #include "idem/gateway/log.hpp"
-#include "idem/memory_store.hpp"
-#include "idem/sqlite_store.hpp"
+#include "idem/open_store.hpp"
 #include "server.hpp"
 
 namespace {
@@ -31,27 +30,27 @@ int fail(int code, const std::string& message) {
 }
 
 // Opens the configured store; on failure returns null and sets `error`.
-std::unique_ptr<Store> open_store(const StoreUrl& url, std::string& error) {
-  if (url.kind == StoreUrl::Kind::memory) return std::make_unique<MemoryStore>();
-  // The directory is created like the file itself would be: a missing ./var is not an error.
-  const std::filesystem::path path(url.path);
-  if (path.has_parent_path()) {
-    std::error_code ec;
-    std::filesystem::create_directories(path.parent_path(), ec);
-    if (ec) {
-      error = "store " + url.text + ": cannot create directory " + path.parent_path().string() + ": " + ec.message();
-      return nullptr;
+std::unique_ptr<Store> open_configured_store(const StoreUrl& url, std::string& error) {
+  if (url.kind == StoreUrl::Kind::sqlite) {
+    // The directory is created like the file itself would be: a missing ./var is not an error.
+    const std::filesystem::path path(url.path);
+    if (path.has_parent_path()) {
+      std::error_code ec;
+      std::filesystem::create_directories(path.parent_path(), ec);
+      if (ec) {
+        error = "store " + url.text + ": cannot create directory " + path.parent_path().string() + ": " + ec.message();
+        return nullptr;
+      }
     }
   }
-  SqliteOptions options;
-  options.path = url.path;
+  OpenStoreOptions options;
   options.reaper_interval = Millis{0};  // the gateway runs its own reaper for every store
-  auto store = SqliteStore::open(std::move(options));
-  if (!store) {
-    error = "store " + url.text + ": " + store.error().message;
+  auto opened = open_store(url.text, options);
+  if (!opened) {
+    error = "store " + redact_store_url(url.text) + ": " + opened.error().message;
     return nullptr;
   }
-  return std::move(*store);
+  return std::move(opened->store);
 }
 
 int run(int argc, char** argv) {
@@ -62,7 +61,7 @@ int run(int argc, char** argv) {
   app.add_option("--config", config_path, "TOML configuration file");
   app.add_option("--listen", listen, "client listener HOST:PORT (overrides `listen`)");
   app.add_option("--upstream", upstream, "upstream http://HOST[:PORT] (overrides `upstream`)");
-  app.add_option("--store", store_url, "memory: or sqlite:PATH (overrides `store`)");
+  app.add_option("--store", store_url, "memory:, sqlite:PATH, postgres://..., redis://HOST:PORT or redis+cluster://HOST:PORT,... (overrides `store`)");
   app.add_option("--admin-listen", admin_listen, "admin listener HOST:PORT or \"off\" (overrides `admin_listen`)");
   app.set_version_flag("--version", "idem-gateway 0.1.0");
   try {
@@ -88,7 +87,7 @@ int run(int argc, char** argv) {
   for (const auto& warning : config.warnings) log::write(LogLevel::warn, warning);
 
   std::string error;
-  std::unique_ptr<Store> store = open_store(config.store, error);
+  std::unique_ptr<Store> store = open_configured_store(config.store, error);
   if (!store) return fail(1, error);
   Engine engine(*store);
   auto gateway = std::make_unique<Gateway>(config, engine);

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <cstdint>
 
+#include "idem/headers_codec.hpp"
+
 namespace idem::redis_detail {
 namespace {
 
@@ -47,36 +49,6 @@ std::optional<std::string> unescape(std::string_view in) {
     i += 2;
   }
   return out;
-}
-
-void put_varint(std::string& out, std::uint64_t value) {
-  while (value >= 0x80) {
-    out.push_back(static_cast<char>((value & 0x7f) | 0x80));
-    value >>= 7;
-  }
-  out.push_back(static_cast<char>(value));
-}
-
-std::optional<std::uint64_t> take_varint(std::string_view& in) {
-  std::uint64_t value = 0;
-  for (int shift = 0, i = 0; i < 10 && i < static_cast<int>(in.size()); ++i, shift += 7) {
-    const auto byte = static_cast<std::uint8_t>(in[static_cast<std::size_t>(i)]);
-    if (i == 9 && byte > 1) return std::nullopt;
-    value |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
-    if ((byte & 0x80) == 0) {
-      in.remove_prefix(static_cast<std::size_t>(i) + 1);
-      return value;
-    }
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> take_bytes(std::string_view& in) {
-  auto size = take_varint(in);
-  if (!size || *size > in.size()) return std::nullopt;
-  std::string bytes(in.substr(0, static_cast<std::size_t>(*size)));
-  in.remove_prefix(static_cast<std::size_t>(*size));
-  return bytes;
 }
 
 template <class Int>
@@ -124,40 +96,6 @@ std::string scan_pattern(std::string_view prefix) {
   }
   out += "{*";
   return out;
-}
-
-std::string encode_headers(const Headers& headers) {
-  std::size_t size = 1 + 10;
-  for (const auto& h : headers) size += h.name.size() + h.value.size() + 20;
-  std::string out;
-  out.reserve(size);
-  out.push_back('\x01');
-  put_varint(out, headers.size());
-  for (const auto& h : headers) {
-    put_varint(out, h.name.size());
-    out += h.name;
-    put_varint(out, h.value.size());
-    out += h.value;
-  }
-  return out;
-}
-
-std::optional<Headers> decode_headers(std::string_view blob) {
-  if (blob.empty() || blob.front() != '\x01') return std::nullopt;
-  blob.remove_prefix(1);
-  auto count = take_varint(blob);
-  if (!count || *count > blob.size() / 2) return std::nullopt;  // each header takes >= 2 bytes
-  Headers headers;
-  headers.reserve(static_cast<std::size_t>(*count));
-  for (std::uint64_t i = 0; i < *count; ++i) {
-    auto name = take_bytes(blob);
-    if (!name) return std::nullopt;
-    auto value = take_bytes(blob);
-    if (!value) return std::nullopt;
-    headers.push_back(Header{std::move(*name), std::move(*value)});
-  }
-  if (!blob.empty()) return std::nullopt;
-  return headers;
 }
 
 std::string ms_text(TimePoint t) { return std::to_string(to_epoch_ms(t)); }
@@ -210,7 +148,7 @@ StoreResult<std::optional<Record>> decode_record(const RecordId& id, const Reply
     StoredResponse response;
     response.status = *status;
     if (headers_blob) {
-      auto h = decode_headers(*headers_blob);
+      auto h = idem::decode_headers(*headers_blob);
       if (!h) return std::unexpected(corrupt(id, "bad headers"));
       response.headers = std::move(*h);
     }

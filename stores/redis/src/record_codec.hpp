@@ -13,7 +13,7 @@
 //        token          fencing token, decimal (compared as a string: Lua numbers are doubles)
 //        lease_expires  created  completed  expires      Unix epoch milliseconds, decimal
 //        status         response status, decimal      (only once completed)
-//        headers        encode_headers() blob          (only once completed)
+//        headers        idem::encode_headers() blob    (only once completed)
 //        body           response body bytes            (only once completed)
 
 #include <optional>
@@ -36,13 +36,6 @@ std::optional<RecordId> parse_record_key(std::string_view prefix, std::string_vi
 /// A SCAN MATCH pattern selecting exactly the record keys under `prefix` (glob characters in
 /// the prefix escaped).
 std::string scan_pattern(std::string_view prefix);
-
-/// Stored headers as one binary-safe blob:  0x01  count  (name_len name value_len value){count}
-/// with LEB128 varint counts and lengths, so any byte survives.
-std::string encode_headers(const Headers& headers);
-
-/// Inverse of encode_headers; nullopt for anything malformed.
-std::optional<Headers> decode_headers(std::string_view blob);
 
 /// A record from the flat field/value array HGETALL returns; nullopt for an empty array (no
 /// such key); StoreErrc::corrupt for fields this version cannot read.

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "idem/headers_codec.hpp"
 #include "record_codec.hpp"
 #include "router.hpp"
 #include "scripts.hpp"
@@ -434,7 +435,7 @@ void RedisStore::complete(CompleteRequest request, Callback<FenceStatus> done) {
                                 ms_text(request.expires),
                                 ttl_text(request.now, request.expires, impl_->options.ttl_grace),
                                 std::to_string(request.response.status),
-                                redis_detail::encode_headers(request.response.headers),
+                                encode_headers(request.response.headers),
                                 std::move(request.response.body)};
   impl_->eval(ScriptId::complete, key, std::move(argv), true, [done = std::move(done)](StoreResult<Reply> reply) mutable {
     if (!reply) return done(std::unexpected(std::move(reply.error())));
@@ -526,7 +527,7 @@ void RedisStore::resolve(RecordId id, StoredResponse response, TimePoint now, Ti
                                 ms_text(expires),
                                 ttl_text(now, expires, impl_->options.ttl_grace),
                                 std::to_string(response.status),
-                                redis_detail::encode_headers(response.headers),
+                                encode_headers(response.headers),
                                 std::move(response.body)};
   impl_->eval(ScriptId::resolve, key, std::move(argv), true, [done = std::move(done)](StoreResult<Reply> reply) mutable {
     if (!reply) return done(std::unexpected(std::move(reply.error())));

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "errors.hpp"
+#include "idem/headers_codec.hpp"
 #include "record_codec.hpp"
 #include "scripts.hpp"
 #include "url.hpp"
@@ -146,24 +147,7 @@ TEST(RecordKey, ScanPatternEscapesGlobCharacters) {
   EXPECT_EQ(scan_pattern("a*b?[c]\\:"), "a\\*b\\?\\[c\\]\\\\:{*");
 }
 
-// ---- headers and records -----------------------------------------------------------------------
-
-TEST(Headers, RoundTripAnyBytes) {
-  const Headers headers{{"Set-Cookie", "a=1"}, {"Set-Cookie", "b=2"}, {std::string("X\0y", 3), "\r\n\xff"}, {"", ""}};
-  auto back = decode_headers(encode_headers(headers));
-  ASSERT_TRUE(back);
-  EXPECT_EQ(*back, headers);
-  EXPECT_EQ(decode_headers(encode_headers({})), Headers{});
-}
-
-TEST(Headers, RejectsMalformedBlobs) {
-  const auto good = encode_headers({{"A", "b"}});
-  EXPECT_FALSE(decode_headers(""));
-  EXPECT_FALSE(decode_headers("\x02\x00"));
-  EXPECT_FALSE(decode_headers(good.substr(0, good.size() - 1)));
-  EXPECT_FALSE(decode_headers(good + "x"));
-  EXPECT_FALSE(decode_headers(std::string("\x01\xff\xff\xff\x0f", 5)));
-}
+// ---- records -----------------------------------------------------------------------
 
 Reply text(std::string s) { return Reply{Reply::Type::string, std::move(s), 0, {}}; }
 Reply fields(std::initializer_list<std::pair<std::string, std::string>> kv) {
@@ -185,7 +169,7 @@ TEST(DecodeRecord, CompletedRecord) {
                                             {"completed", "950"},
                                             {"expires", "5000"},
                                             {"status", "201"},
-                                            {"headers", encode_headers({{"A", "b"}})},
+                                            {"headers", idem::encode_headers({{"A", "b"}})},
                                             {"body", std::string("x\0y", 3)}}));
   ASSERT_TRUE(r);
   ASSERT_TRUE(*r);

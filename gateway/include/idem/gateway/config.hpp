@@ -42,7 +42,7 @@ struct UpstreamUrl {
 
 /// Where idempotency records live.
 struct StoreUrl {
-  enum class Kind { memory, sqlite };
+  enum class Kind { memory, sqlite, shared };  ///< shared: postgres://, redis://, redis+cluster://
   Kind kind = Kind::sqlite;
   /// For sqlite: the database file.
   std::string path;

@@ -94,7 +94,8 @@ struct RedisStoreStats {
 /// to it and their commands pipelined on that connection, so callers never block and many
 /// concurrent requests share one round trip. Callbacks run on those threads; they may call the
 /// store again but must not block on it. purge_expired, list and count (which SCAN) run on
-/// one more thread of the store's own.
+/// one more thread of the store's own; one timer thread delays retries and, for a cluster, one
+/// thread reads the slot map.
 ///
 /// In a cluster the store routes each key by its CRC16 slot, follows MOVED and ASK, and
 /// re-reads the slot map after a redirection, a failed node, or `topology_refresh_interval`.

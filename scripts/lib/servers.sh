@@ -14,8 +14,20 @@ cmd=${1:?usage: servers.sh start|stop DIR}
 dir=${2:?usage: servers.sh start|stop DIR}
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 
+# A free loopback port below 55536: a cluster node also listens on its port + 10000 (bus port).
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  python3 -c '
+import socket
+while True:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    if port <= 55535:
+        b = socket.socket()
+        try:
+            b.bind(("127.0.0.1", port + 10000)); print(port); break
+        except OSError:
+            pass
+        finally:
+            b.close()'
 }
 
 # initdb and postgres refuse to run as root; run them as the postgres system user then.
@@ -88,17 +100,18 @@ stop_all() {
     as_pg "$pg_bin/pg_ctl" -D "$dir/pg" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
   fi
   local pidfile pid
+  # Redis deletes its pid file as it exits, so read each one once, tolerating its absence.
+  local pids=()
   for pidfile in "$dir"/*/redis.pid; do
-    [ -f "$pidfile" ] || continue
-    pid=$(cat "$pidfile")
+    pid=$(cat "$pidfile" 2>/dev/null) || continue
+    pids+=("$pid")
     kill "$pid" 2>/dev/null || true
   done
-  for pidfile in "$dir"/*/redis.pid; do
-    [ -f "$pidfile" ] || continue
-    pid=$(cat "$pidfile")
+  for pid in "${pids[@]}"; do
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
   done
+  return 0
 }
 
 case $cmd in

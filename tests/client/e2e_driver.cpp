@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -173,34 +174,44 @@ int run(const Args& args) {
   for (int i = 0; i < args.ops; ++i) {
     if (!done.count(i)) todo.push_back(i);
   }
+  const auto send_one = [&](int op) {
+    std::string key;
+    std::string_view phase = "send";
+    if (auto it = intents.find(op); it != intents.end()) {
+      key = it->second;  // started before a crash, outcome unknown here: the same key again
+      phase = "intent";
+      ++summary.resent_from_intents;
+    } else {
+      auto fresh = new_key();
+      if (!fresh) throw std::runtime_error(fresh.error());
+      key = *fresh;
+      intent_log.append(std::to_string(op) + " " + key);
+    }
+    HttpRequest request;
+    request.url = args.url;
+    request.headers = {{"Content-Type", "application/json"}};
+    request.body = "{\"op\":" + std::to_string(op) + ",\"tag\":\"" + args.tag + "\"}";
+    ++summary.sent;
+    record(results, summary, op, client.send(std::move(request), key), phase);
+  };
+
   std::atomic<std::size_t> next{0};
+  std::mutex crash_mutex;
+  std::string crash;  // the first exception of a worker, rethrown after the join
   std::vector<std::thread> workers;
   for (int t = 0; t < args.threads; ++t) {
     workers.emplace_back([&] {
-      for (std::size_t at = next++; at < todo.size(); at = next++) {
-        const int op = todo[at];
-        std::string key;
-        std::string_view phase = "send";
-        if (auto it = intents.find(op); it != intents.end()) {
-          key = it->second;  // started before a crash; its outcome is unknown here: same key
-          phase = "intent";
-          ++summary.resent_from_intents;
-        } else {
-          auto fresh = new_key();
-          if (!fresh) throw std::runtime_error(fresh.error());
-          key = *fresh;
-          intent_log.append(std::to_string(op) + " " + key);
-        }
-        HttpRequest request;
-        request.url = args.url;
-        request.headers = {{"Content-Type", "application/json"}};
-        request.body = "{\"op\":" + std::to_string(op) + ",\"tag\":\"" + args.tag + "\"}";
-        ++summary.sent;
-        record(results, summary, op, client.send(std::move(request), key), phase);
+      try {
+        for (std::size_t at = next++; at < todo.size(); at = next++) send_one(todo[at]);
+      } catch (const std::exception& e) {
+        std::lock_guard lock(crash_mutex);
+        if (crash.empty()) crash = e.what();
+        next = todo.size();  // the others stop too
       }
     });
   }
   for (auto& w : workers) w.join();
+  if (!crash.empty()) throw std::runtime_error(crash);
 
   auto letters = client.dead_letters();
   auto left = client.pending();

@@ -2,6 +2,7 @@
 
 #include "idem/memory_store.hpp"
 #include "idem/postgres_store.hpp"
+#include "idem/redis_store.hpp"
 #include "idem/sqlite_store.hpp"
 
 namespace idem {
@@ -50,9 +51,8 @@ std::optional<std::string> check_store_url(std::string_view url) {
     case Scheme::postgres:
       return std::nullopt;  // libpq checks the rest when connecting
     case Scheme::redis:
-      return "the redis store is not built yet in this version; use \"sqlite:PATH\" or \"memory:\"";
     case Scheme::redis_cluster:
-      return "the redis+cluster store is not built yet in this version; use \"sqlite:PATH\" or \"memory:\"";
+      return std::nullopt;  // the store checks hosts and ports when it opens
     case Scheme::unknown:
       break;
   }
@@ -94,7 +94,17 @@ StoreResult<OpenedStore> open_store(std::string_view url, const OpenStoreOptions
       out.store = std::move(*store);
       return out;
     }
-    default:
+    case Scheme::redis:
+    case Scheme::redis_cluster: {
+      RedisOptions redis;
+      redis.url = std::string(url);
+      auto store = RedisStore::open(std::move(redis));
+      if (!store) return std::unexpected(std::move(store.error()));
+      out.admin = store->get();
+      out.store = std::move(*store);
+      return out;
+    }
+    case Scheme::unknown:
       break;
   }
   return std::unexpected(bad_url("unsupported store URL"));

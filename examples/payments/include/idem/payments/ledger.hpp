@@ -1,0 +1,106 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+struct sqlite3;
+
+// The payments example's business logic: plain functions over an SQLite connection, no HTTP.
+//
+// Every write is split in two so that the same logic serves both modes of the service:
+//   plan_*  reads the ledger and decides the answer (and the writes it needs), without writing;
+//   apply   performs the planned writes, each guarded so that it refuses (Applied::stale) when
+//           the ledger changed since planning (e.g. the balance dropped below the amount).
+// Off mode runs plan and apply in one BEGIN IMMEDIATE transaction (never stale). In-process
+// mode plans on the service's read connection and applies inside the idempotency store's
+// transaction (SqliteStore::complete_in_transaction), re-planning when apply reports stale.
+namespace idem::payments {
+
+/// What the service answers: an HTTP status and a JSON body (application/json for 2xx,
+/// application/problem+json otherwise).
+struct Outcome {
+  int status = 200;
+  std::string body;
+  /// Whether the body is an RFC 9457 problem.
+  bool problem() const { return status >= 400; }
+};
+
+/// The writes a plan needs.
+enum class Op : std::uint8_t { none, open_account, transfer, order, bonus };
+
+/// A decided request: the answer to give once its writes (if any) are applied.
+struct Plan {
+  Outcome outcome;
+  Op op = Op::none;
+  std::string id;           ///< the new row's id (acct_..., pay_..., ord_..., bon_...)
+  std::string account;      ///< open_account/order/bonus: the account; transfer: the payer
+  std::string to;           ///< transfer: the payee
+  std::int64_t amount = 0;  ///< minor units
+  std::string currency;     ///< ISO 4217, upper case
+  std::string description;  ///< order only
+  std::int64_t created = 0; ///< Unix seconds
+  std::string request_key;  ///< the Idempotency-Key the request came with ("" if none)
+};
+
+/// The result of apply.
+enum class Applied : std::uint8_t {
+  ok,     ///< every write done
+  stale,  ///< a guard failed: nothing written by this call; plan again
+  error,  ///< SQLite failed; `error` says why
+};
+
+/// Creates the ledger's tables if missing. Returns false with `error` set on failure.
+bool migrate(sqlite3* db, std::string& error);
+
+/// POST /v1/accounts {"currency", "balance"?}: balance is the opening balance (default 0).
+Plan plan_open_account(sqlite3* db, std::string_view body, std::string id, std::int64_t now);
+/// POST /v1/payments {"from","to","amount","currency"}: 201; 402 insufficient_funds;
+/// 404 account_not_found; 422 currency_mismatch; 400 for malformed input.
+Plan plan_payment(sqlite3* db, std::string_view body, std::string id, std::int64_t now);
+/// POST /v1/orders {"account","amount","currency","description"?}: records an order (no money moves).
+Plan plan_order(sqlite3* db, std::string_view body, std::string id, std::int64_t now);
+/// POST /v1/bonuses {"account","amount","currency"}: credits the account (an accrual).
+Plan plan_bonus(sqlite3* db, std::string_view body, std::string id, std::int64_t now);
+
+/// Performs a plan's writes on `db`, inside the caller's transaction.
+Applied apply(sqlite3* db, const Plan& plan, std::string& error);
+
+/// Plans and applies in one BEGIN IMMEDIATE transaction on `db` (the service without in-process
+/// idempotency). `make_plan` is one of the plan_* functions bound to its arguments.
+template <class MakePlan>
+Outcome execute_now(sqlite3* db, MakePlan&& make_plan);
+
+/// GET /v1/accounts/{id}: 200 with the balance, or 404.
+Outcome get_account(sqlite3* db, std::string_view id);
+/// GET /v1/payments/{id}: 200, or 404.
+Outcome get_payment(sqlite3* db, std::string_view id);
+
+/// A fresh random id with the given prefix, e.g. "pay_4f9c0a1b2c3d4e5f".
+std::string new_id(std::string_view prefix);
+
+/// A problem outcome: {"type","title","status","detail","code"}.
+Outcome problem(int status, std::string_view code, std::string_view title, std::string_view detail);
+
+// ---- implementation of the template -----------------------------------------------------------
+
+/// BEGIN IMMEDIATE / COMMIT / ROLLBACK helpers for execute_now; false with `error` on failure.
+bool begin_immediate(sqlite3* db, std::string& error);
+bool commit(sqlite3* db, std::string& error);
+void rollback(sqlite3* db);
+
+template <class MakePlan>
+Outcome execute_now(sqlite3* db, MakePlan&& make_plan) {
+  std::string error;
+  if (!begin_immediate(db, error)) return problem(503, "ledger_unavailable", "The ledger is unavailable", error);
+  Plan plan = make_plan(db);
+  const Applied applied = apply(db, plan, error);
+  if (applied != Applied::ok || !commit(db, error)) {
+    rollback(db);
+    return problem(503, "ledger_unavailable", "The ledger is unavailable",
+                   applied == Applied::stale ? "the ledger changed during the request" : error);
+  }
+  return std::move(plan.outcome);
+}
+
+}  // namespace idem::payments

@@ -1,0 +1,366 @@
+#include "idem/payments/ledger.hpp"
+
+#include <sqlite3.h>
+
+#include <nlohmann/json.hpp>
+#include <openssl/rand.h>
+
+#include <cctype>
+#include <optional>
+
+#include "idem/problem.hpp"
+
+namespace idem::payments {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS accounts (
+  id TEXT PRIMARY KEY, currency TEXT NOT NULL, balance INTEGER NOT NULL CHECK (balance >= 0),
+  opening INTEGER NOT NULL, created INTEGER NOT NULL, request_key TEXT);
+CREATE TABLE IF NOT EXISTS payments (
+  id TEXT PRIMARY KEY, from_account TEXT NOT NULL, to_account TEXT NOT NULL,
+  amount INTEGER NOT NULL CHECK (amount > 0), currency TEXT NOT NULL, created INTEGER NOT NULL,
+  request_key TEXT);
+CREATE TABLE IF NOT EXISTS orders (
+  id TEXT PRIMARY KEY, account TEXT NOT NULL, amount INTEGER NOT NULL, currency TEXT NOT NULL,
+  description TEXT NOT NULL, created INTEGER NOT NULL, request_key TEXT);
+CREATE TABLE IF NOT EXISTS bonuses (
+  id TEXT PRIMARY KEY, account TEXT NOT NULL, amount INTEGER NOT NULL CHECK (amount > 0),
+  currency TEXT NOT NULL, created INTEGER NOT NULL, request_key TEXT);
+)sql";
+
+// A prepared statement finalized on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Stmt& text(int i, std::string_view v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& integer(int i, std::int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  int step() { return sqlite3_step(s_); }
+  std::string col_text(int i) {
+    const auto* p = sqlite3_column_text(s_, i);
+    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(s_, i)) : std::string();
+  }
+  std::int64_t col_int(int i) { return sqlite3_column_int64(s_, i); }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+  int rc_ = SQLITE_ERROR;
+};
+
+struct Account {
+  std::string id, currency;
+  std::int64_t balance = 0;
+};
+
+// nullopt: absent (or the read failed, reported as absent only when `failed` is left false).
+std::optional<Account> read_account(sqlite3* db, std::string_view id, bool& failed) {
+  Stmt q(db, "SELECT id, currency, balance FROM accounts WHERE id = ?1");
+  if (!q.ok()) {
+    failed = true;
+    return std::nullopt;
+  }
+  q.text(1, id);
+  const int rc = q.step();
+  if (rc == SQLITE_ROW) return Account{q.col_text(0), q.col_text(1), q.col_int(2)};
+  if (rc != SQLITE_DONE) failed = true;
+  return std::nullopt;
+}
+
+Plan refuse(Outcome outcome) {
+  Plan p;
+  p.outcome = std::move(outcome);
+  return p;
+}
+
+Outcome bad_request(std::string_view detail) {
+  return problem(400, "invalid_request", "The request is invalid", detail);
+}
+Outcome unavailable(sqlite3* db) {
+  return problem(503, "ledger_unavailable", "The ledger is unavailable", sqlite3_errmsg(db));
+}
+
+// The request body as a JSON object, or the 400 to answer.
+std::optional<json> parse_object(std::string_view body, Outcome& error) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    error = bad_request("the body must be a JSON object");
+    return std::nullopt;
+  }
+  return j;
+}
+
+bool get_string(const json& j, const char* name, std::string& out, Outcome& error, bool required = true) {
+  const auto it = j.find(name);
+  if (it == j.end()) {
+    if (required) error = bad_request(std::string("\"") + name + "\" is required");
+    return !required;
+  }
+  if (!it->is_string() || it->get_ref<const std::string&>().empty() ||
+      it->get_ref<const std::string&>().size() > 128) {
+    error = bad_request(std::string("\"") + name + "\" must be a non-empty string of at most 128 characters");
+    return false;
+  }
+  out = it->get<std::string>();
+  return true;
+}
+
+// Amounts are integers in minor units; `min` is 1 for movements, 0 for an opening balance.
+bool get_amount(const json& j, const char* name, std::int64_t min, std::int64_t& out, Outcome& error,
+                bool required = true) {
+  const auto it = j.find(name);
+  if (it == j.end()) {
+    if (required) error = bad_request(std::string("\"") + name + "\" is required");
+    return !required;
+  }
+  constexpr std::int64_t kMax = 1'000'000'000'000'000;  // 10^15 minor units: far from overflow
+  if (!it->is_number_integer() || it->get<std::int64_t>() < min || it->get<std::int64_t>() > kMax ||
+      (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(kMax))) {
+    error = bad_request(std::string("\"") + name + "\" must be an integer amount in minor units, at least " +
+                        std::to_string(min));
+    return false;
+  }
+  out = it->get<std::int64_t>();
+  return true;
+}
+
+bool get_currency(const json& j, std::string& out, Outcome& error) {
+  if (!get_string(j, "currency", out, error)) return false;
+  const bool ok = out.size() == 3 && std::all_of(out.begin(), out.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)); });
+  if (!ok) {
+    error = bad_request("\"currency\" must be a three-letter ISO 4217 code");
+    return false;
+  }
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return true;
+}
+
+Outcome not_found(std::string_view what, std::string_view id) {
+  return problem(404, std::string(what) + "_not_found", "Not found",
+                 "no " + std::string(what) + " " + std::string(id));
+}
+
+// Common checks for one account and an amount in its currency; nullopt when the plan may proceed.
+std::optional<Outcome> check_account(sqlite3* db, const std::string& id, const std::string& currency) {
+  bool failed = false;
+  auto a = read_account(db, id, failed);
+  if (failed) return unavailable(db);
+  if (!a) return not_found("account", id);
+  if (a->currency != currency) {
+    return problem(422, "currency_mismatch", "Currency mismatch",
+                   "account " + id + " holds " + a->currency + ", not " + currency);
+  }
+  return std::nullopt;
+}
+
+bool exec(sqlite3* db, const char* sql, std::string& error) {
+  char* msg = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &msg) == SQLITE_OK) return true;
+  error = msg ? msg : sqlite3_errmsg(db);
+  sqlite3_free(msg);
+  return false;
+}
+
+// Runs a write; `changes_expected` rows must change, else stale.
+Applied run(Stmt& s, sqlite3* db, int changes_expected, std::string& error) {
+  if (!s.ok()) {
+    error = sqlite3_errmsg(db);
+    return Applied::error;
+  }
+  const int rc = s.step();
+  if (rc != SQLITE_DONE) {
+    error = sqlite3_errmsg(db);
+    return Applied::error;
+  }
+  return sqlite3_changes(db) == changes_expected ? Applied::ok : Applied::stale;
+}
+
+}  // namespace
+
+Outcome problem(int status, std::string_view code, std::string_view title, std::string_view detail) {
+  return Outcome{status, problem_json(make_problem(status, std::string(code), std::string(title), std::string(detail)))};
+}
+
+std::string new_id(std::string_view prefix) {
+  unsigned char bytes[8];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) throw std::runtime_error("RAND_bytes failed");
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(prefix);
+  for (unsigned char b : bytes) {
+    id += kHex[b >> 4];
+    id += kHex[b & 15];
+  }
+  return id;
+}
+
+bool migrate(sqlite3* db, std::string& error) { return exec(db, kSchema, error); }
+
+bool begin_immediate(sqlite3* db, std::string& error) { return exec(db, "BEGIN IMMEDIATE", error); }
+bool commit(sqlite3* db, std::string& error) { return exec(db, "COMMIT", error); }
+void rollback(sqlite3* db) {
+  std::string ignored;
+  if (!sqlite3_get_autocommit(db)) exec(db, "ROLLBACK", ignored);
+}
+
+Plan plan_open_account(sqlite3*, std::string_view body, std::string id, std::int64_t now) {
+  Outcome error;
+  auto j = parse_object(body, error);
+  Plan p;
+  p.amount = 0;
+  if (!j || !get_currency(*j, p.currency, error) || !get_amount(*j, "balance", 0, p.amount, error, false)) {
+    return refuse(error);
+  }
+  p.op = Op::open_account;
+  p.id = std::move(id);
+  p.account = p.id;
+  p.created = now;
+  p.outcome = Outcome{201, json{{"id", p.id}, {"object", "account"}, {"currency", p.currency},
+                                {"balance", p.amount}, {"created", now}}.dump()};
+  return p;
+}
+
+Plan plan_payment(sqlite3* db, std::string_view body, std::string id, std::int64_t now) {
+  Outcome error;
+  auto j = parse_object(body, error);
+  Plan p;
+  if (!j || !get_string(*j, "from", p.account, error) || !get_string(*j, "to", p.to, error) ||
+      !get_amount(*j, "amount", 1, p.amount, error) || !get_currency(*j, p.currency, error)) {
+    return refuse(error);
+  }
+  if (p.account == p.to) return refuse(bad_request("\"from\" and \"to\" must be different accounts"));
+  bool failed = false;
+  auto from = read_account(db, p.account, failed);
+  auto to = read_account(db, p.to, failed);
+  if (failed) return refuse(unavailable(db));
+  if (!from) return refuse(not_found("account", p.account));
+  if (!to) return refuse(not_found("account", p.to));
+  if (from->currency != p.currency || to->currency != p.currency) {
+    return refuse(problem(422, "currency_mismatch", "Currency mismatch",
+                          "the payment is in " + p.currency + "; " + from->id + " holds " + from->currency +
+                              " and " + to->id + " holds " + to->currency));
+  }
+  if (from->balance < p.amount) {
+    return refuse(problem(402, "insufficient_funds", "Insufficient funds",
+                          "account " + from->id + " has " + std::to_string(from->balance) + ", the payment needs " +
+                              std::to_string(p.amount)));
+  }
+  p.op = Op::transfer;
+  p.id = std::move(id);
+  p.created = now;
+  p.outcome = Outcome{201, json{{"id", p.id}, {"object", "payment"}, {"from", p.account}, {"to", p.to},
+                                {"amount", p.amount}, {"currency", p.currency}, {"status", "succeeded"},
+                                {"created", now}}.dump()};
+  return p;
+}
+
+Plan plan_order(sqlite3* db, std::string_view body, std::string id, std::int64_t now) {
+  Outcome error;
+  auto j = parse_object(body, error);
+  Plan p;
+  if (!j || !get_string(*j, "account", p.account, error) || !get_amount(*j, "amount", 1, p.amount, error) ||
+      !get_currency(*j, p.currency, error) || !get_string(*j, "description", p.description, error, false)) {
+    return refuse(error);
+  }
+  if (auto refused = check_account(db, p.account, p.currency)) return refuse(std::move(*refused));
+  p.op = Op::order;
+  p.id = std::move(id);
+  p.created = now;
+  p.outcome = Outcome{201, json{{"id", p.id}, {"object", "order"}, {"account", p.account}, {"amount", p.amount},
+                                {"currency", p.currency}, {"description", p.description}, {"status", "placed"},
+                                {"created", now}}.dump()};
+  return p;
+}
+
+Plan plan_bonus(sqlite3* db, std::string_view body, std::string id, std::int64_t now) {
+  Outcome error;
+  auto j = parse_object(body, error);
+  Plan p;
+  if (!j || !get_string(*j, "account", p.account, error) || !get_amount(*j, "amount", 1, p.amount, error) ||
+      !get_currency(*j, p.currency, error)) {
+    return refuse(error);
+  }
+  if (auto refused = check_account(db, p.account, p.currency)) return refuse(std::move(*refused));
+  p.op = Op::bonus;
+  p.id = std::move(id);
+  p.created = now;
+  p.outcome = Outcome{201, json{{"id", p.id}, {"object", "bonus"}, {"account", p.account}, {"amount", p.amount},
+                                {"currency", p.currency}, {"created", now}}.dump()};
+  return p;
+}
+
+Applied apply(sqlite3* db, const Plan& p, std::string& error) {
+  switch (p.op) {
+    case Op::none:
+      return Applied::ok;
+    case Op::open_account: {
+      Stmt s(db, "INSERT INTO accounts (id, currency, balance, opening, created, request_key) VALUES (?1, ?2, ?3, ?3, ?4, ?5)");
+      s.text(1, p.id).text(2, p.currency).integer(3, p.amount).integer(4, p.created).text(5, p.request_key);
+      return run(s, db, 1, error);
+    }
+    case Op::transfer: {
+      // Both guards are in the WHERE clauses: the payer still has the money, both accounts still
+      // hold the currency. A failed guard has changed nothing yet, or is undone by the caller's
+      // rollback (the second statement runs only after the first succeeded).
+      Stmt debit(db, "UPDATE accounts SET balance = balance - ?2 WHERE id = ?1 AND balance >= ?2 AND currency = ?3");
+      debit.text(1, p.account).integer(2, p.amount).text(3, p.currency);
+      if (auto r = run(debit, db, 1, error); r != Applied::ok) return r;
+      Stmt credit(db, "UPDATE accounts SET balance = balance + ?2 WHERE id = ?1 AND currency = ?3");
+      credit.text(1, p.to).integer(2, p.amount).text(3, p.currency);
+      if (auto r = run(credit, db, 1, error); r != Applied::ok) return r;
+      Stmt row(db, "INSERT INTO payments (id, from_account, to_account, amount, currency, created, request_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+      row.text(1, p.id).text(2, p.account).text(3, p.to).integer(4, p.amount).text(5, p.currency).integer(6, p.created).text(7, p.request_key);
+      return run(row, db, 1, error);
+    }
+    case Op::order: {
+      Stmt s(db, "INSERT INTO orders (id, account, amount, currency, description, created, request_key) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 WHERE EXISTS (SELECT 1 FROM accounts WHERE id = ?2 AND currency = ?4)");
+      s.text(1, p.id).text(2, p.account).integer(3, p.amount).text(4, p.currency).text(5, p.description).integer(6, p.created).text(7, p.request_key);
+      return run(s, db, 1, error);
+    }
+    case Op::bonus: {
+      Stmt credit(db, "UPDATE accounts SET balance = balance + ?2 WHERE id = ?1 AND currency = ?3");
+      credit.text(1, p.account).integer(2, p.amount).text(3, p.currency);
+      if (auto r = run(credit, db, 1, error); r != Applied::ok) return r;
+      Stmt row(db, "INSERT INTO bonuses (id, account, amount, currency, created, request_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+      row.text(1, p.id).text(2, p.account).integer(3, p.amount).text(4, p.currency).integer(5, p.created).text(6, p.request_key);
+      return run(row, db, 1, error);
+    }
+  }
+  error = "unknown operation";
+  return Applied::error;
+}
+
+Outcome get_account(sqlite3* db, std::string_view id) {
+  Stmt q(db, "SELECT id, currency, balance, created FROM accounts WHERE id = ?1");
+  if (!q.ok()) return unavailable(db);
+  q.text(1, id);
+  const int rc = q.step();
+  if (rc == SQLITE_DONE) return not_found("account", id);
+  if (rc != SQLITE_ROW) return unavailable(db);
+  return Outcome{200, json{{"id", q.col_text(0)}, {"object", "account"}, {"currency", q.col_text(1)},
+                           {"balance", q.col_int(2)}, {"created", q.col_int(3)}}.dump()};
+}
+
+Outcome get_payment(sqlite3* db, std::string_view id) {
+  Stmt q(db, "SELECT id, from_account, to_account, amount, currency, created FROM payments WHERE id = ?1");
+  if (!q.ok()) return unavailable(db);
+  q.text(1, id);
+  const int rc = q.step();
+  if (rc == SQLITE_DONE) return not_found("payment", id);
+  if (rc != SQLITE_ROW) return unavailable(db);
+  return Outcome{200, json{{"id", q.col_text(0)}, {"object", "payment"}, {"from", q.col_text(1)},
+                           {"to", q.col_text(2)}, {"amount", q.col_int(3)}, {"currency", q.col_text(4)},
+                           {"status", "succeeded"}, {"created", q.col_int(5)}}.dump()};
+}
+
+}  // namespace idem::payments

@@ -1,0 +1,328 @@
+#include "service.hpp"
+
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+#include <utility>
+
+#include <sqlite3.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+
+#include "idem/engine.hpp"
+#include "idem/http/async.hpp"
+#include "idem/http/beast.hpp"
+#include "idem/http/message.hpp"
+#include "idem/payments/ledger.hpp"
+#include "idem/problem.hpp"
+#include "idem/sqlite_store.hpp"
+#include "idem/tenant.hpp"
+
+namespace idem::payments {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = asio::ip::tcp;
+using idem::http::Request;
+using idem::http::Response;
+constexpr auto kAwait = asio::use_awaitable;
+constexpr std::size_t kBodyLimit = 64 * 1024;
+
+auto with(beast::error_code& ec) { return asio::redirect_error(kAwait, ec); }
+
+std::int64_t unix_now() { return static_cast<std::int64_t>(std::time(nullptr)); }
+
+using PlanFn = Plan (*)(sqlite3*, std::string_view, std::string, std::int64_t);
+
+// The POST routes: path, id prefix, planner.
+struct WriteRoute {
+  std::string_view path;
+  std::string_view prefix;
+  PlanFn plan;
+};
+constexpr WriteRoute kWriteRoutes[] = {
+    {"/v1/accounts", "acct_", &plan_open_account},
+    {"/v1/payments", "pay_", &plan_payment},
+    {"/v1/orders", "ord_", &plan_order},
+    {"/v1/bonuses", "bon_", &plan_bonus},
+};
+
+Response make_response(const Outcome& outcome, unsigned version, bool keep_alive) {
+  Response res{static_cast<bhttp::status>(outcome.status), version};
+  res.set(bhttp::field::content_type, outcome.problem() ? "application/problem+json" : "application/json");
+  if (outcome.problem()) res.set(bhttp::field::cache_control, "no-store");
+  res.body() = outcome.body;
+  res.keep_alive(keep_alive);
+  res.prepare_payload();
+  return res;
+}
+
+// A blocking-free call of SqliteStore::complete_in_transaction. The coroutine keeps this in its
+// frame; the adapter's lambda captures only a pointer to it (GCC 12: no temporaries with
+// destructors across co_await).
+struct TxnCall {
+  SqliteStore* store;
+  CompleteRequest request;
+  SqliteWork work;
+};
+
+sqlite3* open_ledger(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
+    std::string message = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    throw std::runtime_error("--db " + path + ": " + message);
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::string error;
+  char* msg = nullptr;
+  if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", nullptr, nullptr, &msg) != SQLITE_OK) {
+    error = msg ? msg : "pragma failed";
+    sqlite3_free(msg);
+    sqlite3_close(db);
+    throw std::runtime_error("--db " + path + ": " + error);
+  }
+  if (!migrate(db, error)) {
+    sqlite3_close(db);
+    throw std::runtime_error("--db " + path + ": " + error);
+  }
+  return db;
+}
+
+}  // namespace
+
+struct Service::Impl {
+  explicit Impl(const ServiceOptions& o) : options(o), acceptor(io), signals(io, SIGINT, SIGTERM) {
+    const std::filesystem::path path(o.db_path);
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+    if (o.inprocess) {
+      // The store first: it creates the file and its own tables; the ledger's live beside them,
+      // because complete_in_transaction runs the ledger writes on the store's connection.
+      auto opened = SqliteStore::open({.path = o.db_path, .reaper_interval = Millis{60'000}});
+      if (!opened) throw std::runtime_error("--db " + o.db_path + ": " + opened.error().message);
+      store = std::move(*opened);
+      engine.emplace(*store);
+      policy.key_required = true;
+      policy.lease = o.lease;
+    }
+    db = open_ledger(o.db_path);
+    beast::error_code ec;
+    const tcp::endpoint endpoint(asio::ip::make_address(o.host, ec), o.port);
+    if (ec) throw std::runtime_error("--listen " + o.host + ": " + ec.message());
+    acceptor.open(endpoint.protocol(), ec);
+    if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor.bind(endpoint, ec);
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) throw std::runtime_error("listen " + o.host + ":" + std::to_string(o.port) + ": " + ec.message());
+  }
+
+  ~Impl() {
+    store.reset();  // finishes queued completions while the io_context still exists
+    sqlite3_close_v2(db);
+  }
+
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> session(tcp::socket socket);
+  asio::awaitable<Response> handle(const Request& req);
+  asio::awaitable<Response> write_inprocess(const Request& req, const WriteRoute& route);
+  Response write_off(const Request& req, const WriteRoute& route);
+
+  ServiceOptions options;
+  asio::io_context io;  // declared before the store: destroyed after it
+  tcp::acceptor acceptor;
+  asio::signal_set signals;
+  std::unique_ptr<SqliteStore> store;
+  std::optional<Engine> engine;
+  Policy policy;
+  TenantRule tenant_rule{.source = TenantRule::Source::authorization};
+  sqlite3* db = nullptr;  // the service's own connection: reads; and writes in off mode
+};
+
+asio::awaitable<void> Service::Impl::accept_loop() {
+  for (;;) {
+    beast::error_code ec;
+    tcp::socket socket = co_await acceptor.async_accept(with(ec));
+    if (ec) {
+      if (!acceptor.is_open()) co_return;
+      continue;
+    }
+    asio::co_spawn(io, session(std::move(socket)), asio::detached);
+  }
+}
+
+asio::awaitable<void> Service::Impl::session(tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  for (;;) {
+    bhttp::request_parser<bhttp::string_body> parser;
+    parser.body_limit(kBodyLimit);
+    stream.expires_after(std::chrono::seconds(60));
+    beast::error_code ec;
+    co_await bhttp::async_read(stream, buffer, parser, with(ec));
+    if (ec) {
+      if (ec == bhttp::error::body_limit) {
+        const Outcome too_large = problem(413, "request_too_large", "The request is too large", "the body limit is 64 KiB");
+        Response res = make_response(too_large, 11, false);
+        co_await bhttp::async_write(stream, res, with(ec));
+      }
+      break;
+    }
+    const Request& req = parser.get();
+    Response res = co_await handle(req);
+    res.keep_alive(req.keep_alive());
+    stream.expires_after(std::chrono::seconds(30));
+    co_await bhttp::async_write(stream, res, with(ec));
+    if (ec || !res.keep_alive()) break;
+  }
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+asio::awaitable<Response> Service::Impl::handle(const Request& req) {
+  const auto target = idem::http::split_target(req.target());
+  const std::string_view path = target.path;
+  const unsigned version = req.version();
+  const bool keep_alive = req.keep_alive();
+  if (req.method() == bhttp::verb::get) {
+    constexpr std::string_view kAccounts = "/v1/accounts/", kPayments = "/v1/payments/";
+    if (path.starts_with(kAccounts) && path.size() > kAccounts.size()) {
+      co_return make_response(get_account(db, path.substr(kAccounts.size())), version, keep_alive);
+    }
+    if (path.starts_with(kPayments) && path.size() > kPayments.size()) {
+      co_return make_response(get_payment(db, path.substr(kPayments.size())), version, keep_alive);
+    }
+    if (path == "/healthz") co_return make_response(Outcome{200, R"({"status":"ok"})"}, version, keep_alive);
+  }
+  for (const WriteRoute& route : kWriteRoutes) {
+    if (path != route.path) continue;
+    if (req.method() != bhttp::verb::post) {
+      co_return make_response(problem(405, "method_not_allowed", "Method not allowed", "use POST"), version, keep_alive);
+    }
+    if (!engine) co_return write_off(req, route);
+    Response res = co_await write_inprocess(req, route);
+    co_return res;
+  }
+  co_return make_response(problem(404, "not_found", "Not found", "no route for this path"), version, keep_alive);
+}
+
+Response Service::Impl::write_off(const Request& req, const WriteRoute& route) {
+  const std::string key(req[policy.key_header]);
+  const std::string_view body = req.body();
+  Outcome outcome = execute_now(db, [&](sqlite3* conn) {
+    Plan plan = route.plan(conn, body, new_id(route.prefix), unix_now());
+    plan.request_key = key;
+    return plan;
+  });
+  return make_response(outcome, req.version(), req.keep_alive());
+}
+
+asio::awaitable<Response> Service::Impl::write_inprocess(const Request& req, const WriteRoute& route) {
+  const unsigned version = req.version();
+  const bool keep_alive = req.keep_alive();
+  idem::http::BeastRequestView beast_view;
+  const RequestView& view = beast_view.assign(req);
+  const std::string tenant = derive_tenant(tenant_rule, view.headers);
+  Decision decision = co_await idem::http::async_begin(*engine, policy, view, tenant, kAwait);
+
+  if (decision.verdict == Verdict::replay) {
+    co_return idem::http::replay_response(*decision.replay, version, keep_alive);
+  }
+  if (decision.verdict != Verdict::execute) {
+    const std::optional<Problem> refusal = problem_for(decision);
+    co_return idem::http::problem_response(*refusal, version, keep_alive);
+  }
+
+  const Ticket ticket = *decision.ticket;
+  const std::string key(find_header(view.headers, policy.key_header));
+  const std::string body(req.body());
+  asio::steady_timer backoff(io);
+  // Plan on our own connection, apply inside the store's transaction together with the key's
+  // completion. A plan made from a read that another request's commit overtook is refused by
+  // apply's guards (stale): plan again, still holding the key.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    Plan plan = route.plan(db, body, new_id(route.prefix), unix_now());
+    plan.request_key = key;
+    Response res = make_response(plan.outcome, version, keep_alive);
+    const TimePoint now = engine->clock().now();
+    auto stale = std::make_shared<bool>(false);
+    TxnCall call{store.get(),
+                 CompleteRequest{ticket.fence, idem::http::to_stored_response(res.base(), res.result_int(), res.body()),
+                                 now, now + ticket.retention},
+                 [plan = std::move(plan), stale](sqlite3* conn, std::string& error) {
+                   const Applied applied = apply(conn, plan, error);
+                   if (applied == Applied::stale) {
+                     *stale = true;
+                     error = "stale plan";
+                   }
+                   return applied == Applied::ok;
+                 }};
+    TxnCall* c = &call;
+    StoreResult<FenceStatus> result = co_await idem::http::detail::async_from_callback<StoreResult<FenceStatus>>(
+        [c](auto done) { c->store->complete_in_transaction(std::move(c->request), std::move(c->work), std::move(done)); },
+        kAwait);
+    if (result && *result == FenceStatus::ok) co_return res;
+    if (result) {
+      // Our lease ran out and another request took the key over: it decides the outcome.
+      const Problem lost = make_problem(409, "idempotency_key_in_use", "The key is in use",
+                                        "the request took longer than its lease; retry to get the outcome");
+      co_return idem::http::problem_response(lost, version, keep_alive);
+    }
+    if (!*stale) {
+      // Nothing committed (unless in doubt): release the key so that a retry executes.
+      if (!result.error().in_doubt) {
+        StoreResult<FinishStatus> released = co_await idem::http::async_release(*engine, ticket, kAwait);
+        (void)released;
+      }
+      const Outcome failed = problem(503, "ledger_unavailable", "The ledger is unavailable", result.error().message);
+      co_return make_response(failed, version, keep_alive);
+    }
+    backoff.expires_after(std::chrono::milliseconds(1 + attempt));
+    beast::error_code ec;
+    co_await backoff.async_wait(with(ec));
+  }
+  const Outcome busy = problem(503, "ledger_busy", "The ledger is busy", "too many concurrent changes; retry");
+  StoreResult<FinishStatus> released = co_await idem::http::async_release(*engine, ticket, kAwait);
+  (void)released;
+  co_return make_response(busy, version, keep_alive);
+}
+
+Service::Service(const ServiceOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+Service::~Service() = default;
+
+void Service::run() {
+  Impl& s = *impl_;
+  s.signals.async_wait([&s](const beast::error_code& ec, int) {
+    if (ec) return;
+    beast::error_code ignored;
+    s.acceptor.close(ignored);
+    s.io.stop();
+  });
+  const auto bound = s.acceptor.local_endpoint();
+  std::fprintf(stderr, "idem-payments: listening on %s:%u, db %s, idempotency %s\n",
+               bound.address().to_string().c_str(), static_cast<unsigned>(bound.port()), s.options.db_path.c_str(),
+               s.options.inprocess ? "inprocess" : "off");
+  asio::co_spawn(s.io, s.accept_loop(), asio::detached);
+  s.io.run();
+  std::fprintf(stderr, "idem-payments: stopped\n");
+}
+
+}  // namespace idem::payments

@@ -1,0 +1,218 @@
+"""Shared helpers for the payments end-to-end tests: processes, an HTTP client, invariants.
+
+Python 3 stdlib only. Binaries come from IDEM_PAYMENTS_BIN and IDEM_GATEWAY_BIN (set by ctest).
+"""
+import http.client
+import json
+import os
+import random
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+
+PAYMENTS_BIN = os.environ.get("IDEM_PAYMENTS_BIN", "")
+GATEWAY_BIN = os.environ.get("IDEM_GATEWAY_BIN", "")
+AUTH = "Bearer sk_test_payments"
+
+
+def fail(message):
+    print("FAIL: " + message, flush=True)
+    sys.exit(1)
+
+
+def log(message):
+    print(message, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def new_key():
+    return str(uuid.uuid4())
+
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self):
+        return json.loads(self.body) if self.body else {}
+
+    def header(self, name):
+        for k, v in self.headers:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+    @property
+    def replayed(self):
+        return self.header("Idempotent-Replayed") == "true"
+
+    @property
+    def code(self):
+        try:
+            return self.json().get("code")
+        except ValueError:
+            return None
+
+
+def request(port, method, path, body=None, key=None, auth=AUTH, timeout=10.0):
+    """One request on a fresh connection. Raises OSError / http.client errors on network failure."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        headers = {"Authorization": auth}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        if key is not None:
+            headers["Idempotency-Key"] = key
+        conn.request(method, path, body=data, headers=headers)
+        r = conn.getresponse()
+        return Response(r.status, r.getheaders(), r.read().decode())
+    finally:
+        conn.close()
+
+
+FINAL_STATUSES = {200, 201, 400, 402, 404, 422}
+
+
+def send_until_final(port, path, body, key, deadline, accept_unknown=False):
+    """Sends (path, body, key) until the answer is final, as a client keeping its key would:
+    connection errors, 409 in_use, 5xx are retried. Returns the final Response."""
+    while True:
+        if time.monotonic() > deadline:
+            fail("no final answer for key %s before the deadline" % key)
+        try:
+            r = request(port, "POST", path, body, key)
+        except (OSError, http.client.HTTPException):
+            time.sleep(0.02 + random.random() * 0.03)
+            continue
+        if r.status in FINAL_STATUSES:
+            return r
+        if r.status == 409 and r.code == "idempotency_outcome_unknown" and accept_unknown:
+            return r
+        if r.status in (409, 502, 503, 504) or r.status >= 500:
+            time.sleep(0.02 + random.random() * 0.05)
+            continue
+        fail("unexpected answer %d %s for key %s" % (r.status, r.body, key))
+
+
+def wait_http(port, path, proc, what, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            fail("%s exited with %s during start-up" % (what, proc.returncode))
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            conn.request("GET", path)
+            if conn.getresponse().status == 200:
+                return
+        except (OSError, http.client.HTTPException):
+            pass
+        time.sleep(0.01)
+    fail("%s did not answer %s on port %d" % (what, path, port))
+
+
+def start_service(port, db, mode, lease_ms=60000, log_path=None):
+    args = [PAYMENTS_BIN, "--listen", "127.0.0.1:%d" % port, "--db", db, "--idempotency", mode,
+            "--lease-ms", str(lease_ms)]
+    err = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
+    wait_http(port, "/healthz", proc, "idem-payments")
+    return proc
+
+
+def write_gateway_config(path, port, upstream_port, store, lease="60s", on_lease_expiry="reexecute"):
+    with open(path, "w") as f:
+        f.write(f'''listen = "127.0.0.1:{port}"
+admin_listen = "off"
+upstream = "http://127.0.0.1:{upstream_port}"
+store = "sqlite:{store}"
+log_level = "warn"
+[idempotency]
+lease = "{lease}"
+on_lease_expiry = "{on_lease_expiry}"
+[tenant]
+from = "authorization"
+''')
+        for route in ("/v1/payments", "/v1/orders", "/v1/bonuses", "/v1/accounts"):
+            f.write(f'[[route]]\nmethod = "POST"\npath = "{route}"\n')
+
+
+def start_gateway(config, port, log_path=None):
+    err = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    proc = subprocess.Popen([GATEWAY_BIN, "--config", config], stdout=subprocess.DEVNULL, stderr=err)
+    # The gateway passes GET through: /healthz of the service answers once the gateway listens.
+    wait_http(port, "/healthz", proc, "idem-gateway")
+    return proc
+
+
+def stop(proc, sig=signal.SIGTERM):
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return proc.returncode
+
+
+def open_accounts(port, count, balance, currency="EUR"):
+    ids = []
+    deadline = time.monotonic() + 60
+    for _ in range(count):
+        r = send_until_final(port, "/v1/accounts", {"currency": currency, "balance": balance}, new_key(), deadline)
+        if r.status != 201:
+            fail("opening an account: %d %s" % (r.status, r.body))
+        ids.append(r.json()["id"])
+    return ids
+
+
+class Ledger:
+    """Read-only view of the ledger database, for invariants (the service may be running)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def query(self, sql, args=()):
+        db = sqlite3.connect("file:%s?mode=ro" % self.path, uri=True, timeout=10)
+        try:
+            return db.execute(sql, args).fetchall()
+        finally:
+            db.close()
+
+    def check(self, accepted=None, unknown=None, context=""):
+        """The invariants: money conserved, no negative balance, no key with two payments; every
+        accepted key (key -> payment id) has exactly its one payment; unknown keys at most one.
+        Returns the number of payments."""
+        where = " (%s)" % context if context else ""
+        (total, opening), = self.query("SELECT COALESCE(SUM(balance),0), COALESCE(SUM(opening),0) FROM accounts")
+        (bonuses,), = self.query("SELECT COALESCE(SUM(amount),0) FROM bonuses")
+        if total != opening + bonuses:
+            fail("money not conserved%s: balances %d, opening %d + bonuses %d" % (where, total, opening, bonuses))
+        negative = self.query("SELECT id, balance FROM accounts WHERE balance < 0")
+        if negative:
+            fail("negative balances%s: %s" % (where, negative))
+        dups = self.query("SELECT request_key, COUNT(*) FROM payments WHERE request_key <> '' "
+                          "GROUP BY request_key HAVING COUNT(*) > 1")
+        if dups:
+            fail("keys with more than one payment%s: %s" % (where, dups[:5]))
+        rows = dict(self.query("SELECT request_key, id FROM payments"))
+        for key, payment_id in (accepted or {}).items():
+            if rows.get(key) != payment_id:
+                fail("accepted key %s: client saw %s, ledger has %s%s" % (key, payment_id, rows.get(key), where))
+        for key in unknown or ():
+            pass  # at most one, checked by `dups` above
+        (count,), = self.query("SELECT COUNT(*) FROM payments")
+        return count

@@ -4,7 +4,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -15,6 +19,7 @@
 #include "client_commands.hpp"
 #include "commands.hpp"
 #include "idem/client/curl_transport.hpp"
+#include "idem/client/key.hpp"
 
 namespace idem::cli {
 namespace {
@@ -188,6 +193,40 @@ std::unique_ptr<client::Client> make_client(const ClientArgs& args, const std::s
 
 // ---- idemctl send ----------------------------------------------------------------------------
 
+namespace {
+
+// What an interrupted send (Ctrl-C during a backoff, a kill) prints: the key to reuse. Formatted
+// before sending; the handler only write(2)s it.
+char g_interrupt_message[1024];
+std::size_t g_interrupt_length = 0;
+
+extern "C" void on_interrupt(int sig) {
+  [[maybe_unused]] const auto written = ::write(STDERR_FILENO, g_interrupt_message, g_interrupt_length);
+  ::_exit(128 + sig);
+}
+
+void say_key_on_interrupt(const std::string& key, const std::string& journal_path) {
+  const std::string message =
+      journal_path.empty()
+          ? "\nidemctl: interrupted; the request may have taken effect. To try again safely, send the same "
+            "request with --key " + shell_quote(key) + "\n"
+          : "\nidemctl: interrupted; key " + key + " stays pending: idemctl resume --journal " +
+                shell_quote(journal_path) + "\n";
+  g_interrupt_length = std::min(message.size(), sizeof g_interrupt_message);
+  std::memcpy(g_interrupt_message, message.data(), g_interrupt_length);
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    ::sigaction(sig, nullptr, &old);
+    if (old.sa_handler == SIG_IGN) continue;  // nohup, or a background job: leave it ignored
+    struct sigaction action {};
+    action.sa_handler = on_interrupt;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(sig, &action, nullptr);
+  }
+}
+
+}  // namespace
+
 void register_send(CLI::App& app) {
   struct Args {
     std::string method = "POST";
@@ -247,6 +286,16 @@ void register_send(CLI::App& app) {
     }
     std::optional<std::string> key;
     if (!args->key.empty()) key = args->key;
+    std::string known_key = args->key;
+    for (const Header& h : request.headers) {
+      if (client::header_name_equals(h.name, client_args->key_header)) known_key = h.value;
+    }
+    if (known_key.empty()) {  // made here rather than in the client, so an interrupt can name it
+      auto fresh = client::new_key();
+      if (!fresh) fail(kExitFailure, "cannot make a key: " + fresh.error());
+      key = known_key = *fresh;
+    }
+    say_key_on_interrupt(known_key, args->journal);
     auto client = make_client(*client_args, args->journal);
     finish(run_send(*client, std::move(request), std::move(key), args->journal, Output{std::cout, std::cerr, args->json}));
   });

@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import unittest
+import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gateway"))
 import harness  # noqa: E402  (the gateway e2e machinery: processes, upstream, gateway)
@@ -51,7 +52,7 @@ class FaultProxy:
 
     def __init__(self, workdir, target_port, drop_rate, seed):
         self.workdir = workdir
-        name = "proxy.%d.%d" % (target_port, seed)
+        name = "proxy.%d.%s" % (target_port, uuid.uuid4().hex[:8])
         port_file = os.path.join(workdir, name + ".port")
         self.stats_file = os.path.join(workdir, name + ".stats")
         self.process = harness.Process("fault-proxy", [

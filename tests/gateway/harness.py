@@ -540,7 +540,7 @@ def main():
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--gateway", required=True, help="path to idem-gateway")
     parser.add_argument("--upstream-bin", required=True, help="path to idem-fixture-upstream")
-    parser.add_argument("--store", choices=("memory", "sqlite"), default="memory")
+    parser.add_argument("--store", choices=("memory", "sqlite", "postgres", "redis", "redis_cluster"), default="memory")
     ARGS, rest = parser.parse_known_args()
     # SIGTERM (ctest, CI cancelling) unwinds like a failure, so tearDownClass stops the children.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))

@@ -59,6 +59,9 @@ json() {
 
 key_of_line() { sed -n 's/^idemctl: key=\([^ ]*\) .*/\1/p' "$tmp/err" | head -1; }
 executions() { curl -s "$base/executions?key=$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["count"])'; }
+hang_executions() {
+  curl -s "$base/counts" | python3 -c 'import json,sys; print(sum(r["count"] for r in json.load(sys.stdin)["requests"] if r["path"] == "/hang"))'
+}
 uuid='[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}'
 
 # --- send -------------------------------------------------------------------------------------
@@ -169,6 +172,22 @@ run send --journal "$journal" "$base/echo"
 expect_line "journaled success" 0 "key=$uuid attempts=1 replayed=false status=200 stop=success"
 run pending --journal "$journal" --json
 json "a final answer leaves nothing pending" 'j["pending"] == []'
+
+# --- interrupted: the key to reuse is on stderr -----------------------------------------------
+
+"$idemctl" send --timeout 60s -d 'x' "$base/hang" >/dev/null 2>"$tmp/err" &
+hung_pid=$!
+for _ in $(seq 1 500); do
+  [ "$(hang_executions)" = 1 ] && break
+  sleep 0.01
+done
+kill -TERM "$hung_pid"
+wait "$hung_pid"
+rc=$?
+hung_pid=
+[ "$rc" -eq 143 ] || fail "interrupted send: exit $rc, want 143"
+grep -qE "^idemctl: interrupted; the request may have taken effect\. To try again safely, send the same request with --key '$uuid'\$" "$tmp/err" ||
+  fail "interrupted send: stderr '$(cat "$tmp/err")'"
 
 # --- the journal: a crash mid-send, then resume -----------------------------------------------
 

@@ -105,7 +105,7 @@ std::string format_time(TimePoint t) {
   const std::time_t tt = static_cast<std::time_t>(secs);
   std::tm tm{};
   if (gmtime_r(&tt, &tm) == nullptr) return std::to_string(ms) + "ms";
-  char buf[40];
+  char buf[80];  // room for any int the compiler can imagine in each field
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(frac));
   return buf;

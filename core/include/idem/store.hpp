@@ -111,7 +111,8 @@ class Store {
 };
 
 /// Blocking adapter over a Store, for threads that may wait (tests, tools, library users).
-/// Never use it on an event-loop thread.
+/// Never use it on an event-loop thread, nor inside a store callback: stores whose callbacks run
+/// on their own thread (SQLite, PostgreSQL, Redis) would wait for themselves.
 class BlockingStore {
  public:
   explicit BlockingStore(Store& store) : store_(store) {}

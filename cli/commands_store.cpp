@@ -19,15 +19,6 @@
 namespace idem::cli {
 namespace {
 
-// Runs one asynchronous store call and waits for its callback (stores may answer on their thread).
-template <class T, class Call>
-StoreResult<T> wait_for(Call&& call) {
-  std::promise<StoreResult<T>> promise;
-  auto future = promise.get_future();
-  call([&promise](StoreResult<T> result) { promise.set_value(std::move(result)); });
-  return future.get();
-}
-
 int store_error(const Output& o, const StoreError& e) {
   std::string message = "store error (" + std::string(to_string(e.code)) + "): " + e.message;
   if (e.in_doubt) message += " (the change may have been applied; check with idemctl get)";

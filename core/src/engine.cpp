@@ -182,17 +182,11 @@ Decision Engine::begin_and_wait(const Policy& policy, const RequestView& request
 }
 
 StoreResult<FinishStatus> Engine::finish_and_wait(const Ticket& ticket, StoredResponse response) {
-  std::promise<StoreResult<FinishStatus>> promise;
-  auto future = promise.get_future();
-  finish(ticket, std::move(response), [&promise](auto r) { promise.set_value(std::move(r)); });
-  return future.get();
+  return wait_for<FinishStatus>([&](auto done) { finish(ticket, std::move(response), std::move(done)); });
 }
 
 StoreResult<FinishStatus> Engine::release_and_wait(const Ticket& ticket) {
-  std::promise<StoreResult<FinishStatus>> promise;
-  auto future = promise.get_future();
-  release(ticket, [&promise](auto r) { promise.set_value(std::move(r)); });
-  return future.get();
+  return wait_for<FinishStatus>([&](auto done) { release(ticket, std::move(done)); });
 }
 
 }  // namespace idem

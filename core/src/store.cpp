@@ -11,19 +11,6 @@
 #include <stdexcept>
 
 namespace idem {
-namespace {
-
-// Runs one asynchronous store call and waits for its callback.
-template <class T, class Call>
-StoreResult<T> wait_for(Call&& call) {
-  std::promise<StoreResult<T>> promise;
-  auto future = promise.get_future();
-  call([&promise](StoreResult<T> result) { promise.set_value(std::move(result)); });
-  return future.get();
-}
-
-}  // namespace
-
 StoreResult<ClaimResult> BlockingStore::claim(ClaimRequest request) {
   return wait_for<ClaimResult>([&](auto cb) { store_.claim(std::move(request), std::move(cb)); });
 }

@@ -433,10 +433,7 @@ STORE_TEST(ReplicasSharingStorageExecuteOnce) {
 // Runs one StoreAdmin call and waits for it.
 template <class T, class Call>
 T admin_wait(Call&& call) {
-  std::promise<StoreResult<T>> promise;
-  auto future = promise.get_future();
-  call([&promise](StoreResult<T> r) { promise.set_value(std::move(r)); });
-  auto result = future.get();
+  auto result = wait_for<T>(std::forward<Call>(call));
   EXPECT_TRUE(result.has_value()) << (result ? "" : result.error().message);
   return result.value_or(T{});
 }

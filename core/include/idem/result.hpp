@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <expected>
 #include <functional>
+#include <future>
 #include <string>
 #include <string_view>
 
@@ -41,5 +42,16 @@ struct Done {};
 /// that scheduled it returns; it must not block.
 template <class T>
 using Callback = std::move_only_function<void(StoreResult<T>)>;
+
+/// Starts an asynchronous call that reports through a Callback<T> — `start(callback)` — and waits
+/// for its result. Blocks the calling thread: never use it on an event-loop thread, nor inside a
+/// store callback (a store answering on its own thread would wait for itself).
+template <class T, class Start>
+StoreResult<T> wait_for(Start&& start) {
+  std::promise<StoreResult<T>> promise;
+  auto future = promise.get_future();
+  std::forward<Start>(start)([&promise](StoreResult<T> result) { promise.set_value(std::move(result)); });
+  return future.get();
+}
 
 }  // namespace idem

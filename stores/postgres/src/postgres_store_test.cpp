@@ -24,7 +24,6 @@ using pgtest::fresh_schema;
 using pgtest::open_store;
 using pgtest::options_for;
 using pgtest::RawConn;
-using pgtest::wait_for;
 using testing::ManualClock;
 using SteadyClock = std::chrono::steady_clock;
 

@@ -96,13 +96,4 @@ class Proxy {
 /// The port of a postgres://...:PORT/... URL.
 int port_of(const std::string& url);
 
-/// Runs a callback-style call and waits for its answer.
-template <class T, class Call>
-StoreResult<T> wait_for(Call&& call) {
-  std::promise<StoreResult<T>> promise;
-  auto future = promise.get_future();
-  call([&promise](StoreResult<T> r) { promise.set_value(std::move(r)); });
-  return future.get();
-}
-
 }  // namespace idem::pgtest

@@ -77,7 +77,9 @@ class KeepAliveClient:
                     raise
 
 
-class ThreeGatewaysOneStore(GatewayTestCase):
+class ThreeReplicas(GatewayTestCase):
+    """Three gateways in front of one upstream, sharing the store under test."""
+
     CONFIG = None
 
     @classmethod
@@ -88,6 +90,9 @@ class ThreeGatewaysOneStore(GatewayTestCase):
         except BaseException:
             cls.tearDownClass()
             raise
+
+
+class ThreeGatewaysOneStore(ThreeReplicas):
 
     def test_300_concurrent_requests_one_key_across_three_gateways_execute_once(self):
         key = new_key("shared")
@@ -196,18 +201,7 @@ class StoreOutage:
         run(argv)
 
 
-class StoreOutageMidRun(GatewayTestCase):
-    CONFIG = None
-
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        try:
-            cls.gateways = [cls.start_gateway(CONFIG, store=shared_store_url()) for _ in range(3)]
-        except BaseException:
-            cls.tearDownClass()
-            raise
-
+class StoreOutageMidRun(ThreeReplicas):
     def test_no_key_executes_twice_while_the_store_goes_away_and_comes_back(self):
         keys = [new_key("outage-%04d" % i) for i in range(400)]
         answers = {k: [] for k in keys}

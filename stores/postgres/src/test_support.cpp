@@ -120,6 +120,9 @@ PostgresOptions options_for(const std::string& schema, const std::string& url) {
   o.conninfo = url;
   o.schema = schema;
   o.application_name = "idem-test";
+  // Tests share a 2-core machine with a parallel ctest, a private server's initdb and fsync-heavy
+  // benchmarks: a backend can take seconds to start. Tests of the timeout itself set their own.
+  o.connect_timeout = std::chrono::seconds(15);
   return o;
 }
 

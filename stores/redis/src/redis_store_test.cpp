@@ -37,6 +37,10 @@ std::unique_ptr<RedisStore> open_store(const std::string& url, const std::string
   RedisOptions options;
   options.url = url;
   options.key_prefix = prefix;
+  // A parallel ctest on 2 cores can stall a server for longer than the production defaults;
+  // the fault tests, which test timeouts, set their own.
+  options.connect_timeout = std::chrono::seconds(10);
+  options.command_timeout = std::chrono::seconds(10);
   return open_store(std::move(options));
 }
 

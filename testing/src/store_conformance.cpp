@@ -313,6 +313,35 @@ STORE_TEST(PurgeDeletesOnlyExpiredRecordsInBatches) {
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(f.h->get("t", numbered("key-purge-new", i)));
 }
 
+// An expiry that moved (completion later than the claim, a key released and claimed again)
+// counts from its latest setting: purging at the earlier time keeps the record.
+STORE_TEST(PurgeFollowsTheLatestExpiry) {
+  Fixture f(GetParam());
+  auto moved = f.h->claim("t", "key-expiry-moved", "h");
+  auto again = f.h->claim("t", "key-expiry-again", "h");
+  ASSERT_EQ(f.h->release(Harness::fence_of(again)), FenceStatus::ok);
+  f.h->clock.advance(1h);
+  ASSERT_EQ(f.h->complete(Harness::fence_of(moved), sample_response()), FenceStatus::ok);
+  EXPECT_EQ(f.h->claim("t", "key-expiry-again", "h").status, ClaimStatus::claimed);
+
+  BlockingStore b(*f.store);
+  f.h->clock.advance(kRetention - 1h);
+  auto early = b.purge_expired(f.h->clock.now(), 100);
+  ASSERT_TRUE(early);
+  EXPECT_EQ(*early, 0u);
+  EXPECT_TRUE(f.h->get("t", "key-expiry-moved"));
+  EXPECT_TRUE(f.h->get("t", "key-expiry-again"));
+
+  f.h->clock.advance(1h);
+  std::size_t total = 0;
+  for (auto n = b.purge_expired(f.h->clock.now(), 100); n && *n > 0; n = b.purge_expired(f.h->clock.now(), 100)) {
+    total += *n;
+  }
+  EXPECT_EQ(total, 2u);
+  EXPECT_FALSE(f.h->get("t", "key-expiry-moved"));
+  EXPECT_FALSE(f.h->get("t", "key-expiry-again"));
+}
+
 STORE_TEST(TenantsNeverSeeEachOthersRecords) {
   Fixture f(GetParam());
   auto a = f.h->claim("tenant-a", "shared-key-000001", "ha");

@@ -3,7 +3,7 @@
 # results.dat columns: label req_per_s p50_ms p99_ms (label quoted, one case per line).
 if (!exists("subtitle")) subtitle = ""
 
-set terminal pngcairo size 1100,460 font "sans,10"
+set terminal pngcairo size 1300,520 font "sans,10"
 set output outfile
 set multiplot layout 1,2 title "idem-gateway vs nginx, same static upstream\n{/*0.8 ".subtitle."}"
 
@@ -12,8 +12,8 @@ set style fill solid 0.8 border -1
 set boxwidth 0.7
 set grid ytics
 set yrange [0:*]
-set xtics rotate by -20 nomirror
-set bmargin 6
+set xtics rotate by -30 nomirror
+set bmargin 8
 set key top right
 
 set title "Throughput"

@@ -5,15 +5,25 @@
 #   (b) nginx reverse proxy   in front of (a), HTTP/1.1 upstream keepalive
 #   (c) idem-gateway          in front of (a), store memory:
 #   (d) idem-gateway          in front of (a), store sqlite: (synchronous=FULL, the default)
+#   (e) idem-gateway          in front of (a), store redis:// (standalone, AOF appendfsync everysec)
+#   (f) idem-gateway          in front of (a), store postgres:// (PostgreSQL defaults)
+#   (g) idem-gateway          in front of (a), store redis+cluster:// (3 masters + 3 replicas)
+#   and, with (f), the PostgreSQL ceiling: stores/postgres/bench/pgbench.sh's claim+complete rate
+#   against the same server at the same concurrency as wrk (store only, no HTTP).
 #
 # wrk sends POSTs with a fresh Idempotency-Key each (bench/gateway/post.lua), so every request
-# through the gateway is a claim + execute + complete, never a replay.
+# through the gateway is a claim + execute + complete, never a replay. The run fails if a case
+# answers anything but 2xx, or a gateway case has socket errors.
+# PostgreSQL and the Redis servers are started fresh (scripts/lib/servers.sh) under the run's
+# temporary directory, only when a store needs them, and stopped at exit.
 #
-# usage: bench/gateway/run.sh [--quick] [--gateway PATH] [--out-dir DIR]
+# usage: bench/gateway/run.sh [--quick] [--gateway PATH] [--out-dir DIR] [--stores LIST]
 #                             [--duration SECONDS] [--threads N] [--connections N]
 #   --quick     2 s per case, no warm-up: proves the script works (CI); figures not meaningful
 #   --out-dir   where results.md, results.dat and the PNG go. Default: update docs/benchmarks.md
 #               (section "## Gateway") and docs/img/gateway_bench.png
+#   --stores    comma-separated subset of memory,sqlite,redis,postgres,redis-cluster (default:
+#               all); (a) and (b) always run
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -27,18 +37,39 @@ duration=10
 threads=2
 connections=64
 warmup=2
+all_stores=memory,sqlite,redis,postgres,redis-cluster
+stores=$all_stores
 while (($#)); do
   case "$1" in
     --quick) quick=1; duration=2; warmup=0; shown_args+=("$1"); shift ;;
     --gateway) gateway=$2; shift 2 ;;
     --out-dir) out_dir=$2; shift 2 ;;
+    --stores) stores=$2; shown_args+=("$1" "$2"); shift 2 ;;
     --duration) duration=$2; shown_args+=("$1" "$2"); shift 2 ;;
     --threads) threads=$2; shown_args+=("$1" "$2"); shift 2 ;;
     --connections) connections=$2; shown_args+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
+
+# want STORE: whether --stores selected it.
+declare -A selected=()
+IFS=, read -r -a store_list <<<"$stores"
+for store in "${store_list[@]}"; do
+  case ",$all_stores," in
+    *",$store,"*) selected[$store]=1 ;;
+    *) echo "run.sh: --stores: unknown store \"$store\" (expected a subset of $all_stores)" >&2; exit 2 ;;
+  esac
+done
+((${#selected[@]})) || { echo "run.sh: --stores: no store selected" >&2; exit 2; }
+want() { [ -n "${selected[$1]:-}" ]; }
+
+# The servers the shared stores need (scripts/lib/servers.sh names).
+servers=()
+want postgres && servers+=(postgres)
+want redis && servers+=(redis)
+want redis-cluster && servers+=(cluster)
 
 if [ -z "$gateway" ]; then
   for candidate in "$root"/build/release/gateway/idem-gateway "$root"/build-gw/gateway/idem-gateway \
@@ -47,7 +78,10 @@ if [ -z "$gateway" ]; then
   done
 fi
 [ -x "$gateway" ] || { echo "run.sh: idem-gateway not found; build it or pass --gateway PATH" >&2; exit 2; }
-for tool in wrk nginx gnuplot python3 curl; do
+tools=(wrk nginx gnuplot python3 curl)
+want postgres && tools+=(psql)
+if want redis || want redis-cluster; then tools+=(redis-server redis-cli); fi
+for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] ||
     { echo "run.sh: $tool is missing (scripts/deps installs it)" >&2; exit 2; }
 done
@@ -60,18 +94,28 @@ work=$(mktemp -d -t idem-bench-gw.XXXXXX)
 pids=()
 cleanup() {
   local rc=$?
+  trap '' INT TERM  # let the cleanup finish
+  # The gateways and nginx first (they hold store connections), then the servers.
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
   done
   if [ $rc -ne 0 ]; then
-    for log in "$work"/*.log; do [ -s "$log" ] && { echo "---- $log" >&2; tail -20 "$log" >&2; }; done
+    for log in "$work"/*.log "$work"/servers/*.log "$work"/servers/pg/server.log "$work"/servers/redis/redis.log; do
+      [ -s "$log" ] && { echo "---- $log" >&2; tail -20 "$log" >&2; }
+    done
+  fi
+  if [ -d "$work/servers" ]; then
+    bash "$root/scripts/lib/servers.sh" stop "$work/servers" || echo "run.sh: stopping the servers failed" >&2
   fi
   rm -rf "$work"
   exit $rc
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+# A signal exits non-zero (through cleanup), once the foreground command (say wrk) returns.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # free_ports N: N distinct ports that were free a moment ago.
 free_ports() {
@@ -131,7 +175,19 @@ EOF
   wait_http "http://127.0.0.1:$admin/healthz"
 }
 
-read -r upstream_port proxy_port mem_port mem_admin sql_port sql_admin < <(free_ports 6)
+# The store servers first. Their URLs come from our own servers only, never from the environment
+# (scripts/test exports its shared servers' URLs to the tests). PostgreSQL runs as the postgres
+# user when we are root, and must reach its data directory under $work.
+unset IDEM_TEST_POSTGRES_URL IDEM_TEST_REDIS_URL IDEM_TEST_REDIS_CLUSTER_URL IDEM_TEST_REDIS_CLUSTER_NODES
+if ((${#servers[@]})); then
+  chmod 755 "$work"
+  echo "run.sh: starting ${servers[*]} (scripts/lib/servers.sh)" >&2
+  bash "$root/scripts/lib/servers.sh" start "$work/servers" "${servers[@]}" >"$work/servers.log" 2>&1
+  # shellcheck disable=SC1091
+  source "$work/servers/env"
+fi
+
+read -r upstream_port proxy_port < <(free_ports 2)
 
 start_nginx upstream "server { listen 127.0.0.1:$upstream_port; location / { return 200 \"ok\"; } }"
 start_nginx proxy "upstream up { server 127.0.0.1:$upstream_port; keepalive 64; }
@@ -139,16 +195,34 @@ start_nginx proxy "upstream up { server 127.0.0.1:$upstream_port; keepalive 64; 
     proxy_set_header Connection \"\"; proxy_set_header Host \$host; } }"
 wait_http -X POST "http://127.0.0.1:$upstream_port/"
 wait_http -X POST "http://127.0.0.1:$proxy_port/"
-start_gateway gw-memory "memory:" "$mem_port" "$mem_admin"
-start_gateway gw-sqlite "sqlite:$work/bench.db" "$sql_port" "$sql_admin"
-curl -fsS -o /dev/null -X POST -H "Idempotency-Key: bench-smoke-0000000001" "http://127.0.0.1:$mem_port/" ||
-  { echo "run.sh: the memory gateway does not answer a POST" >&2; exit 1; }
+IDEM_BENCH_RUN="$(date +%s)$$"
+export IDEM_BENCH_RUN
 
-export IDEM_BENCH_RUN="$(date +%s)$$"
+# The gateway cases, in run order: store name (--stores), label, store URL.
+cases=()
+want memory && cases+=("memory|(c) idem-gateway memory|memory:")
+want sqlite && cases+=("sqlite|(d) idem-gateway sqlite|sqlite:$work/bench.db")
+want redis && cases+=("redis|(e) idem-gateway redis|$IDEM_TEST_REDIS_URL")
+want postgres && cases+=("postgres|(f) idem-gateway postgres|$IDEM_TEST_POSTGRES_URL")
+want redis-cluster && cases+=("redis-cluster|(g) idem-gateway redis cluster|$IDEM_TEST_REDIS_CLUSTER_URL")
+
+# Every gateway starts now (an unusable store fails the run before any measurement) and must
+# answer one POST. Each has its own store: the Redis servers and PostgreSQL are fresh, and the
+# PostgreSQL store creates its table (schema public) itself.
+declare -A gw_port=()
+for c in "${cases[@]}"; do
+  IFS='|' read -r name label url <<<"$c"
+  read -r port admin < <(free_ports 2)
+  start_gateway "gw-$name" "$url" "$port" "$admin"
+  gw_port[$name]=$port
+  curl -fsS -o /dev/null -X POST -H "Idempotency-Key: bench-smoke-$IDEM_BENCH_RUN-$name" "http://127.0.0.1:$port/" ||
+    { echo "run.sh: the $name gateway does not answer a POST with 2xx" >&2; exit 1; }
+done
+
 results="$work/results.tsv"
 : >"$results"
 
-# bench LABEL URL: one wrk run; appends "label req/s p50_ms p99_ms non2xx" to $results.
+# bench LABEL URL: one wrk run; appends "label req/s p50_ms p99_ms non2xx socket_errors" to $results.
 bench() {
   local label=$1 url=$2 out="$work/wrk.$RANDOM.txt"
   if ((warmup > 0)); then
@@ -165,11 +239,22 @@ def ms(v):
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
 lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", text, re.M))
 bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
-errs = re.search(r"Socket errors:.*", text)
-print("%s\t%.0f\t%.3f\t%.3f\t%d\t%s" % (label, rps, ms(lat["50"]), ms(lat["99"]),
-      int(bad.group(1)) if bad else 0, errs.group(0) if errs else ""))
+# "Socket errors: connect 0, read 0, write 0, timeout 0": the sum.
+errs = re.search(r"Socket errors:(.*)", text)
+print("%s\t%.0f\t%.3f\t%.3f\t%d\t%d" % (label, rps, ms(lat["50"]), ms(lat["99"]),
+      int(bad.group(1)) if bad else 0, sum(map(int, re.findall(r"\d+", errs.group(1)))) if errs else 0))
 EOF
   echo "  $(tail -1 "$results")" >&2
+}
+
+# The PostgreSQL ceiling at wrk's concurrency: appends "1tx/s 2tx/s" to $work/pgbench.tsv.
+pgbench_ceiling() {
+  bash "$root/stores/postgres/bench/pgbench.sh" --clients "$connections" --seconds "$duration" \
+    "$IDEM_TEST_POSTGRES_URL" >"$work/pgbench.txt" 2>"$work/pgbench.log"
+  awk -v c="$connections" '$1 == c && $2 + 0 > 0 && $3 + 0 > 0 { print $2 "\t" $3; n++ }
+    END { exit n != 1 }' "$work/pgbench.txt" >"$work/pgbench.tsv" ||
+    { echo "run.sh: no pgbench figures for $connections clients:" >&2; cat "$work/pgbench.txt" >&2; return 1; }
+  echo "  pgbench claim+complete, $connections clients: $(tr '\t' ' ' <"$work/pgbench.tsv") (1tx/s 2tx/s)" >&2
 }
 
 load_before=$(cut -d' ' -f1 /proc/loadavg)
@@ -179,23 +264,55 @@ if awk -v l="$load_before" -v c="$(nproc)" 'BEGIN { exit !(l > c) }'; then
 fi
 bench "(a) upstream alone" "http://127.0.0.1:$upstream_port/"
 bench "(b) nginx proxy" "http://127.0.0.1:$proxy_port/"
-bench "(c) idem-gateway memory" "http://127.0.0.1:$mem_port/"
-bench "(d) idem-gateway sqlite" "http://127.0.0.1:$sql_port/"
+for c in "${cases[@]}"; do
+  IFS='|' read -r name label url <<<"$c"
+  bench "$label" "http://127.0.0.1:${gw_port[$name]}/"
+  # Right after (f), against the same server and with (f)'s rows in it.
+  if [ "$name" = postgres ]; then pgbench_ceiling; fi
+done
 
-# Every gateway request must have executed (fresh keys): check a non-2xx count of zero.
+# Every request must have succeeded (fresh keys: every gateway request executed): no non-2xx
+# answer in any case, no socket error in a gateway case (nginx's are only reported).
+if ! awk -F'\t' '
+    $5 > 0 { printf "run.sh: %s: %d non-2xx responses\n", $1, $5; bad = 1 }
+    $6 > 0 && $1 ~ /idem-gateway/ { printf "run.sh: %s: %d socket errors\n", $1, $6; bad = 1 }
+    $6 > 0 && $1 !~ /idem-gateway/ { printf "run.sh: warning: %s: %d socket errors\n", $1, $6 }
+    END { exit bad }' "$results" >&2; then
+  echo "run.sh: failed: a case did not answer every request with 2xx; nothing written" >&2
+  exit 1
+fi
+
+# Facts about the servers, for the notes.
 journal="?"
 if [ -s "$work/bench.db" ]; then
   journal=$("$py" -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('pragma journal_mode').fetchone()[0])" "$work/bench.db" 2>/dev/null || echo "?")
 fi
+pg_facts="?"
+if want postgres; then
+  pg_facts=$(psql -Atq -F' ' "$IDEM_TEST_POSTGRES_URL" -c "select split_part(current_setting('server_version'), ' ', 1),
+    current_setting('synchronous_commit'), current_setting('fsync'), current_setting('wal_sync_method')" 2>/dev/null || echo "?")
+fi
+# redis_facts HOST:PORT: "VERSION APPENDFSYNC" of that server.
+redis_facts() {
+  local host=${1%:*} port=${1##*:} version fsync
+  version=$(redis-cli -h "$host" -p "$port" info server 2>/dev/null | tr -d '\r' | sed -n 's/^redis_version://p')
+  fsync=$(redis-cli -h "$host" -p "$port" config get appendfsync 2>/dev/null | tail -1)
+  echo "${version:-?} ${fsync:-?}"
+}
+redis_facts_e="? ?"
+want redis && redis_facts_e=$(redis_facts "${IDEM_TEST_REDIS_URL#redis://}")
+redis_facts_g="? ?"
+want redis-cluster && redis_facts_g=$(redis_facts "${IDEM_TEST_REDIS_CLUSTER_NODES%%,*}")
 
 mkdir -p "${out_dir:-$root/docs/img}"
 dat="$work/results.dat"
-awk -F'\t' '{ printf "\"%s\" %s %s %s\n", $1, $2, $3, $4 }' "$results" >"$dat"
+# Short labels for the plot's axis: "(c) gateway memory".
+awk -F'\t' '{ sub(/idem-gateway /, "gateway ", $1); printf "\"%s\" %s %s %s\n", $1, $2, $3, $4 }' "$results" >"$dat"
 png_dir=${out_dir:-$root/docs/img}
 png="$png_dir/gateway_bench.png"
 cores=$(nproc)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
-subtitle="wrk -t$threads -c$connections -d${duration}s, POST with a fresh Idempotency-Key; $cores cores ($cpu) shared by wrk, nginx and the gateway"
+subtitle="wrk -t$threads -c$connections -d${duration}s, POST with a fresh Idempotency-Key; $cores cores ($cpu) shared by wrk, nginx, the gateway${servers[0]:+ and the store servers}"
 gnuplot -e "datafile='$dat'; outfile='$png'; subtitle='$subtitle'" "$here/plot.gp"
 
 command_line="bench/gateway/run.sh${shown_args[*]:+ ${shown_args[*]}}"
@@ -205,37 +322,79 @@ section="$work/section.md"
      [ -n "$(git -C "$root" status --porcelain -- core http gateway stores 2>/dev/null)" ] &&
      echo ' (with uncommitted changes)')" "$(date -u +%Y-%m-%d)" \
   "$(wrk --version 2>&1 | head -1 | awk '{print $2}')" "$("$nginx_bin" -v 2>&1 | sed 's/.*nginx\///')" "$journal" "$warmup" \
-  "$load_before" <<'EOF'
-import sys
-(results, out, cmd, threads, conns, dur, cores, cpu, commit, day, wrk_v, nginx_v, journal, warm, load) = sys.argv[1:]
+  "$load_before" "$work/pgbench.tsv" "$pg_facts" "$redis_facts_e" "$redis_facts_g" <<'EOF'
+import os, sys
+(results, out, cmd, threads, conns, dur, cores, cpu, commit, day, wrk_v, nginx_v, journal, warm, load,
+ pgbench, pg_facts, redis_e, redis_g) = sys.argv[1:]
 rows = [l.rstrip("\n").split("\t") for l in open(results) if l.strip()]
 by = {r[0][:3]: r for r in rows}
 b = float(by["(b)"][1])
+def rate(case): return float(by[case][1])
+ceiling = [float(v) for v in open(pgbench).read().split()] if os.path.exists(pgbench) else None
 lines = []
 lines.append("## Gateway\n")
 lines.append("idem-gateway against nginx in one run, same upstream: a static nginx answering `return 200 \"ok\"`.")
 lines.append("wrk sends POSTs, each with a fresh `Idempotency-Key` and a 51-byte JSON body "
              "(`bench/gateway/post.lua`), so every gateway request claims, executes and completes a record.\n")
-lines.append("| case | req/s | p50 (ms) | p99 (ms) | vs (b) | non-2xx |")
-lines.append("|---|---:|---:|---:|---:|---:|")
+lines.append("| case | req/s | p50 (ms) | p99 (ms) | vs (b) | non-2xx | socket errors |")
+lines.append("|---|---:|---:|---:|---:|---:|---:|")
 for r in rows:
-    label, rps, p50, p99, bad = r[0], float(r[1]), float(r[2]), float(r[3]), r[4]
-    lines.append("| %s | %.0f | %.2f | %.2f | %.2f | %s |" % (label, rps, p50, p99, rps / b, bad))
-c = float(by["(c)"][1]) / b
-d = float(by["(d)"][1]) / b
+    label, rps, p50, p99, bad, errs = r[0], float(r[1]), float(r[2]), float(r[3]), r[4], r[5]
+    lines.append("| %s | %.0f | %.2f | %.2f | %.2f | %s | %s |" % (label, rps, p50, p99, rps / b, bad, errs))
+if ceiling:
+    lines.append("| *ceiling, not an HTTP case:* pgbench claim+complete, 1 tx (PostgreSQL only) "
+                 "| %.0f | – | – | – | – | – |" % ceiling[0])
+    lines.append("| *ceiling, not an HTTP case:* pgbench claim+complete, 2 tx (PostgreSQL only) "
+                 "| %.0f | – | – | – | – | – |" % ceiling[1])
+ratios = []
+if "(c)" in by: ratios.append("**(c)/(b) = %.2f** (goal ≥ 0.9)" % (rate("(c)") / b))
+if "(d)" in by: ratios.append("**(d)/(b) = %.2f** (goal ≥ 0.5)" % (rate("(d)") / b))
+if "(e)" in by: ratios.append("**(e)/(b) = %.2f** (goal ≥ 0.65)" % (rate("(e)") / b))
+if "(f)" in by and ceiling:
+    ratios.append("**(f)/pgbench 1tx = %.2f** (goal ≥ 1.0)" % (rate("(f)") / ceiling[0]))
+    ratios.append("**(f)/pgbench 2tx = %.2f**" % (rate("(f)") / ceiling[1]))
 lines.append("")
-lines.append("Ratios: **(c)/(b) = %.2f** (goal ≥ 0.9), **(d)/(b) = %.2f** (goal ≥ 0.5)." % (c, d))
-lines.append("")
+if ratios:
+    lines.append("Ratios: " + ", ".join(ratios) + ".")
+    lines.append("")
 lines.append("![gateway benchmark](img/gateway_bench.png)\n")
 lines.append("- Command: `%s` (wrk `-t%s -c%s -d%ss --latency`, %s s warm-up per case; "
              "`--quick` for a 2 s smoke run)." % (cmd, threads, conns, dur, warm))
-lines.append("- Machine: %s cores (%s), load average %s when the run started. wrk, both nginx processes "
-             "and the gateway share the cores, so every case pays for its load generator; read the ratios, "
-             "not the absolute numbers." % (cores, cpu, load))
-lines.append("- (b) nginx `worker_processes auto`, `proxy_http_version 1.1`, upstream `keepalive 64`. "
-             "(c), (d) idem-gateway with no `[[route]]` (every POST handled), `log_level = \"warn\"` (nginx has "
-             "`access_log off`), defaults otherwise (one event loop per core); "
-             "(d) `sqlite:` store, WAL (journal_mode=%s), `synchronous=FULL`." % journal)
+lines.append("- Machine: %s cores (%s), load average %s when the run started. wrk, both nginx processes, "
+             "the gateway and the store servers share the cores, so every case pays for its load generator; "
+             "read the ratios, not the absolute numbers." % (cores, cpu, load))
+gateways = [k for k in ("(c)", "(d)", "(e)", "(f)", "(g)") if k in by]
+note = ("- (b) nginx `worker_processes auto`, `proxy_http_version 1.1`, upstream `keepalive 64`. "
+        "%s idem-gateway with no `[[route]]` (every POST handled), `log_level = \"warn\"` (nginx has "
+        "`access_log off`), defaults otherwise (one event loop per core; store defaults)"
+        % ", ".join(gateways))
+if "(d)" in by:
+    note += "; (d) `sqlite:` store, WAL (journal_mode=%s), `synchronous=FULL`" % journal
+lines.append(note + ".")
+shared = []
+if "(e)" in by:
+    shared.append("(e) `redis://` one Redis %s, AOF on with `appendfsync %s` (a crash can lose the last "
+                  "second of acknowledged records), no RDB snapshots" % tuple(redis_e.split(" ", 1)))
+if "(f)" in by:
+    pg = (pg_facts.split() + ["?"] * 4)[:4]
+    flush = (", so every commit waits for its WAL flush" if pg[1] == "on" and pg[2] == "on" else "")
+    shared.append("(f) `postgres://` PostgreSQL %s, server defaults: `synchronous_commit=%s`, `fsync=%s` "
+                  "(`wal_sync_method=%s`)%s; the store's defaults (4 connections, group commit of up to 128 "
+                  "operations per transaction), table in schema `public`, created by the gateway"
+                  % (pg[0], pg[1], pg[2], pg[3], flush))
+if "(g)" in by:
+    shared.append("(g) `redis+cluster://` a Redis %s Cluster of 3 masters with one replica each, AOF "
+                  "`appendfsync %s` on every node, asynchronous replication (no `WAIT`)"
+                  % tuple(redis_g.split(" ", 1)))
+if shared:
+    lines.append("- Shared stores, all fresh for the run on loopback (`scripts/lib/servers.sh`), sharing the "
+                 "same cores: " + "; ".join(shared) + ".")
+if ceiling:
+    lines.append("- Ceiling: `stores/postgres/bench/pgbench.sh --clients %s --seconds %s` against (f)'s server "
+                 "right after (f), a fresh random key per transaction on a table with idem's columns and "
+                 "indexes: *1 tx* is the claim (INSERT) and the completion (UPDATE) in one transaction, "
+                 "*2 tx* in two, i.e. two durable commits per operation as a request needs (the claim is "
+                 "durable before the upstream runs). Store only: no HTTP, no upstream, no gateway." % (conns, dur))
 lines.append("- Measured %s at commit %s; wrk %s, nginx %s." % (day, commit, wrk_v, nginx_v))
 open(out, "w").write("\n".join(lines) + "\n")
 EOF
@@ -261,3 +420,4 @@ EOF
   cat "$section"
   echo "run.sh: wrote $doc and $png" >&2
 fi
+echo "run.sh: done in ${SECONDS}s" >&2

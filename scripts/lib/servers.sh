@@ -3,15 +3,20 @@
 # directory: PostgreSQL 15, Redis standalone (AOF everysec) and a Redis Cluster of 3 masters with
 # one replica each (so a master can fail over).
 #
-#   servers.sh start DIR   start them; writes DIR/env with the URLs to `source`
+#   servers.sh start DIR [postgres] [redis] [cluster]
+#                          start them (all three when none is named); writes DIR/env with the
+#                          URLs to `source`
 #   servers.sh stop DIR    stop everything started under DIR (by PID)
 #
-# DIR/env exports IDEM_TEST_POSTGRES_URL, IDEM_TEST_REDIS_URL, IDEM_TEST_REDIS_CLUSTER_URL,
-# IDEM_TEST_REDIS_CLUSTER_NODES (host:port of every node) and IDEM_TEST_SERVERS_DIR.
+# DIR/env exports IDEM_TEST_SERVERS_DIR and, for what was started, IDEM_TEST_POSTGRES_URL,
+# IDEM_TEST_REDIS_URL, IDEM_TEST_REDIS_CLUSTER_URL and IDEM_TEST_REDIS_CLUSTER_NODES (host:port
+# of every node).
 set -euo pipefail
 
-cmd=${1:?usage: servers.sh start|stop DIR}
-dir=${2:?usage: servers.sh start|stop DIR}
+usage="usage: servers.sh start DIR [postgres] [redis] [cluster] | servers.sh stop DIR"
+cmd=${1:?$usage}
+dir=${2:?$usage}
+shift 2
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 
 # A free loopback port below 55536: a cluster node also listens on its port + 10000 (bus port).
@@ -116,19 +121,31 @@ stop_all() {
 
 case $cmd in
   start)
+    want_postgres=0 want_redis=0 want_cluster=0
+    (($#)) || set -- postgres redis cluster
+    for what in "$@"; do
+      case $what in
+        postgres) want_postgres=1 ;;
+        redis) want_redis=1 ;;
+        cluster) want_cluster=1 ;;
+        *) echo "servers.sh: unknown server \"$what\"; $usage" >&2; exit 2 ;;
+      esac
+    done
     mkdir -p "$dir"
     : >"$dir/env"
     echo "export IDEM_TEST_SERVERS_DIR=$dir" >>"$dir/env"
+    set -E  # the ERR trap also fires inside the start functions
     trap 'stop_all' ERR
-    start_postgres
-    start_redis_standalone
-    start_redis_cluster
+    if ((want_postgres)); then start_postgres; fi
+    if ((want_redis)); then start_redis_standalone; fi
+    if ((want_cluster)); then start_redis_cluster; fi
     ;;
   stop)
+    (($# == 0)) || { echo "$usage" >&2; exit 2; }
     stop_all
     ;;
   *)
-    echo "usage: servers.sh start|stop DIR" >&2
+    echo "$usage" >&2
     exit 2
     ;;
 esac

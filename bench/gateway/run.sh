@@ -158,7 +158,10 @@ http {
 EOF
   "$nginx_bin" -p "$prefix" -c "$prefix/nginx.conf" -e "$prefix/logs/error.log" >"$work/$name.log" 2>&1 &
   pids+=($!)
+  pid_of[$name]=$!
 }
+
+declare -A pid_of=()  # nginx and gateway processes by name
 
 start_gateway() {
   local name=$1 store=$2 port=$3 admin=$4
@@ -172,6 +175,7 @@ EOF
   "$gateway" --config "$work/$name.toml" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" \
     --upstream "http://127.0.0.1:$upstream_port" --store "$store" >"$work/$name.log" 2>&1 &
   pids+=($!)
+  pid_of[$name]=$!
   wait_http "http://127.0.0.1:$admin/healthz"
 }
 
@@ -222,16 +226,62 @@ done
 results="$work/results.tsv"
 : >"$results"
 
-# bench LABEL URL: one wrk run; appends "label req/s p50_ms p99_ms non2xx socket_errors" to $results.
+# ticks PID...: CPU clock ticks (user + system) used so far by these processes, their threads and
+# their child processes (nginx workers, PostgreSQL backends).
+ticks() {
+  local pid child total=0
+  for pid in "$@"; do
+    for child in "$pid" $(pgrep -P "$pid" || true); do
+      total=$((total + $(awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || echo 0)))
+    done
+  done
+  echo "$total"
+}
+
+# children_seconds: user + system CPU seconds of this shell's reaped children (bash `times`, run
+# in this shell: in a command substitution it would see the subshell's children only).
+children_seconds() {
+  times >"$work/times"
+  tail -1 "$work/times" | awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, p, /m|s/); n += p[1] * 60 + p[2] } printf "%.3f", n }'
+}
+
+# The store servers' processes (for the CPU columns): "" when the case has none.
+server_pids() {
+  case $1 in
+    redis) cat "$work/servers/redis/redis.pid" ;;
+    redis-cluster) cat "$work"/servers/cluster-*/redis.pid | tr '\n' ' ' ;;
+    postgres) head -1 "$work/servers/pg/postmaster.pid" ;;
+  esac
+}
+
+# bench LABEL URL PROXY_PID [STORE_PIDS]: one wrk run; appends "label req/s p50_ms p99_ms non2xx
+# socket_errors cpu_us_per_request(wrk proxy upstream store)" to $results. PROXY_PID is what sits
+# between wrk and the upstream (none for (a)).
 bench() {
-  local label=$1 url=$2 out="$work/wrk.$RANDOM.txt"
+  local label=$1 url=$2 proxy_pid=$3 store_pids=${4:-} out="$work/wrk.$RANDOM.txt"
   if ((warmup > 0)); then
     wrk -t"$threads" -c"$connections" -d"${warmup}s" -s "$here/post.lua" "$url" >/dev/null
   fi
+  local tick up0 px0=0 st0=0 up1 px1=0 st1=0 wrk0 wrk1
+  tick=$(getconf CLK_TCK)
+  up0=$(ticks "${pid_of[upstream]}")
+  [ -n "$proxy_pid" ] && px0=$(ticks "$proxy_pid")
+  # shellcheck disable=SC2086
+  [ -n "$store_pids" ] && st0=$(ticks $store_pids)
+  children_seconds >"$work/wrk0"
   wrk -t"$threads" -c"$connections" -d"${duration}s" --latency -s "$here/post.lua" "$url" >"$out"
-  "$py" - "$label" "$out" >>"$results" <<'EOF'
+  children_seconds >"$work/wrk1"
+  wrk0=$(cat "$work/wrk0") wrk1=$(cat "$work/wrk1")
+  up1=$(ticks "${pid_of[upstream]}")
+  [ -n "$proxy_pid" ] && px1=$(ticks "$proxy_pid")
+  # shellcheck disable=SC2086
+  [ -n "$store_pids" ] && st1=$(ticks $store_pids)
+  "$py" - "$label" "$out" "$tick" "$wrk0" "$wrk1" "$px0" "$px1" "$up0" "$up1" "$st0" "$st1" "$store_pids" \
+    >>"$results" <<'EOF'
 import re, sys
 label, path = sys.argv[1], sys.argv[2]
+tick, wrk0, wrk1, px0, px1, up0, up1, st0, st1 = map(float, sys.argv[3:12])
+has_store = bool(sys.argv[12].strip())
 text = open(path).read()
 def ms(v):
     n, unit = re.match(r"([\d.]+)(us|ms|s|m)", v).groups()
@@ -241,8 +291,13 @@ lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", text, re.M))
 bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
 # "Socket errors: connect 0, read 0, write 0, timeout 0": the sum.
 errs = re.search(r"Socket errors:(.*)", text)
-print("%s\t%.0f\t%.3f\t%.3f\t%d\t%d" % (label, rps, ms(lat["50"]), ms(lat["99"]),
-      int(bad.group(1)) if bad else 0, sum(map(int, re.findall(r"\d+", errs.group(1)))) if errs else 0))
+done = int(re.search(r"(\d+) requests in", text).group(1))
+us = lambda seconds: "%.1f" % (seconds * 1e6 / done)
+cpu = [us(wrk1 - wrk0), us((px1 - px0) / tick) if label[:3] != "(a)" else "-", us((up1 - up0) / tick),
+       us((st1 - st0) / tick) if has_store else "-"]
+print("%s\t%.0f\t%.3f\t%.3f\t%d\t%d\t%s" % (label, rps, ms(lat["50"]), ms(lat["99"]),
+      int(bad.group(1)) if bad else 0, sum(map(int, re.findall(r"\d+", errs.group(1)))) if errs else 0,
+      "\t".join(cpu)))
 EOF
   echo "  $(tail -1 "$results")" >&2
 }
@@ -262,11 +317,11 @@ echo "run.sh: wrk -t$threads -c$connections -d${duration}s per case (warm-up ${w
 if awk -v l="$load_before" -v c="$(nproc)" 'BEGIN { exit !(l > c) }'; then
   echo "run.sh: warning: load average $load_before above $(nproc) cores: other work will skew the figures" >&2
 fi
-bench "(a) upstream alone" "http://127.0.0.1:$upstream_port/"
-bench "(b) nginx proxy" "http://127.0.0.1:$proxy_port/"
+bench "(a) upstream alone" "http://127.0.0.1:$upstream_port/" ""
+bench "(b) nginx proxy" "http://127.0.0.1:$proxy_port/" "${pid_of[proxy]}"
 for c in "${cases[@]}"; do
   IFS='|' read -r name label url <<<"$c"
-  bench "$label" "http://127.0.0.1:${gw_port[$name]}/"
+  bench "$label" "http://127.0.0.1:${gw_port[$name]}/" "${pid_of[gw-$name]}" "$(server_pids "$name")"
   # Right after (f), against the same server and with (f)'s rows in it.
   if [ "$name" = postgres ]; then pgbench_ceiling; fi
 done
@@ -353,6 +408,17 @@ if "(e)" in by: ratios.append("**(e)/(b) = %.2f** (goal ≥ 0.65)" % (rate("(e)"
 if "(f)" in by and ceiling:
     ratios.append("**(f)/pgbench 1tx = %.2f** (goal ≥ 1.0)" % (rate("(f)") / ceiling[0]))
     ratios.append("**(f)/pgbench 2tx = %.2f**" % (rate("(f)") / ceiling[1]))
+lines.append("")
+lines.append("Where the CPU goes: microseconds of CPU (user + system) per request, for each process of "
+             "the case, measured over the same wrk run (`/proc/PID/stat`, nginx workers and PostgreSQL "
+             "backends included; wrk's from bash `times`). Throughput on these shared cores is roughly "
+             "2 cores ÷ the total.\n")
+lines.append("| case | wrk | proxy / gateway | upstream | store server | total |")
+lines.append("|---|---:|---:|---:|---:|---:|")
+for r in rows:
+    cells = r[6:10]
+    total = sum(float(v) for v in cells if v != "-")
+    lines.append("| %s | %s | %s | %s | %s | %.0f |" % (r[0], *cells, total))
 lines.append("")
 if ratios:
     lines.append("Ratios: " + ", ".join(ratios) + ".")

@@ -15,7 +15,47 @@ ConnectionTokens connection_tokens(const bhttp::fields& fields) {
   return tokens;
 }
 
+void append_version(std::string& out, unsigned version) {
+  out += "HTTP/";
+  out += static_cast<char>('0' + version / 10 % 10);
+  out += '.';
+  out += static_cast<char>('0' + version % 10);
+}
+
+void append_fields(std::string& out, const bhttp::fields& fields) {
+  for (const auto& f : fields) {
+    out += f.name_string();
+    out += ": ";
+    out += f.value();
+    out += "\r\n";
+  }
+  out += "\r\n";
+}
+
 }  // namespace
+
+void append_head(std::string& out, const bhttp::request_header<>& header) {
+  out += header.method_string();
+  out += ' ';
+  out += header.target();
+  out += ' ';
+  append_version(out, header.version());
+  out += "\r\n";
+  append_fields(out, header);
+}
+
+void append_head(std::string& out, const bhttp::response_header<>& header) {
+  append_version(out, header.version());
+  const unsigned status = header.result_int();
+  const char digits[] = {' ', static_cast<char>('0' + status / 100 % 10), static_cast<char>('0' + status / 10 % 10),
+                         static_cast<char>('0' + status % 10), ' '};
+  out.append(digits, sizeof digits);
+  // Like Beast's serializer: the reason phrase received, or the standard one for the status.
+  const auto reason = header.reason();
+  out += reason.empty() ? bhttp::obsolete_reason(header.result()) : reason;
+  out += "\r\n";
+  append_fields(out, header);
+}
 
 const RequestView& BeastRequestView::assign(const Request& request) {
   headers_.clear();

@@ -157,5 +157,62 @@ TEST(StripHopByHop, RemovesListedAndStandardHeaders) {
   EXPECT_EQ(left, (std::vector<std::string>{"Authorization", "Idempotency-Key"}));
 }
 
+
+// What Beast's own serializer writes for `message`, up to and including the blank line.
+template <class Message>
+std::string beast_head(const Message& message) {
+  std::ostringstream wire;
+  wire << message;
+  const std::string all = wire.str();
+  return all.substr(0, all.find("\r\n\r\n") + 4);
+}
+
+TEST(AppendHead, RequestIsWhatBeastWrites) {
+  Request req{bhttp::verb::post, "/v1/payments?x=1", 11};
+  req.set(bhttp::field::host, "api.example");
+  req.insert("X-Custom", "a, b");
+  req.insert("x-custom", "c");
+  req.body() = "{\"amount\":1}";
+  req.prepare_payload();
+  std::string head = "left alone|";
+  append_head(head, req.base());
+  EXPECT_EQ(head, "left alone|" + beast_head(req));
+  EXPECT_EQ(head.substr(11, 36), "POST /v1/payments?x=1 HTTP/1.1\r\nHost");
+
+  Request old{bhttp::verb::get, "/", 10};
+  std::string old_head;
+  append_head(old_head, old.base());
+  EXPECT_EQ(old_head, "GET / HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(old_head, beast_head(old));
+}
+
+TEST(AppendHead, ResponseIsWhatBeastWrites) {
+  Response res{bhttp::status::created, 11};
+  res.set(bhttp::field::content_type, "application/json");
+  res.set(bhttp::field::location, "/v1/payments/pay_1");
+  res.body() = "{}";
+  res.prepare_payload();
+  std::string head;
+  append_head(head, res.base());
+  EXPECT_EQ(head, beast_head(res));
+  EXPECT_EQ(head.substr(0, 22), "HTTP/1.1 201 Created\r\n");
+
+  // A reason phrase as the upstream sent it, and a status Beast has no name for.
+  Response custom{bhttp::status::ok, 10};
+  custom.reason("All Good");
+  Response unknown;
+  unknown.result(599);
+  unknown.version(11);
+  unknown.content_length(0);
+  for (const Response* r : {&custom, &unknown}) {
+    std::string h;
+    append_head(h, r->base());
+    EXPECT_EQ(h, beast_head(*r));
+  }
+  std::string h;
+  append_head(h, custom.base());
+  EXPECT_EQ(h, "HTTP/1.0 200 All Good\r\n\r\n");
+}
+
 }  // namespace
 }  // namespace idem::http

@@ -7,6 +7,7 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -51,6 +52,14 @@ Response replay_response(const StoredResponse& stored, unsigned version, bool ke
 /// What is stored of a response: its status, the headers is_stored() accepts (end-to-end, no
 /// Content-Length, no Idempotent-Replayed) in order, and the body bytes.
 StoredResponse to_stored_response(const bhttp::fields& fields, unsigned status, std::string_view body);
+
+/// Appends the message's start line and header fields as they go on the wire, up to and
+/// including the blank line. What Beast's serializer writes for a message whose body is framed by
+/// Content-Length or absent, in one contiguous buffer instead of one buffer per field: the
+/// gateway writes head and body with a single gather write. A chunked message (Transfer-Encoding
+/// set) must go through Beast's serializer instead.
+void append_head(std::string& out, const bhttp::request_header<>& header);
+void append_head(std::string& out, const bhttp::response_header<>& header);
 
 /// Removes the hop-by-hop headers of a message (including those its Connection header names),
 /// so that what remains may be forwarded.

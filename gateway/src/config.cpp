@@ -359,6 +359,8 @@ void parse_top(const Context& ctx, const toml::table& root, Config& config) {
       config.upstream_connect_timeout = get_duration(ctx, key, v);
     } else if (key == "upstream_idle_timeout") {
       config.upstream_idle_timeout = get_duration(ctx, key, v, /*allow_zero=*/true);
+    } else if (key == "upstream_resolve_interval") {
+      config.upstream_resolve_interval = get_duration(ctx, key, v, /*allow_zero=*/true);
     } else if (key == "upstream_max_idle") {
       config.upstream_max_idle = static_cast<std::size_t>(get_int(ctx, key, v, 0, 100000));
     } else if (key == "max_body") {

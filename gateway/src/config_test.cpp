@@ -242,6 +242,7 @@ TEST(Config, ExtraKeys) {
 admin_listen = "off"
 upstream_connect_timeout = "2s"
 upstream_idle_timeout = "0s"
+upstream_resolve_interval = "0s"
 upstream_max_idle = 8
 max_header = "32KiB"
 max_stored_response = "4MiB"
@@ -259,6 +260,7 @@ store = "memory:"
   EXPECT_FALSE(c.admin_listen);
   EXPECT_EQ(c.upstream_connect_timeout, 2s);
   EXPECT_EQ(c.upstream_idle_timeout, 0s);
+  EXPECT_EQ(c.upstream_resolve_interval, 0s);
   EXPECT_EQ(c.upstream_max_idle, 8u);
   EXPECT_EQ(c.max_header, 32768u);
   EXPECT_EQ(c.max_stored_response, 4u * 1048576);

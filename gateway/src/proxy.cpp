@@ -105,10 +105,19 @@ asio::awaitable<UpstreamPool::Acquired> UpstreamPool::acquire(bool fresh) {
       co_return out;
     }
   }
+  const auto endpoints = shared_.upstream.get();
+  if (endpoints->empty()) {
+    out.ec = asio::error::host_not_found;
+    shared_.upstream.request_refresh();
+    co_return out;
+  }
   auto conn = std::make_unique<UpstreamConn>(io_.get_executor());
   conn->stream.expires_after(shared_.config.upstream_connect_timeout);
-  co_await conn->stream.async_connect(shared_.upstream_endpoints, with(out.ec));
-  if (out.ec) co_return out;
+  co_await conn->stream.async_connect(*endpoints, with(out.ec));
+  if (out.ec) {
+    shared_.upstream.request_refresh();  // the upstream may have moved
+    co_return out;
+  }
   beast::error_code ignored;
   conn->stream.socket().set_option(tcp::no_delay(true), ignored);
   metrics_.upstream_connects.fetch_add(1, std::memory_order_relaxed);
@@ -392,7 +401,10 @@ asio::awaitable<Exchange> Handler::forward(Request& req, const Ticket* ticket, b
   for (int attempt = 0;; ++attempt) {
     auto acquired = co_await w_.pool.acquire(fresh);
     if (!acquired.conn) {
-      const std::string detail = "connecting to the upstream failed: " + acquired.ec.message();
+      const std::string detail =
+          acquired.ec == asio::error::host_not_found
+              ? "the upstream host " + cfg_.upstream.host + " does not resolve: " + w_.shared.upstream.error()
+              : "connecting to the upstream failed: " + acquired.ec.message();
       co_return co_await upstream_failed(UpstreamError::unreachable, ticket, version, keep_alive, detail);
     }
     conn = std::move(acquired.conn);

@@ -102,6 +102,7 @@ struct Gateway::Impl {
   asio::awaitable<void> admin_session(tcp::socket socket);
   asio::awaitable<std::optional<std::string>> ready();
   asio::awaitable<void> reaper();
+  asio::awaitable<void> resolve_upstream();
   asio::awaitable<void> housekeeping(Worker& w);
   asio::awaitable<void> drain();
   void on_signal();
@@ -119,6 +120,7 @@ struct Gateway::Impl {
   std::optional<tcp::acceptor> admin;
   std::optional<asio::signal_set> signals;
   std::optional<asio::steady_timer> reaper_timer;
+  std::optional<asio::steady_timer> resolve_timer;
   bool draining = false;
   bool stopped = false;
 };
@@ -126,13 +128,21 @@ struct Gateway::Impl {
 void Gateway::Impl::start() {
   asio::io_context& io = io0();
   {
+    // An upstream that does not resolve yet (its container not started) is no reason not to
+    // start: requests get 502 and /readyz says why until resolve_upstream finds it.
     tcp::resolver resolver(io);
     beast::error_code ec;
     const auto results = resolver.resolve(config.upstream.host, std::to_string(config.upstream.port), ec);
     if (ec || results.empty()) {
-      throw std::runtime_error("upstream http://" + config.upstream.authority + ": cannot resolve host: " + ec.message());
+      const std::string why = ec ? ec.message() : std::string("no address");
+      shared.upstream.set_error(why);
+      log::write(LogLevel::warn, "upstream http://" + config.upstream.authority + ": the host does not resolve (" +
+                                     why + "); answering 502 until it does");
+    } else {
+      UpstreamAddresses::Endpoints endpoints;
+      for (const auto& r : results) endpoints.push_back(r.endpoint());
+      shared.upstream.set(std::move(endpoints));
     }
-    for (const auto& r : results) shared.upstream_endpoints.push_back(r.endpoint());
   }
   acceptor.emplace(io);
   open_acceptor(*acceptor, resolve_listen(io, config.listen, "listen"), config.listen, "listen");
@@ -168,6 +178,12 @@ void Gateway::Impl::run() {
     asio::co_spawn(io, reaper(), LogFailure{"reaper"});
   }
   for (auto& w : workers) asio::co_spawn(*w->io, housekeeping(*w), LogFailure{"housekeeping"});
+  beast::error_code not_literal;
+  asio::ip::make_address(config.upstream.host, not_literal);
+  if (not_literal) {  // an IP address never changes; a name may
+    resolve_timer.emplace(io);
+    asio::co_spawn(io, resolve_upstream(), LogFailure{"upstream resolver"});
+  }
 
   auto loop = [](asio::io_context& ctx) {
     log::buffer_this_thread();
@@ -225,6 +241,56 @@ asio::awaitable<void> Gateway::Impl::housekeeping(Worker& w) {
   }
 }
 
+static std::string describe(const UpstreamAddresses::Endpoints& endpoints) {
+  std::string out;
+  for (const auto& e : endpoints) {
+    if (!out.empty()) out += ", ";
+    out += e.address().to_string();
+  }
+  return out;
+}
+
+// Looks the upstream host up again every upstream_resolve_interval, and every second while it
+// does not resolve or a worker saw a connection fail; the addresses found replace the old ones
+// (connections already open stay until they close). A failed lookup keeps the last addresses.
+asio::awaitable<void> Gateway::Impl::resolve_upstream() {
+  tcp::resolver resolver(io0());
+  const std::string port = std::to_string(config.upstream.port);
+  auto last = Clock::now();
+  bool failing = !shared.upstream.error().empty();
+  for (;;) {
+    resolve_timer->expires_after(std::chrono::seconds(1));
+    beast::error_code ec;
+    co_await resolve_timer->async_wait(with(ec));
+    if (ec || stopped) co_return;
+    const bool asked = shared.upstream.take_refresh_request();
+    const bool due = config.upstream_resolve_interval.count() > 0 && Clock::now() - last >= config.upstream_resolve_interval;
+    if (!failing && !asked && !due) continue;
+    last = Clock::now();
+    const auto results = co_await resolver.async_resolve(config.upstream.host, port, with(ec));
+    if (stopped) co_return;
+    if (ec || results.empty()) {
+      const std::string why = ec ? ec.message() : std::string("no address");
+      shared.upstream.set_error(why);
+      if (!failing) {
+        log::write(LogLevel::warn, "upstream http://" + config.upstream.authority + ": the host no longer resolves (" +
+                                       why + "); keeping its last addresses");
+      }
+      failing = true;
+      continue;
+    }
+    UpstreamAddresses::Endpoints found;
+    for (const auto& r : results) found.push_back(r.endpoint());
+    const auto before = shared.upstream.get();
+    if (found != *before) {
+      log::notice("upstream http://" + config.upstream.authority + " now resolves to " + describe(found) +
+                  (before->empty() ? std::string() : " (was " + describe(*before) + ")"));
+    }
+    shared.upstream.set(std::move(found));
+    failing = false;
+  }
+}
+
 asio::awaitable<void> Gateway::Impl::reaper() {
   Store& store = engine.store();
   MetricsShard& m = metrics.shard(0);
@@ -253,6 +319,9 @@ asio::awaitable<void> Gateway::Impl::reaper() {
 // The store's readiness: nullopt when it answered a ping within 2 s, else why not.
 asio::awaitable<std::optional<std::string>> Gateway::Impl::ready() {
   if (draining) co_return std::string("shutting down");
+  if (shared.upstream.get()->empty()) {
+    co_return "the upstream host " + config.upstream.host + " does not resolve: " + shared.upstream.error();
+  }
   struct State {
     explicit State(asio::io_context& io) : timer(io) {}
     asio::steady_timer timer;
@@ -376,6 +445,7 @@ void Gateway::Impl::stop_all() {
   if (acceptor) acceptor->close(ec);
   if (admin) admin->close(ec);
   if (reaper_timer) reaper_timer->cancel();
+  if (resolve_timer) resolve_timer->cancel();
   if (signals) signals->cancel(ec);
   for (auto& w : workers) w->io->stop();
 }

@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "idem/engine.hpp"
@@ -29,12 +31,51 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 
-/// Read-only state every event loop shares.
+/// The upstream's addresses, shared by every event loop. The gateway resolves the host again
+/// while it runs (Gateway::Impl::resolve_upstream), so an upstream whose address changes (a
+/// container that restarted) or that does not resolve yet at start-up is followed without a
+/// restart. Thread-safe.
+class UpstreamAddresses {
+ public:
+  using Endpoints = std::vector<tcp::endpoint>;
+
+  /// The addresses last resolved: empty while the host has never resolved.
+  std::shared_ptr<const Endpoints> get() const {
+    std::lock_guard lock(mutex_);
+    return endpoints_;
+  }
+  /// Why the last resolution failed; empty when it succeeded.
+  std::string error() const {
+    std::lock_guard lock(mutex_);
+    return error_;
+  }
+  void set(Endpoints endpoints) {
+    std::lock_guard lock(mutex_);
+    endpoints_ = std::make_shared<const Endpoints>(std::move(endpoints));
+    error_.clear();
+  }
+  /// The last good addresses stay in use.
+  void set_error(std::string why) {
+    std::lock_guard lock(mutex_);
+    error_ = std::move(why);
+  }
+  /// A connection to the upstream failed: look the host up again soon.
+  void request_refresh() const { refresh_.store(true, std::memory_order_relaxed); }
+  bool take_refresh_request() { return refresh_.exchange(false, std::memory_order_relaxed); }
+
+ private:
+  mutable std::mutex mutex_;
+  std::shared_ptr<const Endpoints> endpoints_ = std::make_shared<const Endpoints>();
+  std::string error_;
+  mutable std::atomic<bool> refresh_{false};
+};
+
+/// State every event loop shares: read-only but for the upstream's addresses.
 struct Shared {
   const Config& config;
   const Router& router;
   Engine& engine;
-  std::vector<tcp::endpoint> upstream_endpoints;
+  UpstreamAddresses upstream;
 };
 
 /// One upstream connection and the bytes read from it but not yet parsed.

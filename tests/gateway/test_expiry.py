@@ -187,6 +187,31 @@ class UpstreamUnreachableTest(GatewayTestCase):
             return
         self.fail("could not get a port for the late upstream")
 
+    def test_unresolvable_host_starts_answers_502_and_is_not_ready(self):
+        # .invalid never resolves (RFC 6761): the gateway starts anyway, says why it is not
+        # ready, and answers 502 without executing anything until the host resolves.
+        gw = self.start_gateway(CONFIG, upstream_url="http://idem-e2e-upstream.invalid:%d" % self.upstream.port)
+        ready = gw.admin("/readyz")
+        self.assertEqual(ready.status, 503, ready)
+        self.assertIn(b"does not resolve", ready.body)
+        key = new_key()
+        for _ in range(2):  # released each time: never 409 in use
+            doc = self.assertProblem(gw.request("POST", "/echo", "{}", key=key), 502, "upstream_unreachable")
+            self.assertIn("idem-e2e-upstream.invalid does not resolve", doc["detail"])
+        self.assertProblem(gw.request("GET", "/echo"), 502, "upstream_unreachable")
+        self.assertEqual(self.upstream.executions(key), 0)
+        self.assertTrue(gw.alive())
+
+    def test_host_name_is_resolved_again_while_running(self):
+        gw = self.start_gateway('upstream_resolve_interval = "1s"\n' + CONFIG,
+                                upstream_url="http://localhost:%d" % self.upstream.port)
+        self.assertExecuted(gw.request("POST", "/echo", "{}", key=new_key()))
+        time.sleep(2.5)  # two more lookups of the same addresses: nothing changes
+        key = new_key()
+        self.assertExecuted(gw.request("POST", "/echo", "{}", key=key))
+        self.assertEqual(self.upstream.executions(key), 1)
+        self.assertEqual(gw.admin("/readyz").status, 200)
+
 
 class StoreUnavailableTest(GatewayTestCase):
     """The store cannot be written at claim: 503 idempotency_store_unavailable with Retry-After,

@@ -64,6 +64,9 @@ struct Config {
   Millis upstream_timeout = 30s;          ///< request sent -> response fully received
   Millis upstream_connect_timeout = 5s;   ///< TCP connect to the upstream
   Millis upstream_idle_timeout = 4s;      ///< pooled upstream connections idle longer are closed
+  /// The upstream host is resolved again this often (0: only at start-up and after failures);
+  /// every second while it does not resolve or connections to it fail.
+  Millis upstream_resolve_interval = 30s;
   std::size_t upstream_max_idle = 64;     ///< idle upstream connections kept, per thread
 
   std::size_t max_body = 1024 * 1024;             ///< request body; above: 413

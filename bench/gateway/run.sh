@@ -30,7 +30,6 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here="$root/bench/gateway"
 
 shown_args=()  # the command line as docs/benchmarks.md shows it (no local paths)
-quick=0
 gateway=""
 out_dir=""
 duration=10
@@ -41,7 +40,7 @@ all_stores=memory,sqlite,redis,postgres,redis-cluster
 stores=$all_stores
 while (($#)); do
   case "$1" in
-    --quick) quick=1; duration=2; warmup=0; shown_args+=("$1"); shift ;;
+    --quick) duration=2; warmup=0; shown_args+=("$1"); shift ;;
     --gateway) gateway=$2; shift 2 ;;
     --out-dir) out_dir=$2; shift 2 ;;
     --stores) stores=$2; shown_args+=("$1" "$2"); shift 2 ;;

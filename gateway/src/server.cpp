@@ -173,7 +173,10 @@ void Gateway::Impl::run() {
 
   asio::co_spawn(io, accept_loop(), LogFailure{"listener"});
   if (admin) asio::co_spawn(io, admin_loop(), LogFailure{"admin listener"});
-  if (config.reaper_interval.count() > 0) {
+  if (config.reaper_interval.count() > 0 && engine.store().expires_records_itself()) {
+    // A periodic purge would SCAN a Redis keyspace for what Redis deletes by itself.
+    log::write(LogLevel::info, "reaper: off, the store expires records by itself");
+  } else if (config.reaper_interval.count() > 0) {
     reaper_timer.emplace(io);
     asio::co_spawn(io, reaper(), LogFailure{"reaper"});
   }

@@ -94,6 +94,14 @@ class ThreeReplicas(GatewayTestCase):
 
 class ThreeGatewaysOneStore(ThreeReplicas):
 
+    def test_no_reaper_scans_a_store_that_expires_records_itself(self):
+        # Redis drops records by their key TTLs; a periodic purge would SCAN the keyspace.
+        redis = harness.ARGS.store.startswith("redis")
+        for g in self.gateways:
+            log = g.process.log()
+            self.assertIn("listening on", log)
+            self.assertEqual("reaper: off, the store expires records by itself" in log, redis, log)
+
     def test_300_concurrent_requests_one_key_across_three_gateways_execute_once(self):
         key = new_key("shared")
         gws = self.gateways

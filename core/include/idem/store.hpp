@@ -108,6 +108,10 @@ class Store {
 
   /// Checks that the store answers (for readiness probes).
   virtual void ping(Callback<Done> done) = 0;
+
+  /// Whether the store deletes expired records by itself (Redis key TTLs), so that nobody needs
+  /// to call purge_expired periodically: the gateway's reaper does not run on such a store.
+  virtual bool expires_records_itself() const noexcept { return false; }
 };
 
 /// Blocking adapter over a Store, for threads that may wait (tests, tools, library users).

@@ -13,6 +13,7 @@
 #include <future>
 #include <thread>
 
+#include "idem/memory_store.hpp"
 #include "idem/testing/manual_clock.hpp"
 #include "idem/testing/store_conformance.hpp"
 #include "record_codec.hpp"
@@ -170,6 +171,13 @@ TEST_P(RedisStoreTest, AnyTenantAndKeyBytesRoundTripAndList) {
   for (std::size_t i = 1; i < all->size(); ++i) {
     EXPECT_LT(std::tie((*all)[i - 1].tenant, (*all)[i - 1].key), std::tie((*all)[i].tenant, (*all)[i].key));
   }
+}
+
+TEST_P(RedisStoreTest, ExpiresRecordsByItselfSoNoReaperIsNeeded) {
+  auto store = open_store(url(), redis_test::unique_prefix("ttl"));
+  // Every record carries a key TTL (RecordIsOneReadableHashWithAPhysicalTtlBeyondItsLogicalLife).
+  EXPECT_TRUE(store->expires_records_itself());
+  EXPECT_FALSE(MemoryStore{}.expires_records_itself());
 }
 
 TEST_P(RedisStoreTest, NoscriptFallsBackToEval) {

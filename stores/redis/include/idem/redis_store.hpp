@@ -118,11 +118,13 @@ class RedisStore final : public Store, public StoreAdmin {
   void release(Fence fence, Callback<FenceStatus> done) override;
   void get(RecordId id, Callback<std::optional<Record>> done) override;
   /// SCANs the prefix (every master of a cluster) and deletes records whose logical expiry has
-  /// passed. Redis also drops each record by itself `ttl_grace` after its expiry, so running
-  /// this is optional.
+  /// passed: O(records). Redis also drops each record by itself `ttl_grace` after its expiry,
+  /// so running this is optional (an operator's `idemctl purge`).
   void purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) override;
   /// PING; a cluster answers only if every master does.
   void ping(Callback<Done> done) override;
+  /// True: every record carries a key TTL (`expires` + ttl_grace).
+  bool expires_records_itself() const noexcept override { return true; }
 
   /// SCANs every record under the prefix, sorts and pages them: O(records), for operators.
   void list(ListQuery query, Callback<std::vector<Record>> done) override;

@@ -37,7 +37,6 @@ using http::Request;
 using http::Response;
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kAwait = asio::use_awaitable;
 constexpr std::size_t kChunk = 64 * 1024;
 constexpr std::uint32_t kUpstreamHeaderLimit = 64 * 1024;
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -48,7 +47,7 @@ auto with(beast::error_code& ec) { return asio::redirect_error(kAwait, ec); }
 
 // Whether a pooled socket is still open: nothing to read yet (EAGAIN) means alive; EOF, an
 // error, or unsolicited bytes (the upstream should send nothing between responses) mean not.
-bool still_open(tcp::socket& socket) {
+bool still_open(Socket& socket) {
   char byte;
   const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -66,7 +65,7 @@ UpstreamError failure_kind(const beast::error_code& ec) {
 // `head`, and its body in one gather write, instead of Beast's serializer with a buffer per
 // header field. A chunked message goes through Beast's serializer. Returns the bytes written.
 template <class Message>
-asio::awaitable<std::size_t> write_message(beast::tcp_stream& stream, Message& message, std::string& head,
+Task<std::size_t> write_message(Stream& stream, Message& message, std::string& head,
                                            beast::error_code& ec) {
   if (message.chunked()) co_return co_await bhttp::async_write(stream, message, with(ec));
   head.clear();
@@ -85,7 +84,7 @@ std::string response_failure(const beast::error_code& ec) {
 // ---------------------------------------------------------------------------------------------
 // Upstream pool
 
-asio::awaitable<UpstreamPool::Acquired> UpstreamPool::acquire(bool fresh) {
+Task<UpstreamPool::Acquired> UpstreamPool::acquire(bool fresh) {
   Acquired out;
   if (!fresh) {
     const auto now = Clock::now();
@@ -146,7 +145,7 @@ void UpstreamPool::sweep() {
 // Sessions
 
 struct Session {
-  Session(Worker& w, tcp::socket socket) : worker(w), stream(std::move(socket)) {
+  Session(Worker& w, Socket socket) : worker(w), stream(std::move(socket)) {
     next = w.sessions;
     if (next) next->prev = this;
     w.sessions = this;
@@ -164,7 +163,7 @@ struct Session {
   Session& operator=(const Session&) = delete;
 
   Worker& worker;
-  beast::tcp_stream stream;
+  Stream stream;
   beast::flat_buffer buffer;
   http::BeastRequestView view;
   std::string head;  // the head of the message being written (write_message), reused
@@ -221,17 +220,17 @@ class Handler {
   explicit Handler(Session& s)
       : s_(s), w_(s.worker), cfg_(s.worker.shared.config), m_(s.worker.metrics), engine_(s.worker.shared.engine) {}
 
-  asio::awaitable<bool> handle(Request& req);
+  Task<bool> handle(Request& req);
 
  private:
-  asio::awaitable<Exchange> forward(Request& req, const Ticket* ticket, bool keep_alive);
-  asio::awaitable<Exchange> upstream_failed(UpstreamError kind, const Ticket* ticket, unsigned version,
+  Task<Exchange> forward(Request& req, const Ticket* ticket, bool keep_alive);
+  Task<Exchange> upstream_failed(UpstreamError kind, const Ticket* ticket, unsigned version,
                                             bool keep_alive, const std::string& detail);
-  asio::awaitable<Exchange> deliver(Response& res, const Ticket* ticket, unsigned version, bool keep_alive,
+  Task<Exchange> deliver(Response& res, const Ticket* ticket, unsigned version, bool keep_alive,
                                     bool head);
-  asio::awaitable<FinishResult> finish(const Ticket& ticket, StoredResponse&& stored);
-  asio::awaitable<FinishResult> release(const Ticket& ticket);
-  asio::awaitable<bool> write(Response& res);
+  Task<FinishResult> finish(const Ticket& ticket, StoredResponse&& stored);
+  Task<FinishResult> release(const Ticket& ticket);
+  Task<bool> write(Response& res);
   StoredResponse to_record(const bhttp::fields& fields, unsigned status, std::string_view body, const Ticket& ticket);
   StoredResponse oversized_record(unsigned status, const Ticket& ticket);
   void prepare_forward(Request& req);
@@ -245,7 +244,7 @@ class Handler {
   Engine& engine_;
 };
 
-asio::awaitable<bool> Handler::write(Response& res) {
+Task<bool> Handler::write(Response& res) {
   beast::error_code ec;
   s_.stream.expires_after(cfg_.client_timeout);
   co_await write_message(s_.stream, res, s_.head, ec);
@@ -271,7 +270,7 @@ StoredResponse Handler::to_record(const bhttp::fields& fields, unsigned status, 
   return http::to_stored_response(fields, status, body);
 }
 
-asio::awaitable<FinishResult> Handler::finish(const Ticket& ticket, StoredResponse&& stored) {
+Task<FinishResult> Handler::finish(const Ticket& ticket, StoredResponse&& stored) {
   const auto t0 = Clock::now();
   auto r = co_await http::async_finish(engine_, ticket, std::move(stored), kAwait);
   m_.store_call(StoreCall::finish).observe(Clock::now() - t0);
@@ -292,7 +291,7 @@ asio::awaitable<FinishResult> Handler::finish(const Ticket& ticket, StoredRespon
   co_return result;
 }
 
-asio::awaitable<FinishResult> Handler::release(const Ticket& ticket) {
+Task<FinishResult> Handler::release(const Ticket& ticket) {
   const auto t0 = Clock::now();
   auto r = co_await http::async_release(engine_, ticket, kAwait);
   m_.store_call(StoreCall::release).observe(Clock::now() - t0);
@@ -336,7 +335,7 @@ void Handler::prepare_forward(Request& req) {
   }
 }
 
-asio::awaitable<Exchange> Handler::upstream_failed(UpstreamError kind, const Ticket* ticket, unsigned version,
+Task<Exchange> Handler::upstream_failed(UpstreamError kind, const Ticket* ticket, unsigned version,
                                                    bool keep_alive, const std::string& detail) {
   m_.count(kind);
   Exchange ex;
@@ -364,7 +363,7 @@ asio::awaitable<Exchange> Handler::upstream_failed(UpstreamError kind, const Tic
 
 // Sends a complete upstream response to the client, recording it first when a key is held: a
 // client that saw the response can always replay it.
-asio::awaitable<Exchange> Handler::deliver(Response& res, const Ticket* ticket, unsigned version, bool keep_alive,
+Task<Exchange> Handler::deliver(Response& res, const Ticket* ticket, unsigned version, bool keep_alive,
                                            bool head) {
   Exchange ex;
   if (ticket) {
@@ -387,7 +386,7 @@ asio::awaitable<Exchange> Handler::deliver(Response& res, const Ticket* ticket, 
 }
 
 
-asio::awaitable<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_alive) {
+Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_alive) {
   const unsigned version = req.version();
   const bool head = req.method() == bhttp::verb::head;
   const bool retry_safe = !ticket && http::is_idempotent_method(req.method_string());
@@ -487,7 +486,7 @@ asio::awaitable<Exchange> Handler::forward(Request& req, const Ticket* ticket, b
   std::optional<bhttp::response_serializer<bhttp::buffer_body>> sr;
   Exchange ex;
 
-  auto start_streaming = [&]() -> asio::awaitable<bool> {
+  auto start_streaming = [&]() -> Task<bool> {
     // The outcome is decided by the status; the body cannot be stored.
     if (ticket) {
       StoredResponse record = oversized_record(status, *ticket);
@@ -512,7 +511,7 @@ asio::awaitable<Exchange> Handler::forward(Request& req, const Ticket* ticket, b
     streaming = true;
     co_return true;
   };
-  auto send = [&](const char* data, std::size_t size, bool more) -> asio::awaitable<bool> {
+  auto send = [&](const char* data, std::size_t size, bool more) -> Task<bool> {
     out.body().data = size ? const_cast<char*>(data) : nullptr;
     out.body().size = size;
     out.body().more = more;
@@ -629,7 +628,7 @@ void Handler::log_key(const Decision& d, const Policy& policy, const std::string
   log::write(LogLevel::info, line);
 }
 
-asio::awaitable<bool> Handler::handle(Request& req) {
+Task<bool> Handler::handle(Request& req) {
   const auto start = Clock::now();
   const bool keep_alive = req.keep_alive() && !w_.draining;
   const unsigned version = req.version();
@@ -683,7 +682,7 @@ asio::awaitable<bool> Handler::handle(Request& req) {
 
 // `problem` must outlive the call: pass a named object (GCC 12 mishandles temporaries that live
 // across a co_await).
-asio::awaitable<void> answer_and_close(Session& s, const Problem& problem, unsigned version) {
+Task<void> answer_and_close(Session& s, const Problem& problem, unsigned version) {
   Response res = http::problem_response(problem, version == 10 ? 10 : 11, false);
   beast::error_code ec;
   s.stream.expires_after(s.worker.shared.config.client_timeout);
@@ -705,7 +704,7 @@ Problem too_large(const Config& cfg) {
 
 }  // namespace
 
-asio::awaitable<void> run_session(Worker& w, tcp::socket socket) {
+Task<void> run_session(Worker& w, Socket socket) {
   Session s(w, std::move(socket));
   const Config& cfg = w.shared.config;
   beast::error_code ec;

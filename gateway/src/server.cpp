@@ -28,7 +28,6 @@ namespace {
 
 namespace bhttp = beast::http;
 using Clock = std::chrono::steady_clock;
-constexpr auto kAwait = asio::use_awaitable;
 
 auto with(beast::error_code& ec) { return asio::redirect_error(kAwait, ec); }
 
@@ -59,7 +58,7 @@ tcp::endpoint resolve_listen(asio::io_context& io, const ListenAddress& address,
   return *results.begin();
 }
 
-void open_acceptor(tcp::acceptor& acceptor, const tcp::endpoint& endpoint, const ListenAddress& address,
+void open_acceptor(Acceptor& acceptor, const tcp::endpoint& endpoint, const ListenAddress& address,
                    std::string_view what) {
   beast::error_code ec;
   acceptor.open(endpoint.protocol(), ec);
@@ -97,14 +96,14 @@ struct Gateway::Impl {
 
   void start();
   void run();
-  asio::awaitable<void> accept_loop();
-  asio::awaitable<void> admin_loop();
-  asio::awaitable<void> admin_session(tcp::socket socket);
-  asio::awaitable<std::optional<std::string>> ready();
-  asio::awaitable<void> reaper();
-  asio::awaitable<void> resolve_upstream();
-  asio::awaitable<void> housekeeping(Worker& w);
-  asio::awaitable<void> drain();
+  Task<void> accept_loop();
+  Task<void> admin_loop();
+  Task<void> admin_session(Socket socket);
+  Task<std::optional<std::string>> ready();
+  Task<void> reaper();
+  Task<void> resolve_upstream();
+  Task<void> housekeeping(Worker& w);
+  Task<void> drain();
   void on_signal();
   void stop_all();
 
@@ -116,8 +115,8 @@ struct Gateway::Impl {
   std::vector<std::unique_ptr<Worker>> workers;
 
   // Worker 0's thread only.
-  std::optional<tcp::acceptor> acceptor;
-  std::optional<tcp::acceptor> admin;
+  std::optional<Acceptor> acceptor;
+  std::optional<Acceptor> admin;
   std::optional<asio::signal_set> signals;
   std::optional<asio::steady_timer> reaper_timer;
   std::optional<asio::steady_timer> resolve_timer;
@@ -207,14 +206,14 @@ void Gateway::Impl::run() {
   log::notice("stopped");
 }
 
-asio::awaitable<void> Gateway::Impl::accept_loop() {
+Task<void> Gateway::Impl::accept_loop() {
   std::size_t next = 0;
   asio::steady_timer backoff(io0());
   for (;;) {
     Worker& w = *workers[next];
     next = (next + 1) % workers.size();
     beast::error_code ec;
-    tcp::socket socket = co_await acceptor->async_accept(*w.io, with(ec));
+    Socket socket = co_await acceptor->async_accept(*w.io, with(ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
       // Out of file descriptors, mostly: wait a little instead of spinning.
@@ -232,7 +231,7 @@ asio::awaitable<void> Gateway::Impl::accept_loop() {
   }
 }
 
-asio::awaitable<void> Gateway::Impl::housekeeping(Worker& w) {
+Task<void> Gateway::Impl::housekeeping(Worker& w) {
   asio::steady_timer timer(*w.io);
   for (unsigned tick = 0;; ++tick) {
     timer.expires_after(std::chrono::milliseconds(250));
@@ -256,7 +255,7 @@ static std::string describe(const UpstreamAddresses::Endpoints& endpoints) {
 // Looks the upstream host up again every upstream_resolve_interval, and every second while it
 // does not resolve or a worker saw a connection fail; the addresses found replace the old ones
 // (connections already open stay until they close). A failed lookup keeps the last addresses.
-asio::awaitable<void> Gateway::Impl::resolve_upstream() {
+Task<void> Gateway::Impl::resolve_upstream() {
   tcp::resolver resolver(io0());
   const std::string port = std::to_string(config.upstream.port);
   auto last = Clock::now();
@@ -294,7 +293,7 @@ asio::awaitable<void> Gateway::Impl::resolve_upstream() {
   }
 }
 
-asio::awaitable<void> Gateway::Impl::reaper() {
+Task<void> Gateway::Impl::reaper() {
   Store& store = engine.store();
   MetricsShard& m = metrics.shard(0);
   for (;;) {
@@ -320,7 +319,7 @@ asio::awaitable<void> Gateway::Impl::reaper() {
 }
 
 // The store's readiness: nullopt when it answered a ping within 2 s, else why not.
-asio::awaitable<std::optional<std::string>> Gateway::Impl::ready() {
+Task<std::optional<std::string>> Gateway::Impl::ready() {
   if (draining) co_return std::string("shutting down");
   if (shared.upstream.get()->empty()) {
     co_return "the upstream host " + config.upstream.host + " does not resolve: " + shared.upstream.error();
@@ -348,8 +347,8 @@ asio::awaitable<std::optional<std::string>> Gateway::Impl::ready() {
   co_return std::nullopt;
 }
 
-asio::awaitable<void> Gateway::Impl::admin_session(tcp::socket socket) {
-  beast::tcp_stream stream(std::move(socket));
+Task<void> Gateway::Impl::admin_session(Socket socket) {
+  Stream stream(std::move(socket));
   beast::flat_buffer buffer;
   for (;;) {
     bhttp::request_parser<bhttp::empty_body> parser;
@@ -395,10 +394,10 @@ asio::awaitable<void> Gateway::Impl::admin_session(tcp::socket socket) {
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
-asio::awaitable<void> Gateway::Impl::admin_loop() {
+Task<void> Gateway::Impl::admin_loop() {
   for (;;) {
     beast::error_code ec;
-    tcp::socket socket = co_await admin->async_accept(with(ec));
+    Socket socket = co_await admin->async_accept(with(ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !admin->is_open()) co_return;
       continue;
@@ -422,7 +421,7 @@ void Gateway::Impl::on_signal() {
   asio::co_spawn(io0(), drain(), LogFailure{"drain"});
 }
 
-asio::awaitable<void> Gateway::Impl::drain() {
+Task<void> Gateway::Impl::drain() {
   const auto deadline = Clock::now() + config.drain_timeout;
   asio::steady_timer timer(io0());
   for (;;) {

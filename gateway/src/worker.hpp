@@ -6,6 +6,7 @@
 #include <utility>
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -30,6 +31,17 @@ namespace idem::gateway {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
+
+// Every coroutine, socket and stream of the gateway runs on one io_context, so they name its
+// executor type instead of the type-erased any_io_executor: no executor is type-erased, copied
+// through a vtable or heap-allocated on the request path.
+using Executor = asio::io_context::executor_type;
+template <class T>
+using Task = asio::awaitable<T, Executor>;
+using Socket = asio::basic_stream_socket<tcp, Executor>;
+using Stream = beast::basic_stream<tcp, Executor>;
+using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
+inline constexpr asio::use_awaitable_t<Executor> kAwait{};
 
 /// The upstream's addresses, shared by every event loop. The gateway resolves the host again
 /// while it runs (Gateway::Impl::resolve_upstream), so an upstream whose address changes (a
@@ -80,8 +92,8 @@ struct Shared {
 
 /// One upstream connection and the bytes read from it but not yet parsed.
 struct UpstreamConn {
-  explicit UpstreamConn(const asio::any_io_executor& ex) : stream(ex) {}
-  beast::tcp_stream stream;
+  explicit UpstreamConn(const Executor& ex) : stream(ex) {}
+  Stream stream;
   beast::flat_buffer buffer;
   std::chrono::steady_clock::time_point idle_since{};
 };
@@ -102,7 +114,7 @@ class UpstreamPool {
     bool reused = false;
     beast::error_code ec;
   };
-  asio::awaitable<Acquired> acquire(bool fresh);
+  Task<Acquired> acquire(bool fresh);
 
   /// Returns a connection whose last response was read completely and which the upstream keeps
   /// alive; it is closed instead when the pool is full.
@@ -150,6 +162,6 @@ class Worker {
 };
 
 /// Serves one client connection until it closes, times out, or the worker drains.
-asio::awaitable<void> run_session(Worker& worker, tcp::socket socket);
+Task<void> run_session(Worker& worker, Socket socket);
 
 }  // namespace idem::gateway

@@ -33,8 +33,8 @@ namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 
 // Every coroutine, socket and stream of the gateway runs on one io_context, so they name its
-// executor type instead of the type-erased any_io_executor: no executor is type-erased, copied
-// through a vtable or heap-allocated on the request path.
+// executor type instead of the type-erased any_io_executor, whose copies, moves and property
+// queries go through function pointers on every operation of the request path.
 using Executor = asio::io_context::executor_type;
 template <class T>
 using Task = asio::awaitable<T, Executor>;

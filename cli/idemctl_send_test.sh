@@ -14,15 +14,11 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-failures=0
 unset IDEM_STORE IDEM_JOURNAL
 journal=$tmp/journal.db
 fast=(--retry-delay 10ms --timeout 10s --deadline 30s)
 
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
+. "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 
 "$upstream_bin" --listen 127.0.0.1:0 --port-file "$tmp/port" >"$tmp/upstream.log" 2>&1 &
 upstream_pid=$!
@@ -33,12 +29,6 @@ done
 [ -s "$tmp/port" ] || { echo "FAIL: the fixture upstream did not start: $(cat "$tmp/upstream.log")" >&2; exit 1; }
 base=http://127.0.0.1:$(cat "$tmp/port")
 
-# run ARGS... : runs idemctl, leaving $tmp/out, $tmp/err and $rc.
-run() {
-  "$idemctl" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-}
-
 # expect_line NAME CODE REGEX: exit CODE and the first stderr line matches REGEX (anchored).
 expect_line() {
   local name=$1 code=$2 regex=$3
@@ -46,16 +36,7 @@ expect_line() {
   head -1 "$tmp/err" | grep -qE "^idemctl: $regex\$" || fail "$name: stderr '$(cat "$tmp/err")' !~ '$regex'"
 }
 
-expect_usage() {
-  [ "$rc" -eq 2 ] || fail "$1: exit $rc, want 2 (stderr: $(cat "$tmp/err"))"
-  [ ! -s "$tmp/out" ] || fail "$1: unexpected stdout: $(cat "$tmp/out")"
-  [ -s "$tmp/err" ] || fail "$1: nothing on stderr"
-}
-
-json() {
-  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if eval(sys.argv[2]) else 1)' \
-    "$tmp/out" "$2" 2>"$tmp/pyerr" || fail "$1: not ($2): $(cat "$tmp/out") $(cat "$tmp/pyerr")"
-}
+expect_usage() { expect_error "$1" 2; }
 
 key_of_line() { sed -n 's/^idemctl: key=\([^ ]*\) .*/\1/p' "$tmp/err" | head -1; }
 executions() { curl -s "$base/executions?key=$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["count"])'; }
@@ -217,8 +198,4 @@ grep -qE '^idemctl: key=crashed-key-000001 attempts=1 replayed=false status=200 
 run pending --journal "$journal"
 [ "$(cat "$tmp/out")" = "no pending operations" ] || fail "pending after resume: $(cat "$tmp/out")"
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "idemctl send and journal: all checks passed"
+finish "idemctl send and journal"

@@ -7,47 +7,15 @@ idemctl=${1:?usage: idemctl_store_test.sh path/to/idemctl path/to/idemctl_seed}
 seed=${2:?usage: idemctl_store_test.sh path/to/idemctl path/to/idemctl_seed}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failures=0
 store="sqlite:$tmp/idem.db"
 unset IDEM_STORE IDEM_JOURNAL
 
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-
-# run ARGS... : runs idemctl, leaving $tmp/out, $tmp/err and $rc.
-run() {
-  "$idemctl" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-}
+. "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 
 # expect_ok NAME: exit 0 and nothing on stderr.
 expect_ok() {
   [ "$rc" -eq 0 ] || fail "$1: exit $rc (stderr: $(cat "$tmp/err"))"
   [ ! -s "$tmp/err" ] || fail "$1: unexpected stderr: $(cat "$tmp/err")"
-}
-
-# expect_error NAME CODE [STDERR_LINE]: exit CODE, nothing on stdout, stderr says why (exactly
-# STDERR_LINE when given).
-expect_error() {
-  local name=$1 code=$2
-  [ "$rc" -eq "$code" ] || fail "$name: exit $rc, want $code (stderr: $(cat "$tmp/err"))"
-  [ ! -s "$tmp/out" ] || fail "$name: unexpected stdout: $(cat "$tmp/out")"
-  [ -s "$tmp/err" ] || fail "$name: nothing on stderr"
-  if [ $# -ge 3 ]; then
-    printf '%s\n' "$3" >"$tmp/want"
-    cmp -s "$tmp/err" "$tmp/want" || fail "$name: stderr '$(cat "$tmp/err")', want '$3'"
-  fi
-}
-
-# out_has NAME TEXT: stdout contains TEXT.
-out_has() { grep -qF -- "$2" "$tmp/out" || fail "$1: stdout lacks '$2': $(cat "$tmp/out")"; }
-
-# json NAME PYTHON_EXPR: the expression, with `j` the JSON on stdout, is true.
-json() {
-  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if eval(sys.argv[2]) else 1)' \
-    "$tmp/out" "$2" 2>"$tmp/pyerr" || fail "$1: not ($2): $(cat "$tmp/out") $(cat "$tmp/pyerr")"
 }
 
 seed_record() { "$seed" "$store" "$@" || fail "idemctl_seed $*"; }
@@ -253,8 +221,4 @@ expect_ok "resume with nothing pending"
 run pending --journal /proc/idemctl-test/journal.db
 expect_error "unopenable journal" 1
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "idemctl store commands: all checks passed"
+finish "idemctl store commands"

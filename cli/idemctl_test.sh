@@ -4,14 +4,9 @@ set -u
 idemctl=${1:?usage: idemctl_test.sh path/to/idemctl}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failures=0
+. "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh"
 
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-
-# run NAME STDIN ARGS... : runs idemctl with STDIN, leaving $tmp/out, $tmp/err and $rc.
+# run STDIN ARGS... : runs idemctl with STDIN (test_lib.sh's run takes no input).
 run() {
   local input=$1
   shift
@@ -26,19 +21,6 @@ expect_out() {
   [ "$rc" -eq 0 ] || fail "$name: exit $rc (stderr: $(cat "$tmp/err"))"
   cmp -s "$tmp/out" "$tmp/want" || fail "$name: stdout $(od -c "$tmp/out" | head -5), want $expected"
   [ ! -s "$tmp/err" ] || fail "$name: unexpected stderr: $(cat "$tmp/err")"
-}
-
-# expect_error NAME CODE [STDERR_LINE]: exit CODE, nothing on stdout; with STDERR_LINE, stderr is
-# exactly that one line.
-expect_error() {
-  local name=$1 code=$2
-  [ "$rc" -eq "$code" ] || fail "$name: exit $rc, want $code (stderr: $(cat "$tmp/err"))"
-  [ ! -s "$tmp/out" ] || fail "$name: unexpected stdout: $(cat "$tmp/out")"
-  [ -s "$tmp/err" ] || fail "$name: nothing on stderr"
-  if [ $# -ge 3 ]; then
-    printf '%s\n' "$3" >"$tmp/want"
-    cmp -s "$tmp/err" "$tmp/want" || fail "$name: stderr '$(cat "$tmp/err")', want '$3'"
-  fi
 }
 
 sha256() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
@@ -129,8 +111,4 @@ run '' --help
 run '' fingerprint --help
 [ "$rc" -eq 0 ] && grep -q -- '--include-header' "$tmp/out" || fail "fingerprint --help: exit $rc"
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "idemctl: all checks passed"
+finish "idemctl"

@@ -18,14 +18,11 @@ import argparse
 import base64
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import unittest
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gateway"))
@@ -111,34 +108,20 @@ def report(name, figures):
     print("\n[%s] %s" % (name, ", ".join("%s=%s" % kv for kv in figures.items())), file=sys.stderr)
 
 
-class LostResponsesTest(unittest.TestCase):
-    """One fixture upstream, one gateway on SQLite, proxies in front of them."""
+class ClientTestCase(harness.GatewayTestCase):
+    """A fixture upstream and a gateway on SQLite (harness.ARGS.store), whose store idemctl reads
+    as `self.store`."""
 
     @classmethod
     def setUpClass(cls):
-        cls.workdir = tempfile.mkdtemp(prefix="idem-client-e2e-")
-        cls._owned = []
-        try:
-            cls.upstream = harness.Upstream(cls.workdir)
-            cls._owned.append(cls.upstream)
-            cls.store = "sqlite:" + os.path.join(cls.workdir, "gateway.db")
-            cls.gateway = harness.Gateway(cls.workdir, cls.upstream.url, cls.store, GATEWAY_CONFIG)
-            cls._owned.append(cls.gateway)
-        except BaseException:
-            cls.tearDownClass()
-            raise
+        super().setUpClass()
+        cls.store = cls.store_url()
 
-    @classmethod
-    def tearDownClass(cls):
-        for p in reversed(cls._owned):
-            try:
-                p.stop()
-            except Exception:
-                pass
-        if os.environ.get("IDEM_E2E_KEEP") != "1":
-            shutil.rmtree(cls.workdir, ignore_errors=True)
-        else:
-            print("kept " + cls.workdir, file=sys.stderr)
+
+class LostResponsesTest(ClientTestCase):
+    """One fixture upstream, one gateway on SQLite, proxies in front of them."""
+
+    CONFIG = GATEWAY_CONFIG
 
     def proxy(self, target_port, drop_rate, seed):
         p = FaultProxy(self.workdir, target_port, drop_rate, seed)
@@ -334,7 +317,7 @@ class LostResponsesTest(unittest.TestCase):
                                     "attempts": sum(int(l.split()[2][len("attempts="):]) for l in lines)})
 
 
-class OperatorResolvesUnknownOutcomesTest(unittest.TestCase):
+class OperatorResolvesUnknownOutcomesTest(ClientTestCase):
     """A route that refuses to guess after a lost outcome (on_lease_expiry = "unknown"): idemctl send
     stops with outcome_unknown and keeps a dead letter; an operator resolves or releases the key on
     the gateway's store; `dead-letters retry` then gets the resolved answer, or executes again."""
@@ -347,21 +330,6 @@ lease = "1s"
 on_lease_expiry = "unknown"
 """
 
-    @classmethod
-    def setUpClass(cls):
-        cls.workdir = tempfile.mkdtemp(prefix="idem-client-e2e-")
-        cls._owned = []
-        try:
-            cls.upstream = harness.Upstream(cls.workdir)
-            cls._owned.append(cls.upstream)
-            cls.store = "sqlite:" + os.path.join(cls.workdir, "gateway.db")
-            cls.gateway = harness.Gateway(cls.workdir, cls.upstream.url, cls.store, cls.CONFIG)
-            cls._owned.append(cls.gateway)
-        except BaseException:
-            cls.tearDownClass()
-            raise
-
-    tearDownClass = LostResponsesTest.tearDownClass
 
     def send_unknown(self, journal, key):
         """/hang-first never answers a key's first execution: the gateway times out (504), the key
@@ -424,16 +392,7 @@ def main():
         if not os.access(path, os.X_OK):
             print("not an executable: %s" % path, file=sys.stderr)
             sys.exit(2)
-    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
-    ok = prog.result.wasSuccessful()
-    if not ok:
-        for p in harness._PROCESSES:
-            text = p.log()
-            if text and p.name in ("gateway", "fault-proxy"):
-                tail = "\n".join(text.splitlines()[-30:])
-                print("\n---- %s (pid %d, exit %s), last lines ----\n%s"
-                      % (p.name, p.pid, p.proc.returncode, tail), file=sys.stderr)
-    sys.exit(0 if ok else 1)
+    harness.run_tests(rest, dump=("gateway", "fault-proxy"))
 
 
 if __name__ == "__main__":

@@ -548,13 +548,19 @@ def main():
         if not os.access(path, os.X_OK):
             print("not an executable: %s" % path, file=sys.stderr)
             sys.exit(2)
-    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
+    run_tests(rest)
+
+
+def run_tests(argv, dump=("gateway",)):
+    """Runs the module's tests and exits; on failure, the last lines of every process named in
+    `dump`, and of every process that crashed, go to stderr."""
+    prog = unittest.main(argv=[sys.argv[0]] + argv, exit=False, verbosity=2)
     ok = prog.result.wasSuccessful()
     if not ok:
         for p in _PROCESSES:
             text = p.log()
             crashed = p.proc.returncode not in (None, 0)
-            if text and (p.name == "gateway" or crashed):
+            if text and (p.name in dump or crashed):
                 tail = "\n".join(text.splitlines()[-40:])
                 print("\n---- %s (pid %d, exit %s) %s, last lines ----\n%s"
                       % (p.name, p.pid, p.proc.returncode, " ".join(p.argv), tail), file=sys.stderr)

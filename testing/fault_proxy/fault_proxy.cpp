@@ -27,14 +27,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
 #include <random>
 #include <string>
 #include <string_view>
+
+#include "idem/testing/listener.hpp"
 
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
@@ -205,12 +205,6 @@ std::string stats_json(const Stats& s) {
 }
 
 // Written then renamed, so a reader never sees half a file.
-void write_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << text << "\n";
-  std::filesystem::rename(tmp, path);
-}
-
 tcp::endpoint parse_endpoint(const std::string& text, net::io_context& ioc, const char* what) {
   const auto colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0) throw std::invalid_argument(std::string(what) + " wants HOST:PORT");
@@ -269,17 +263,13 @@ int main(int argc, char** argv) {
 
     const tcp::endpoint endpoint = parse_endpoint(o.listen, ioc, "--listen");
     tcp::acceptor acceptor{ioc};
-    acceptor.open(endpoint.protocol());
-    acceptor.set_option(net::socket_base::reuse_address(true));
-    acceptor.bind(endpoint);
-    acceptor.listen(net::socket_base::max_listen_connections);
-    const unsigned short port = acceptor.local_endpoint().port();
-    if (!o.port_file.empty()) write_file(o.port_file, std::to_string(port));
+    const unsigned short port = idem::testing::listen_on(acceptor, endpoint);
+    if (!o.port_file.empty()) idem::testing::write_file_atomically(o.port_file, std::to_string(port));
     std::cout << "idem-fault-proxy listening on " << endpoint.address().to_string() << ":" << port << " -> "
               << o.target << ", drop rate " << o.drop_rate << ", seed " << o.seed << std::endl;
 
     const auto save_stats = [&] {
-      if (!o.stats_file.empty()) write_file(o.stats_file, stats_json(proxy.stats));
+      if (!o.stats_file.empty()) idem::testing::write_file_atomically(o.stats_file, stats_json(proxy.stats));
     };
     net::signal_set stop_signals(ioc, SIGINT, SIGTERM);
     stop_signals.async_wait([&](const error_code& ec, int) {

@@ -35,8 +35,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -45,6 +43,8 @@
 #include <tuple>
 #include <unistd.h>
 #include <vector>
+
+#include "idem/testing/listener.hpp"
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
@@ -356,19 +356,10 @@ int main(int argc, char** argv) {
     tcp::endpoint endpoint{net::ip::make_address(listen_at.substr(0, colon)),
                            static_cast<unsigned short>(std::stoi(listen_at.substr(colon + 1)))};
     tcp::acceptor acceptor{ioc};
-    acceptor.open(endpoint.protocol());
-    acceptor.set_option(net::socket_base::reuse_address(true));
-    acceptor.bind(endpoint);
-    acceptor.listen(net::socket_base::max_listen_connections);
-    const unsigned short port = acceptor.local_endpoint().port();
+    const unsigned short port = idem::testing::listen_on(acceptor, endpoint);
     g_state.instance = std::to_string(::getpid()) + "." + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count() % 1000000);
 
-    if (!port_file.empty()) {
-      // Written then renamed, so a reader never sees a half-written number.
-      const std::string tmp = port_file + ".tmp";
-      std::ofstream(tmp) << port << "\n";
-      std::filesystem::rename(tmp, port_file);
-    }
+    if (!port_file.empty()) idem::testing::write_file_atomically(port_file, std::to_string(port));
     std::cout << "idem-fixture-upstream listening on " << endpoint.address().to_string() << ":" << port
               << std::endl;
 

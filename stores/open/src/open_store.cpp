@@ -60,49 +60,45 @@ std::optional<std::string> check_store_url(std::string_view url) {
          "\"; expected memory:, sqlite:PATH, postgres://..., redis://HOST:PORT or redis+cluster://HOST:PORT,...";
 }
 
-StoreResult<OpenedStore> open_store(std::string_view url, const OpenStoreOptions& options) {
-  if (auto problem = check_store_url(url)) return std::unexpected(bad_url(*problem));
+namespace {
+
+// A store that is also its own operator interface (every backend is), as OpenedStore.
+template <class Backend>
+StoreResult<OpenedStore> opened(std::string_view url, StoreResult<std::unique_ptr<Backend>> store) {
+  if (!store) return std::unexpected(std::move(store.error()));
   OpenedStore out;
   out.name = redact_store_url(url);
+  out.admin = store->get();
+  out.store = std::move(*store);
+  return out;
+}
+
+}  // namespace
+
+StoreResult<OpenedStore> open_store(std::string_view url, const OpenStoreOptions& options) {
+  if (auto problem = check_store_url(url)) return std::unexpected(bad_url(*problem));
   switch (scheme_of(url)) {
-    case Scheme::memory: {
-      auto store = std::make_unique<MemoryStore>();
-      out.admin = store.get();
-      out.store = std::move(store);
-      return out;
-    }
+    case Scheme::memory:
+      return opened(url, StoreResult<std::unique_ptr<MemoryStore>>(std::make_unique<MemoryStore>()));
     case Scheme::sqlite: {
       SqliteOptions sqlite;
       sqlite.path = std::string(sqlite_path(url));
       sqlite.clock = options.clock;
       sqlite.reaper_interval = options.reaper_interval;
-      auto store = SqliteStore::open(std::move(sqlite));
-      if (!store) return std::unexpected(std::move(store.error()));
-      out.admin = dynamic_cast<StoreAdmin*>(store->get());
-      if (!out.admin) return std::unexpected(bad_url("the sqlite store has no operator interface"));
-      out.store = std::move(*store);
-      return out;
+      return opened(url, SqliteStore::open(std::move(sqlite)));
     }
     case Scheme::postgres: {
       PostgresOptions pg;
       pg.conninfo = std::string(url);
       pg.clock = options.clock;
       pg.reaper_interval = options.reaper_interval;
-      auto store = PostgresStore::open(std::move(pg));
-      if (!store) return std::unexpected(std::move(store.error()));
-      out.admin = store->get();
-      out.store = std::move(*store);
-      return out;
+      return opened(url, PostgresStore::open(std::move(pg)));
     }
     case Scheme::redis:
     case Scheme::redis_cluster: {
       RedisOptions redis;
       redis.url = std::string(url);
-      auto store = RedisStore::open(std::move(redis));
-      if (!store) return std::unexpected(std::move(store.error()));
-      out.admin = store->get();
-      out.store = std::move(*store);
-      return out;
+      return opened(url, RedisStore::open(std::move(redis)));
     }
     case Scheme::unknown:
       break;

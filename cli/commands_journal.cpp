@@ -32,6 +32,23 @@ std::string request_text(const client::HttpRequest& r) {
   return r.method + " " + r.url + " (" + std::to_string(r.body.size()) + " bytes)";
 }
 
+// The answer to dropping the journal entry `key`, a `what` ("pending operation", "dead letter").
+int report_dropped(const client::JournalResult<void>& dropped, const std::string& key, std::string_view what,
+                   std::string_view note, const Output& o) {
+  if (!dropped) {
+    if (dropped.error().code == client::JournalErrc::not_found) {
+      return error(o, kExitFailure, "no " + std::string(what) + " with key " + json_quoted(key));
+    }
+    return journal_error(o, dropped.error());
+  }
+  if (o.json) {
+    write_json(o.out, {{"dropped", key}});
+  } else {
+    o.out << "dropped " << what << ' ' << key << note << '\n';
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int run_pending(client::Journal& journal, const Output& o) {
@@ -61,19 +78,7 @@ int run_pending(client::Journal& journal, const Output& o) {
 }
 
 int run_drop_pending(client::Journal& journal, const std::string& key, const Output& o) {
-  auto dropped = journal.drop_pending(key);
-  if (!dropped) {
-    if (dropped.error().code == client::JournalErrc::not_found) {
-      return error(o, kExitFailure, "no pending operation with key " + json_quoted(key));
-    }
-    return journal_error(o, dropped.error());
-  }
-  if (o.json) {
-    write_json(o.out, {{"dropped", key}});
-  } else {
-    o.out << "dropped pending operation " << key << " (not sent again)\n";
-  }
-  return kExitOk;
+  return report_dropped(journal.drop_pending(key), key, "pending operation", " (not sent again)", o);
 }
 
 int run_dead_letters(client::Journal& journal, const Output& o) {
@@ -132,19 +137,7 @@ int run_retry_dead_letter(client::Client& client, const std::string& key, const 
 }
 
 int run_drop_dead_letter(client::Journal& journal, const std::string& key, const Output& o) {
-  auto dropped = journal.drop_dead_letter(key);
-  if (!dropped) {
-    if (dropped.error().code == client::JournalErrc::not_found) {
-      return error(o, kExitFailure, "no dead letter with key " + json_quoted(key));
-    }
-    return journal_error(o, dropped.error());
-  }
-  if (o.json) {
-    write_json(o.out, {{"dropped", key}});
-  } else {
-    o.out << "dropped dead letter " << key << '\n';
-  }
-  return kExitOk;
+  return report_dropped(journal.drop_dead_letter(key), key, "dead letter", "", o);
 }
 
 int run_resume(client::Client& client, const std::string& journal_path, const Output& o) {

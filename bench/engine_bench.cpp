@@ -1,0 +1,130 @@
+// The engine's whole cost for one idempotent request: begin (key parsing, fingerprint, claim)
+// and finish (completion with a stored response), through the memory and the SQLite store
+// (synchronous = FULL), from 1 and 8 threads. The baseline of the same run is the store alone
+// (claim + complete with a precomputed request), so the ratio shows what the engine adds.
+//
+// SQLite files go to $IDEM_BENCH_DIR, else the system temporary directory: put it on the disk
+// you mean to measure.
+#include <benchmark/benchmark.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "idem/engine.hpp"
+#include "idem/memory_store.hpp"
+#include "idem/sqlite_store.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+enum class Backend { memory, sqlite };
+
+// One store (and its directory) per benchmark run, shared by the run's threads.
+struct Run {
+  explicit Run(Backend backend) {
+    if (backend == Backend::memory) {
+      store = std::make_unique<idem::MemoryStore>();
+      return;
+    }
+    const char* base = std::getenv("IDEM_BENCH_DIR");
+    std::string pattern =
+        ((base ? std::filesystem::path(base) : std::filesystem::temp_directory_path()) / "idem-engine-bench-XXXXXX")
+            .string();
+    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp " + pattern);
+    dir = pattern;
+    idem::SqliteOptions options;
+    options.path = (dir / "bench.db").string();
+    auto opened = idem::SqliteStore::open(options);
+    if (!opened) throw std::runtime_error(opened.error().message);
+    store = std::move(*opened);
+  }
+  ~Run() {
+    store.reset();
+    std::error_code ignored;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
+  }
+  std::filesystem::path dir;
+  std::unique_ptr<idem::Store> store;
+  std::atomic<std::uint64_t> next_token{1};
+};
+// One Run per benchmark run, made before its threads start and deleted after they end.
+Run* g_run = nullptr;
+void start_memory(const benchmark::State&) { g_run = new Run(Backend::memory); }
+void start_sqlite(const benchmark::State&) { g_run = new Run(Backend::sqlite); }
+void stop(const benchmark::State&) {
+  delete g_run;
+  g_run = nullptr;
+}
+
+const std::string kBody = R"({"amount":100,"currency":"EUR","reference":"bench"})";
+const idem::StoredResponse kResponse{201, {{"Content-Type", "application/json"}}, R"({"id":"pay_1","amount":100})"};
+
+void engine_begin_finish(benchmark::State& state) {
+  idem::Engine engine(*g_run->store);
+  const idem::Policy policy;
+  // Keys of at least 16 characters (the default key rules).
+  const std::string prefix = "bench-engine-key-" + std::to_string(state.thread_index()) + "-";
+  std::uint64_t i = 0;
+  for (auto _ : state) {
+    const std::string key = prefix + std::to_string(i++);
+    const idem::HeaderView headers[] = {{"Content-Type", "application/json"}, {"Idempotency-Key", key}};
+    const idem::RequestView request{"POST", "/v1/payments", "", headers, kBody};
+    const idem::Decision d = engine.begin_and_wait(policy, request, "bench-tenant");
+    if (d.verdict != idem::Verdict::execute) {
+      state.SkipWithError("begin did not execute");
+      break;
+    }
+    auto finished = engine.finish_and_wait(*d.ticket, kResponse);
+    if (!finished || *finished != idem::FinishStatus::stored) {
+      state.SkipWithError("finish did not store");
+      break;
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void store_claim_complete(benchmark::State& state) {
+  idem::BlockingStore blocking(*g_run->store);
+  const auto now = idem::SystemClock::instance().now();
+  const std::string prefix = "bench-raw-" + std::to_string(state.thread_index()) + "-";
+  std::uint64_t i = 0;
+  for (auto _ : state) {
+    idem::ClaimRequest claim;
+    claim.id = idem::RecordId{"bench-tenant", prefix + std::to_string(i++)};
+    claim.request_hash = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    claim.token = g_run->next_token++;
+    claim.now = now;
+    claim.lease_expires = now + 60s;
+    claim.expires = now + 24h;
+    const idem::Fence fence{claim.id, claim.token};
+    auto claimed = blocking.claim(std::move(claim));
+    if (!claimed || claimed->status != idem::ClaimStatus::claimed) {
+      state.SkipWithError("claim failed");
+      break;
+    }
+    auto done = blocking.complete(idem::CompleteRequest{fence, kResponse, now, now + 24h});
+    if (!done || *done != idem::FenceStatus::ok) {
+      state.SkipWithError("complete failed");
+      break;
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+BENCHMARK(engine_begin_finish)->Name("engine_begin_finish/memory")->Setup(start_memory)->Teardown(stop)
+    ->Threads(1)->Threads(8)->UseRealTime();
+BENCHMARK(store_claim_complete)->Name("store_claim_complete/memory")->Setup(start_memory)->Teardown(stop)
+    ->Threads(1)->Threads(8)->UseRealTime();
+BENCHMARK(engine_begin_finish)->Name("engine_begin_finish/sqlite")->Setup(start_sqlite)->Teardown(stop)
+    ->Threads(1)->Threads(8)->UseRealTime()->MinTime(2.0);
+BENCHMARK(store_claim_complete)->Name("store_claim_complete/sqlite")->Setup(start_sqlite)->Teardown(stop)
+    ->Threads(1)->Threads(8)->UseRealTime()->MinTime(2.0);
+
+}  // namespace
+
+BENCHMARK_MAIN();

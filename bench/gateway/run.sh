@@ -14,12 +14,17 @@
 # wrk sends POSTs with a fresh Idempotency-Key each (bench/gateway/post.lua), so every request
 # through the gateway is a claim + execute + complete, never a replay. The run fails if a case
 # answers anything but 2xx, or a gateway case has socket errors.
+# The cases run in rounds (a, b, c, ... then again), because the speed of a shared virtual machine
+# drifts by tens of percent within a minute: each case reports its median round, and each ratio
+# is the median of the ratios measured within one round.
 # PostgreSQL and the Redis servers are started fresh (scripts/lib/servers.sh) under the run's
 # temporary directory, only when a store needs them, and stopped at exit.
 #
 # usage: bench/gateway/run.sh [--quick] [--gateway PATH] [--out-dir DIR] [--stores LIST]
-#                             [--duration SECONDS] [--threads N] [--connections N]
-#   --quick     2 s per case, no warm-up: proves the script works (CI); figures not meaningful
+#                             [--duration SECONDS] [--rounds N] [--threads N] [--connections N]
+#   --quick     1 round, 2 s per case, no warm-up: proves the script works (CI); figures not
+#               meaningful
+#   --rounds    how many times every case runs (default 3)
 #   --out-dir   where results.md, results.dat and the PNG go. Default: update docs/benchmarks.md
 #               (section "## Gateway") and docs/img/gateway_bench.png
 #   --stores    comma-separated subset of memory,sqlite,redis,postgres,redis-cluster (default:
@@ -36,21 +41,25 @@ duration=10
 threads=2
 connections=64
 warmup=2
+rounds=3
 all_stores=memory,sqlite,redis,postgres,redis-cluster
 stores=$all_stores
 while (($#)); do
   case "$1" in
-    --quick) duration=2; warmup=0; shown_args+=("$1"); shift ;;
+    --quick) duration=2; warmup=0; rounds=1; shown_args+=("$1"); shift ;;
     --gateway) gateway=$2; shift 2 ;;
     --out-dir) out_dir=$2; shift 2 ;;
     --stores) stores=$2; shown_args+=("$1" "$2"); shift 2 ;;
     --duration) duration=$2; shown_args+=("$1" "$2"); shift 2 ;;
+    --rounds) rounds=$2; shown_args+=("$1" "$2"); shift 2 ;;
     --threads) threads=$2; shown_args+=("$1" "$2"); shift 2 ;;
     --connections) connections=$2; shown_args+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
+
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rounds: expected a positive integer, got \"$rounds\"" >&2; exit 2; }
 
 # want STORE: whether --stores selected it.
 declare -A selected=()
@@ -253,8 +262,8 @@ server_pids() {
   esac
 }
 
-# bench LABEL URL PROXY_PID [STORE_PIDS]: one wrk run; appends "label req/s p50_ms p99_ms non2xx
-# socket_errors cpu_us_per_request(wrk proxy upstream store)" to $results. PROXY_PID is what sits
+# bench LABEL URL PROXY_PID [STORE_PIDS]: one wrk run; appends "round label req/s p50_ms p99_ms
+# non2xx socket_errors cpu_us_per_request(wrk proxy upstream store)" to $results. PROXY_PID is what sits
 # between wrk and the upstream (none for (a)).
 bench() {
   local label=$1 url=$2 proxy_pid=$3 store_pids=${4:-} out="$work/wrk.$RANDOM.txt"
@@ -275,12 +284,13 @@ bench() {
   [ -n "$proxy_pid" ] && px1=$(ticks "$proxy_pid")
   # shellcheck disable=SC2086
   [ -n "$store_pids" ] && st1=$(ticks $store_pids)
-  "$py" - "$label" "$out" "$tick" "$wrk0" "$wrk1" "$px0" "$px1" "$up0" "$up1" "$st0" "$st1" "$store_pids" \
+  "$py" - "$label" "$out" "$tick" "$wrk0" "$wrk1" "$px0" "$px1" "$up0" "$up1" "$st0" "$st1" "$store_pids" "$round" \
     >>"$results" <<'EOF'
 import re, sys
 label, path = sys.argv[1], sys.argv[2]
 tick, wrk0, wrk1, px0, px1, up0, up1, st0, st1 = map(float, sys.argv[3:12])
 has_store = bool(sys.argv[12].strip())
+round_no = sys.argv[13]
 text = open(path).read()
 def ms(v):
     n, unit = re.match(r"([\d.]+)(us|ms|s|m)", v).groups()
@@ -294,7 +304,7 @@ done = int(re.search(r"(\d+) requests in", text).group(1))
 us = lambda seconds: "%.1f" % (seconds * 1e6 / done)
 cpu = [us(wrk1 - wrk0), us((px1 - px0) / tick) if label[:3] != "(a)" else "-", us((up1 - up0) / tick),
        us((st1 - st0) / tick) if has_store else "-"]
-print("%s\t%.0f\t%.3f\t%.3f\t%d\t%d\t%s" % (label, rps, ms(lat["50"]), ms(lat["99"]),
+print("%s\t%s\t%.0f\t%.3f\t%.3f\t%d\t%d\t%s" % (round_no, label, rps, ms(lat["50"]), ms(lat["99"]),
       int(bad.group(1)) if bad else 0, sum(map(int, re.findall(r"\d+", errs.group(1)))) if errs else 0,
       "\t".join(cpu)))
 EOF
@@ -302,39 +312,74 @@ EOF
 }
 
 # The PostgreSQL ceiling at wrk's concurrency: appends "1tx/s 2tx/s" to $work/pgbench.tsv.
+# (One line per round; the report takes the medians.)
 pgbench_ceiling() {
   bash "$root/stores/postgres/bench/pgbench.sh" --clients "$connections" --seconds "$duration" \
     "$IDEM_TEST_POSTGRES_URL" >"$work/pgbench.txt" 2>"$work/pgbench.log"
   awk -v c="$connections" '$1 == c && $2 + 0 > 0 && $3 + 0 > 0 { print $2 "\t" $3; n++ }
-    END { exit n != 1 }' "$work/pgbench.txt" >"$work/pgbench.tsv" ||
+    END { exit n != 1 }' "$work/pgbench.txt" >"$work/pgbench.round" ||
     { echo "run.sh: no pgbench figures for $connections clients:" >&2; cat "$work/pgbench.txt" >&2; return 1; }
-  echo "  pgbench claim+complete, $connections clients: $(tr '\t' ' ' <"$work/pgbench.tsv") (1tx/s 2tx/s)" >&2
+  cat "$work/pgbench.round" >>"$work/pgbench.tsv"
+  echo "  pgbench claim+complete, $connections clients: $(tr '\t' ' ' <"$work/pgbench.round") (1tx/s 2tx/s)" >&2
 }
 
 load_before=$(cut -d' ' -f1 /proc/loadavg)
-echo "run.sh: wrk -t$threads -c$connections -d${duration}s per case (warm-up ${warmup}s); load average $load_before" >&2
+echo "run.sh: $rounds round(s) of wrk -t$threads -c$connections -d${duration}s per case (warm-up ${warmup}s); load average $load_before" >&2
 if awk -v l="$load_before" -v c="$(nproc)" 'BEGIN { exit !(l > c) }'; then
   echo "run.sh: warning: load average $load_before above $(nproc) cores: other work will skew the figures" >&2
 fi
-bench "(a) upstream alone" "http://127.0.0.1:$upstream_port/" ""
-bench "(b) nginx proxy" "http://127.0.0.1:$proxy_port/" "${pid_of[proxy]}"
-for c in "${cases[@]}"; do
-  IFS='|' read -r name label url <<<"$c"
-  bench "$label" "http://127.0.0.1:${gw_port[$name]}/" "${pid_of[gw-$name]}" "$(server_pids "$name")"
-  # Right after (f), against the same server and with (f)'s rows in it.
-  if [ "$name" = postgres ]; then pgbench_ceiling; fi
+for round in $(seq "$rounds"); do
+  ((rounds == 1)) || echo "run.sh: round $round of $rounds" >&2
+  bench "(a) upstream alone" "http://127.0.0.1:$upstream_port/" ""
+  bench "(b) nginx proxy" "http://127.0.0.1:$proxy_port/" "${pid_of[proxy]}"
+  for c in "${cases[@]}"; do
+    IFS='|' read -r name label url <<<"$c"
+    bench "$label" "http://127.0.0.1:${gw_port[$name]}/" "${pid_of[gw-$name]}" "$(server_pids "$name")"
+    # Right after (f), against the same server and with (f)'s rows in it.
+    if [ "$name" = postgres ]; then pgbench_ceiling; fi
+  done
 done
 
 # Every request must have succeeded (fresh keys: every gateway request executed): no non-2xx
 # answer in any case, no socket error in a gateway case (nginx's are only reported).
 if ! awk -F'\t' '
-    $5 > 0 { printf "run.sh: %s: %d non-2xx responses\n", $1, $5; bad = 1 }
-    $6 > 0 && $1 ~ /idem-gateway/ { printf "run.sh: %s: %d socket errors\n", $1, $6; bad = 1 }
-    $6 > 0 && $1 !~ /idem-gateway/ { printf "run.sh: warning: %s: %d socket errors\n", $1, $6 }
+    $6 > 0 { printf "run.sh: %s, round %d: %d non-2xx responses\n", $2, $1, $6; bad = 1 }
+    $7 > 0 && $2 ~ /idem-gateway/ { printf "run.sh: %s, round %d: %d socket errors\n", $2, $1, $7; bad = 1 }
+    $7 > 0 && $2 !~ /idem-gateway/ { printf "run.sh: warning: %s, round %d: %d socket errors\n", $2, $1, $7 }
     END { exit bad }' "$results" >&2; then
   echo "run.sh: failed: a case did not answer every request with 2xx; nothing written" >&2
   exit 1
 fi
+
+# One row per case, in run order: its median round by req/s (with that round's latencies and CPU),
+# non-2xx and socket errors summed over the rounds. And per gateway case, the ratio to (b) within
+# each round and their median.
+summary="$work/summary.tsv"
+ratios="$work/ratios.tsv"
+"$py" - "$results" "$summary" "$ratios" <<'EOF'
+import statistics, sys
+results, summary, ratios = sys.argv[1:]
+rows = [l.rstrip("\n").split("\t") for l in open(results) if l.strip()]
+labels = list(dict.fromkeys(r[1] for r in rows))
+def median_row(runs):
+    ordered = sorted(runs, key=lambda r: float(r[2]))
+    return ordered[(len(ordered) - 1) // 2]  # the lower median: a real round, never an average
+with open(summary, "w") as out:
+    for label in labels:
+        runs = [r for r in rows if r[1] == label]
+        m = median_row(runs)
+        bad = sum(int(r[5]) for r in runs)
+        errs = sum(int(r[6]) for r in runs)
+        out.write("\t".join([label, m[2], m[3], m[4], str(bad), str(errs)] + m[7:]) + "\n")
+with open(ratios, "w") as out:
+    proxy = {r[0]: float(r[2]) for r in rows if r[1].startswith("(b)")}
+    for label in labels:
+        if "idem-gateway" not in label:
+            continue
+        per_round = [float(r[2]) / proxy[r[0]] for r in rows if r[1] == label]
+        out.write("%s\t%.4f\t%s\n" % (label[:3], statistics.median(per_round),
+                                      " ".join("%.2f" % v for v in per_round)))
+EOF
 
 # Facts about the servers, for the notes.
 journal="?"
@@ -361,51 +406,68 @@ want redis-cluster && redis_facts_g=$(redis_facts "${IDEM_TEST_REDIS_CLUSTER_NOD
 mkdir -p "${out_dir:-$root/docs/img}"
 dat="$work/results.dat"
 # Short labels for the plot's axis: "(c) gateway memory".
-awk -F'\t' '{ sub(/idem-gateway /, "gateway ", $1); printf "\"%s\" %s %s %s\n", $1, $2, $3, $4 }' "$results" >"$dat"
+awk -F'\t' '{ sub(/idem-gateway /, "gateway ", $1); printf "\"%s\" %s %s %s\n", $1, $2, $3, $4 }' "$summary" >"$dat"
 png_dir=${out_dir:-$root/docs/img}
 png="$png_dir/gateway_bench.png"
 cores=$(nproc)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
-subtitle="wrk -t$threads -c$connections -d${duration}s, POST with a fresh Idempotency-Key; $cores cores ($cpu) shared by wrk, nginx, the gateway${servers[0]:+ and the store servers}"
+subtitle="wrk -t$threads -c$connections -d${duration}s (median of $rounds), POST with a fresh Idempotency-Key; $cores cores ($cpu) shared by wrk, nginx, the gateway${servers[0]:+ and the store servers}"
 gnuplot -e "datafile='$dat'; outfile='$png'; subtitle='$subtitle'" "$here/plot.gp"
 
 command_line="bench/gateway/run.sh${shown_args[*]:+ ${shown_args[*]}}"
 section="$work/section.md"
-"$py" - "$results" "$section" "$command_line" "$threads" "$connections" "$duration" "$cores" "$cpu" \
+"$py" - "$summary" "$section" "$command_line" "$threads" "$connections" "$duration" "$cores" "$cpu" \
   "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
      [ -n "$(git -C "$root" status --porcelain -- core http gateway stores 2>/dev/null)" ] &&
      echo ' (with uncommitted changes)')" "$(date -u +%Y-%m-%d)" \
   "$(wrk --version 2>&1 | head -1 | awk '{print $2}')" "$("$nginx_bin" -v 2>&1 | sed 's/.*nginx\///')" "$journal" "$warmup" \
-  "$load_before" "$work/pgbench.tsv" "$pg_facts" "$redis_facts_e" "$redis_facts_g" <<'EOF'
-import os, sys
+  "$load_before" "$work/pgbench.tsv" "$pg_facts" "$redis_facts_e" "$redis_facts_g" "$ratios" "$rounds" <<'EOF'
+import os, statistics, sys
 (results, out, cmd, threads, conns, dur, cores, cpu, commit, day, wrk_v, nginx_v, journal, warm, load,
- pgbench, pg_facts, redis_e, redis_g) = sys.argv[1:]
+ pgbench, pg_facts, redis_e, redis_g, ratio_file, rounds) = sys.argv[1:]
 rows = [l.rstrip("\n").split("\t") for l in open(results) if l.strip()]
 by = {r[0][:3]: r for r in rows}
 b = float(by["(b)"][1])
 def rate(case): return float(by[case][1])
-ceiling = [float(v) for v in open(pgbench).read().split()] if os.path.exists(pgbench) else None
+# Per gateway case: the median of its per-round ratios to (b), and those ratios.
+ratio_of = {}
+for line in open(ratio_file):
+    case, median, per_round = line.rstrip("\n").split("\t")
+    ratio_of[case] = (float(median), per_round)
+def ratio(case, goal):
+    median, per_round = ratio_of[case]
+    rounds_note = " (rounds: %s)" % per_round.replace(" ", ", ") if int(rounds) > 1 else ""
+    return "**%s/(b) = %.2f** (goal ≥ %s)%s" % (case, median, goal, rounds_note)
+ceiling = None
+if os.path.exists(pgbench):
+    per_round = [[float(v) for v in l.split()] for l in open(pgbench) if l.strip()]
+    ceiling = [statistics.median(r[i] for r in per_round) for i in (0, 1)]
 lines = []
 lines.append("## Gateway\n")
 lines.append("idem-gateway against nginx in one run, same upstream: a static nginx answering `return 200 \"ok\"`.")
 lines.append("wrk sends POSTs, each with a fresh `Idempotency-Key` and a 51-byte JSON body "
              "(`bench/gateway/post.lua`), so every gateway request claims, executes and completes a record.\n")
+if int(rounds) > 1:
+    lines.append("Every case ran %s times, in rounds; each row is the case's median round, and each ratio is "
+                 "the median of the ratios within a round (the speed of these shared cores drifts between "
+                 "rounds, and (b) and a gateway case of one round ran a minute apart at most).\n" % rounds)
 lines.append("| case | req/s | p50 (ms) | p99 (ms) | vs (b) | non-2xx | socket errors |")
 lines.append("|---|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     label, rps, p50, p99, bad, errs = r[0], float(r[1]), float(r[2]), float(r[3]), r[4], r[5]
-    lines.append("| %s | %.0f | %.2f | %.2f | %.2f | %s | %s |" % (label, rps, p50, p99, rps / b, bad, errs))
+    versus = ratio_of[label[:3]][0] if label[:3] in ratio_of else rps / b
+    lines.append("| %s | %.0f | %.2f | %.2f | %.2f | %s | %s |" % (label, rps, p50, p99, versus, bad, errs))
 if ceiling:
     lines.append("| *ceiling, not an HTTP case:* pgbench claim+complete, 1 tx (PostgreSQL only) "
                  "| %.0f | – | – | – | – | – |" % ceiling[0])
     lines.append("| *ceiling, not an HTTP case:* pgbench claim+complete, 2 tx (PostgreSQL only) "
                  "| %.0f | – | – | – | – | – |" % ceiling[1])
 ratios = []
-if "(c)" in by: ratios.append("**(c)/(b) = %.2f** (goal ≥ 0.9)" % (rate("(c)") / b))
-if "(d)" in by: ratios.append("**(d)/(b) = %.2f** (goal ≥ 0.5)" % (rate("(d)") / b))
-if "(e)" in by: ratios.append("**(e)/(b) = %.2f** (goal ≥ 0.65)" % (rate("(e)") / b))
+if "(c)" in by: ratios.append(ratio("(c)", "0.9"))
+if "(d)" in by: ratios.append(ratio("(d)", "0.5"))
+if "(e)" in by: ratios.append(ratio("(e)", "0.65"))
 if "(f)" in by and ceiling:
-    ratios.append("**(f)/pgbench 1tx = %.2f** (goal ≥ 1.0)" % (rate("(f)") / ceiling[0]))
+    ratios.append("**(f)/pgbench 1tx = %.2f** (goal ≥ 1.0; medians)" % (rate("(f)") / ceiling[0]))
     ratios.append("**(f)/pgbench 2tx = %.2f**" % (rate("(f)") / ceiling[1]))
 lines.append("")
 lines.append("Where the CPU goes: microseconds of CPU (user + system) per request, for each process of "
@@ -423,8 +485,8 @@ if ratios:
     lines.append("Ratios: " + ", ".join(ratios) + ".")
     lines.append("")
 lines.append("![gateway benchmark](img/gateway_bench.png)\n")
-lines.append("- Command: `%s` (wrk `-t%s -c%s -d%ss --latency`, %s s warm-up per case; "
-             "`--quick` for a 2 s smoke run)." % (cmd, threads, conns, dur, warm))
+lines.append("- Command: `%s` (%s round(s) of wrk `-t%s -c%s -d%ss --latency`, %s s warm-up per case; "
+             "`--quick` for one 2 s smoke round)." % (cmd, rounds, threads, conns, dur, warm))
 lines.append("- Machine: %s cores (%s), load average %s when the run started. wrk, both nginx processes, "
              "the gateway and the store servers share the cores, so every case pays for its load generator; "
              "read the ratios, not the absolute numbers." % (cores, cpu, load))

@@ -1,16 +1,24 @@
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <mutex>
-#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "idem/store.hpp"
 #include "idem/store_admin.hpp"
 
 namespace idem {
 
-/// Records in a mutex-guarded map: for tests and single-process use. Nothing survives the
+/// Records in a mutex-guarded hash table: for tests and single-process use. Nothing survives the
 /// process. Callbacks run inline, on the caller's thread, before each call returns.
+///
+/// Claims, completions and lookups cost O(1). Purging touches only what expired. `list` reads
+/// every record to page through them in (tenant, key) order: O(records) per page.
 class MemoryStore final : public Store, public StoreAdmin {
  public:
   void claim(ClaimRequest request, Callback<ClaimResult> done) override;
@@ -28,16 +36,36 @@ class MemoryStore final : public Store, public StoreAdmin {
   void count(TimePoint now, Callback<StateCounts> done) override;
 
  private:
-  using Key = std::pair<std::string, std::string>;
+  using Key = std::pair<std::string, std::string>;             // (tenant, key)
+  using KeyView = std::pair<std::string_view, std::string_view>;  // looks a Key up without copying it
+  // Transparent, so lookups take a KeyView.
+  struct KeyHash {
+    using is_transparent = void;
+    std::size_t operator()(const KeyView& k) const noexcept;
+    std::size_t operator()(const Key& k) const noexcept { return (*this)(KeyView(k.first, k.second)); }
+  };
+  struct KeyEqual {
+    using is_transparent = void;
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const noexcept {
+      return std::string_view(a.first) == std::string_view(b.first) &&
+             std::string_view(a.second) == std::string_view(b.second);
+    }
+  };
+  using Records = std::unordered_map<Key, Record, KeyHash, KeyEqual>;
+
   Record* find_held(const Fence& fence);                // requires mutex_
   Record* find_live(const RecordId& id, TimePoint now);  // requires mutex_; unexpired only
-  void set_expiry(const Key& key, Record& r, TimePoint expires);  // requires mutex_
-  void erase(std::map<Key, Record>::iterator it);       // requires mutex_
+  void set_expiry(const RecordId& id, Record& r, TimePoint expires);  // requires mutex_
+  void index_expiry(Key key, TimePoint expires);                       // requires mutex_
 
   std::mutex mutex_;
-  std::map<Key, Record> records_;
-  // (expires, key) for every record, so purging touches only what expired instead of scanning.
-  std::set<std::pair<TimePoint, Key>> by_expiry_;
+  Records records_;
+  // The expiry index: for each second, the keys of the records that expire within it. Purging
+  // walks the seconds that have passed and nothing else. An entry can be stale (the record was
+  // released, or its expiry moved to another second when it completed); purging checks each
+  // against the record and drops the stale ones.
+  std::map<std::int64_t, std::vector<Key>> expiring_;
 };
 
 }  // namespace idem

@@ -15,7 +15,7 @@ std::int64_t second_of(TimePoint t) {
 
 }  // namespace
 
-std::size_t MemoryStore::KeyHash::operator()(const KeyView& k) const noexcept {
+std::size_t MemoryStore::KeyHash::operator()(const KeyView& k) const {
   const std::size_t tenant = std::hash<std::string_view>{}(k.first);
   const std::size_t key = std::hash<std::string_view>{}(k.second);
   return key ^ (tenant + 0x9e3779b97f4a7c15ULL + (key << 6) + (key >> 2));

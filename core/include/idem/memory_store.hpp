@@ -38,11 +38,13 @@ class MemoryStore final : public Store, public StoreAdmin {
  private:
   using Key = std::pair<std::string, std::string>;             // (tenant, key)
   using KeyView = std::pair<std::string_view, std::string_view>;  // looks a Key up without copying it
-  // Transparent, so lookups take a KeyView.
+  // Transparent, so lookups take a KeyView. Not noexcept on purpose: libstdc++ then keeps each
+  // node's hash, so walking a bucket and growing the table compare and move stored hashes
+  // instead of hashing every key they pass again.
   struct KeyHash {
     using is_transparent = void;
-    std::size_t operator()(const KeyView& k) const noexcept;
-    std::size_t operator()(const Key& k) const noexcept { return (*this)(KeyView(k.first, k.second)); }
+    std::size_t operator()(const KeyView& k) const;
+    std::size_t operator()(const Key& k) const { return (*this)(KeyView(k.first, k.second)); }
   };
   struct KeyEqual {
     using is_transparent = void;

@@ -110,7 +110,7 @@ Task<UpstreamPool::Acquired> UpstreamPool::acquire(bool fresh) {
     shared_.upstream.request_refresh();
     co_return out;
   }
-  auto conn = std::make_unique<UpstreamConn>(io_.get_executor());
+  auto conn = std::make_unique<UpstreamConn>(deadlines_, io_.get_executor());
   conn->stream.expires_after(shared_.config.upstream_connect_timeout);
   co_await conn->stream.async_connect(*endpoints, with(out.ec));
   if (out.ec) {
@@ -145,7 +145,7 @@ void UpstreamPool::sweep() {
 // Sessions
 
 struct Session {
-  Session(Worker& w, Socket socket) : worker(w), stream(std::move(socket)) {
+  Session(Worker& w, Socket socket) : worker(w), stream(w.deadlines, std::move(socket)) {
     next = w.sessions;
     if (next) next->prev = this;
     w.sessions = this;

@@ -2,6 +2,7 @@
 
 #include "worker.hpp"
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -103,6 +104,7 @@ struct Gateway::Impl {
   Task<void> reaper();
   Task<void> resolve_upstream();
   Task<void> housekeeping(Worker& w);
+  Task<void> watch_deadlines(Worker& w);
   Task<void> drain();
   void on_signal();
   void stop_all();
@@ -179,7 +181,10 @@ void Gateway::Impl::run() {
     reaper_timer.emplace(io);
     asio::co_spawn(io, reaper(), LogFailure{"reaper"});
   }
-  for (auto& w : workers) asio::co_spawn(*w->io, housekeeping(*w), LogFailure{"housekeeping"});
+  for (auto& w : workers) {
+    asio::co_spawn(*w->io, housekeeping(*w), LogFailure{"housekeeping"});
+    asio::co_spawn(*w->io, watch_deadlines(*w), LogFailure{"deadlines"});
+  }
   beast::error_code not_literal;
   asio::ip::make_address(config.upstream.host, not_literal);
   if (not_literal) {  // an IP address never changes; a name may
@@ -240,6 +245,28 @@ Task<void> Gateway::Impl::housekeeping(Worker& w) {
     if (ec) co_return;
     log::flush();
     if (tick % 4 == 0) w.pool.sweep();
+  }
+}
+
+// How often each event loop looks for operations past their deadline (TimedStream): an eighth
+// of the shortest timeout (the lingering close's second included), between 5 ms and 250 ms. A
+// timeout fires at most one tick late.
+static std::chrono::milliseconds deadline_tick(const Config& c) {
+  const Millis shortest = std::min({c.client_timeout, c.idle_timeout, c.upstream_timeout,
+                                    c.upstream_connect_timeout, Millis(std::chrono::seconds(1))});
+  return std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(shortest) / 8,
+                    std::chrono::milliseconds(5), std::chrono::milliseconds(250));
+}
+
+Task<void> Gateway::Impl::watch_deadlines(Worker& w) {
+  asio::steady_timer timer(*w.io);
+  const auto tick = deadline_tick(config);
+  for (;;) {
+    timer.expires_after(tick);
+    beast::error_code ec;
+    co_await timer.async_wait(with(ec));
+    if (ec) co_return;
+    w.deadlines.sweep(Deadlines::Clock::now());
   }
 }
 
@@ -348,7 +375,7 @@ Task<std::optional<std::string>> Gateway::Impl::ready() {
 }
 
 Task<void> Gateway::Impl::admin_session(Socket socket) {
-  Stream stream(std::move(socket));
+  Stream stream(workers[0]->deadlines, std::move(socket));
   beast::flat_buffer buffer;
   for (;;) {
     bhttp::request_parser<bhttp::empty_body> parser;

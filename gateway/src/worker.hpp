@@ -10,7 +10,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -25,6 +24,7 @@
 #include "idem/gateway/metrics.hpp"
 #include "idem/gateway/routes.hpp"
 #include "idem/http/beast.hpp"
+#include "timed_stream.hpp"
 
 namespace idem::gateway {
 
@@ -33,13 +33,12 @@ namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 
 // Every coroutine, socket and stream of the gateway runs on one io_context, so they name its
-// executor type instead of the type-erased any_io_executor, whose copies, moves and property
-// queries go through function pointers on every operation of the request path.
-using Executor = asio::io_context::executor_type;
+// executor type (Executor, timed_stream.hpp) instead of the type-erased any_io_executor, whose
+// copies, moves and property queries go through function pointers on every operation of the
+// request path.
 template <class T>
 using Task = asio::awaitable<T, Executor>;
-using Socket = asio::basic_stream_socket<tcp, Executor>;
-using Stream = beast::basic_stream<tcp, Executor>;
+using Stream = TimedStream;
 using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
 inline constexpr asio::use_awaitable_t<Executor> kAwait{};
 
@@ -92,7 +91,7 @@ struct Shared {
 
 /// One upstream connection and the bytes read from it but not yet parsed.
 struct UpstreamConn {
-  explicit UpstreamConn(const Executor& ex) : stream(ex) {}
+  UpstreamConn(Deadlines& deadlines, const Executor& ex) : stream(deadlines, ex) {}
   Stream stream;
   beast::flat_buffer buffer;
   std::chrono::steady_clock::time_point idle_since{};
@@ -104,8 +103,8 @@ struct UpstreamConn {
 /// connection that sat idle for a second or more (see acquire).
 class UpstreamPool {
  public:
-  UpstreamPool(asio::io_context& io, const Shared& shared, MetricsShard& metrics)
-      : io_(io), shared_(shared), metrics_(metrics) {}
+  UpstreamPool(asio::io_context& io, Deadlines& deadlines, const Shared& shared, MetricsShard& metrics)
+      : io_(io), deadlines_(deadlines), shared_(shared), metrics_(metrics) {}
 
   /// A connection: a pooled one unless `fresh`, else a new one. On failure `conn` is null and
   /// `ec` says why; nothing was sent anywhere.
@@ -128,6 +127,7 @@ class UpstreamPool {
 
  private:
   asio::io_context& io_;
+  Deadlines& deadlines_;
   const Shared& shared_;
   MetricsShard& metrics_;
   std::vector<std::unique_ptr<UpstreamConn>> idle_;
@@ -139,12 +139,13 @@ struct Session;
 class Worker {
  public:
   Worker(std::size_t index, const Shared& shared, MetricsShard& metrics)
-      : index(index), shared(shared), metrics(metrics), pool(*io, shared, metrics) {}
+      : index(index), shared(shared), metrics(metrics), pool(*io, deadlines, shared, metrics) {}
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
   std::unique_ptr<asio::io_context> io = std::make_unique<asio::io_context>(1);
+  Deadlines deadlines;  // of every stream on this loop; swept by Gateway::Impl::watch_deadlines
   const std::size_t index;
   const Shared& shared;
   MetricsShard& metrics;

@@ -209,6 +209,9 @@ wait_http -X POST "http://127.0.0.1:$upstream_port/"
 wait_http -X POST "http://127.0.0.1:$proxy_port/"
 IDEM_BENCH_RUN="$(date +%s)$$"
 export IDEM_BENCH_RUN
+# Every wrk run (warm-ups included) gets its own number, so no run sends another's keys.
+IDEM_BENCH_INVOCATION=0
+export IDEM_BENCH_INVOCATION
 
 # The gateway cases, in run order: store name (--stores), label, store URL.
 cases=()
@@ -221,12 +224,13 @@ want redis-cluster && cases+=("redis-cluster|(g) idem-gateway redis cluster|$IDE
 # Every gateway starts now (an unusable store fails the run before any measurement) and must
 # answer one POST. Each has its own store: the Redis servers and PostgreSQL are fresh, and the
 # PostgreSQL store creates its table (schema public) itself.
-declare -A gw_port=()
+declare -A gw_port=() gw_admin=()
 for c in "${cases[@]}"; do
   IFS='|' read -r name label url <<<"$c"
   read -r port admin < <(free_ports 2)
   start_gateway "gw-$name" "$url" "$port" "$admin"
   gw_port[$name]=$port
+  gw_admin[$name]=$admin
   curl -fsS -o /dev/null -X POST -H "Idempotency-Key: bench-smoke-$IDEM_BENCH_RUN-$name" "http://127.0.0.1:$port/" ||
     { echo "run.sh: the $name gateway does not answer a POST with 2xx" >&2; exit 1; }
 done
@@ -268,6 +272,7 @@ server_pids() {
 bench() {
   local label=$1 url=$2 proxy_pid=$3 store_pids=${4:-} out="$work/wrk.$RANDOM.txt"
   if ((warmup > 0)); then
+    IDEM_BENCH_INVOCATION=$((IDEM_BENCH_INVOCATION + 1))
     wrk -t"$threads" -c"$connections" -d"${warmup}s" -s "$here/post.lua" "$url" >/dev/null
   fi
   local tick up0 px0=0 st0=0 up1 px1=0 st1=0 wrk0 wrk1
@@ -277,6 +282,7 @@ bench() {
   # shellcheck disable=SC2086
   [ -n "$store_pids" ] && st0=$(ticks $store_pids)
   children_seconds >"$work/wrk0"
+  IDEM_BENCH_INVOCATION=$((IDEM_BENCH_INVOCATION + 1))
   wrk -t"$threads" -c"$connections" -d"${duration}s" --latency -s "$here/post.lua" "$url" >"$out"
   children_seconds >"$work/wrk1"
   wrk0=$(cat "$work/wrk0") wrk1=$(cat "$work/wrk1")
@@ -350,6 +356,20 @@ if ! awk -F'\t' '
   echo "run.sh: failed: a case did not answer every request with 2xx; nothing written" >&2
   exit 1
 fi
+
+# Every gateway request must have executed: a replay (a key sent twice) would be a request the
+# upstream never saw, and cheaper than the work measured.
+for c in "${cases[@]}"; do
+  IFS='|' read -r name label url <<<"$c"
+  metrics=$(curl -fsS "http://127.0.0.1:${gw_admin[$name]}/metrics") ||
+    { echo "run.sh: the $name gateway's /metrics does not answer" >&2; exit 1; }
+  not_executed=$(awk '/^idem_requests_total\{/ && !/outcome="executed"/ { n += $2 } END { print n + 0 }' <<<"$metrics")
+  if [ "$not_executed" != 0 ]; then
+    echo "run.sh: $label: $not_executed requests were not executed (replayed, refused or failed):" >&2
+    grep '^idem_requests_total{' <<<"$metrics" >&2
+    exit 1
+  fi
+done
 
 # One row per case, in run order: its median round by req/s (with that round's latencies and CPU),
 # non-2xx and socket errors summed over the rounds. And per gateway case, the ratio to (b) within

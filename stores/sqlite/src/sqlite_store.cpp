@@ -726,6 +726,17 @@ StoreResult<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteOptions option
   if (auto sync = sqlite_detail::exec(raw, synchronous_pragma(options.synchronous), "set synchronous"); !sync) {
     return std::unexpected(sync.error());
   }
+  // Checkpoints: after every wal_autocheckpoint pages, and the WAL file kept at most that large.
+  const int checkpoint_pages = std::max(options.wal_autocheckpoint, 1);
+  sqlite3_wal_autocheckpoint(raw, checkpoint_pages);
+  std::int64_t page_size = 4096;
+  if (auto page = Statement::prepare(raw, "PRAGMA page_size"); page && page->step() == SQLITE_ROW) {
+    page_size = page->int64(0);
+  }
+  const std::string size_limit = "PRAGMA journal_size_limit = " + std::to_string(checkpoint_pages * page_size);
+  if (auto limited = sqlite_detail::exec(raw, size_limit.c_str(), "set journal_size_limit"); !limited) {
+    return std::unexpected(limited.error());
+  }
   if (auto migrated = sqlite_detail::migrate(raw); !migrated) return std::unexpected(migrated.error());
   auto statements = prepare_statements(raw);
   if (!statements) return std::unexpected(statements.error());

@@ -387,6 +387,25 @@ TEST_F(SqliteStoreTest, ABurstOfAsyncOperationsCommitsInFullBatches) {
   EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys"), kOps);
 }
 
+// wal_autocheckpoint bounds the WAL: past that many pages a commit copies the WAL into the
+// database and the next transaction starts writing it from the start again.
+TEST_F(SqliteStoreTest, TheWalStaysWithinWalAutocheckpointPages) {
+  const auto wal_bytes_after_1000_claims = [&](int pages, const std::string& file) {
+    SqliteOptions options;
+    options.path = file;
+    options.synchronous = SqliteSynchronous::off;  // the WAL's size is the point, not its fsyncs
+    options.wal_autocheckpoint = pages;
+    auto store = open_store(options);
+    for (int i = 0; i < 1000; ++i) claim_ok(*store, "key-wal-" + std::to_string(i * 7919 % 1000));
+    return std::filesystem::file_size(file + "-wal");
+  };
+  const std::uintmax_t frame = 4096 + 24;  // a page and its WAL frame header
+  const auto small = wal_bytes_after_1000_claims(50, dir.file("small.db"));
+  const auto large = wal_bytes_after_1000_claims(100000, dir.file("large.db"));
+  EXPECT_LE(small, 60 * frame);  // 50 pages, plus the transaction that crossed the line
+  EXPECT_GT(large, 200 * frame);  // never checkpointed: every commit appended its pages
+}
+
 TEST_F(SqliteStoreTest, OneFailingOperationDoesNotUndoTheOthersInItsBatch) {
   auto store = open_store(path);
   RawDb raw(path);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -14,8 +15,9 @@
 
 namespace idem {
 
-/// Records in a mutex-guarded hash table: for tests and single-process use. Nothing survives the
-/// process. Callbacks run inline, on the caller's thread, before each call returns.
+/// Records in hash tables, sharded by key, each shard behind its own mutex: for tests and
+/// single-process use. Nothing survives the process. Callbacks run inline, on the caller's
+/// thread, before each call returns.
 ///
 /// Claims, completions and lookups cost O(1). Purging touches only what expired. `list` reads
 /// every record to page through them in (tenant, key) order: O(records) per page.
@@ -56,18 +58,31 @@ class MemoryStore final : public Store, public StoreAdmin {
   };
   using Records = std::unordered_map<Key, Record, KeyHash, KeyEqual>;
 
-  Record* find_held(const Fence& fence);                // requires mutex_
-  Record* find_live(const RecordId& id, TimePoint now);  // requires mutex_; unexpired only
-  void set_expiry(const RecordId& id, Record& r, TimePoint expires);  // requires mutex_
-  void index_expiry(Key key, TimePoint expires);                       // requires mutex_
+  // The records whose key hashes to one shard, under their own mutex. Sharding keeps the event
+  // loops of a gateway from queueing on one lock, and each table small: a table that grows
+  // rehashes all its records at once, under its lock, so one big table stalls every request for
+  // as long as that takes (over 100 ms at a million records).
+  struct Shard {
+    std::mutex mutex;
+    Records records;
+    // The expiry index: for each second, the keys of the records that expire within it. Purging
+    // walks the seconds that have passed and nothing else. An entry can be stale (the record was
+    // released, or its expiry moved to another second when it completed); purging checks each
+    // against the record and drops the stale ones.
+    std::map<std::int64_t, std::vector<Key>> expiring;
 
-  std::mutex mutex_;
-  Records records_;
-  // The expiry index: for each second, the keys of the records that expire within it. Purging
-  // walks the seconds that have passed and nothing else. An entry can be stale (the record was
-  // released, or its expiry moved to another second when it completed); purging checks each
-  // against the record and drops the stale ones.
-  std::map<std::int64_t, std::vector<Key>> expiring_;
+    // All require `mutex`.
+    Record* find_held(const Fence& fence);
+    Record* find_live(const RecordId& id, TimePoint now);  // unexpired only
+    void index_expiry(Key key, TimePoint expires);
+    void set_expiry(const RecordId& id, Record& r, TimePoint expires);
+    std::size_t purge(TimePoint now, std::size_t limit);
+  };
+  static constexpr std::size_t kShards = 64;
+
+  Shard& shard_of(const RecordId& id);
+
+  std::array<Shard, kShards> shards_;
 };
 
 }  // namespace idem

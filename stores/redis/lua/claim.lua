@@ -26,7 +26,9 @@ if cur[1] then
     created = cur[4]
   end
 end
-redis.call('DEL', key)
+-- An expired or taken-over record (or a stray hash without a state): none of its fields survive.
+-- A fresh key, the common case, has nothing to delete.
+if cur[1] or cur[2] or cur[3] or cur[4] or cur[5] then redis.call('DEL', key) end
 redis.call('HSET', key, 'state', 'in_progress', 'hash', ARGV[2], 'token', ARGV[3],
            'lease_expires', ARGV[4], 'created', created, 'expires', ARGV[5])
 redis.call('PEXPIRE', key, ARGV[7])

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -52,6 +53,20 @@ std::unique_ptr<SqliteStore> open_store(const std::string& path) {
   SqliteOptions options;
   options.path = path;
   return open_store(std::move(options));
+}
+
+// Blocks the store's writer thread in a ping's callback until `release` is set, and returns once
+// it is blocked there: operations submitted afterwards queue up and are taken together. (Without
+// waiting, the writer could pick up the ping together with the first of them.)
+void hold_writer(SqliteStore& store, std::promise<void>& release) {
+  // Shared: the writer may still be inside set_value when this function has returned.
+  auto holding = std::make_shared<std::promise<void>>();
+  auto held = holding->get_future();
+  store.ping([holding, f = release.get_future().share()](StoreResult<Done>) {
+    holding->set_value();
+    f.wait();
+  });
+  held.wait();
 }
 
 // ---- the conformance suite ----------------------------------------------------------------------
@@ -371,7 +386,7 @@ TEST_F(SqliteStoreTest, ABurstOfAsyncOperationsCommitsInFullBatches) {
   std::atomic<int> ok{0};
   std::promise<void> blocker;
   // Hold the writer so that the whole burst is queued before the first batch is taken.
-  store->ping([f = blocker.get_future().share()](StoreResult<Done>) { f.wait(); });
+  hold_writer(*store, blocker);
   for (int i = 0; i < kOps; ++i) {
     store->claim(request("key-burst-" + std::to_string(i)), [&ok](StoreResult<ClaimResult> r) {
       if (r && r->status == ClaimStatus::claimed) ++ok;
@@ -412,7 +427,7 @@ TEST_F(SqliteStoreTest, OneFailingOperationDoesNotUndoTheOthersInItsBatch) {
   raw.exec("CREATE TABLE business (key TEXT NOT NULL)");
   auto held = claim_ok(*store, "key-batch-failing");
   std::promise<void> blocker;
-  store->ping([f = blocker.get_future().share()](StoreResult<Done>) { f.wait(); });
+  hold_writer(*store, blocker);  // until all eleven operations below are queued
   std::atomic<int> claimed{0};
   std::promise<StoreResult<FenceStatus>> failing;
   auto failing_result = failing.get_future();

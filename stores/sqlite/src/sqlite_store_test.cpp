@@ -463,6 +463,46 @@ TEST_F(SqliteStoreTest, OneFailingOperationDoesNotUndoTheOthersInItsBatch) {
       raw.scalar("SELECT count(*) FROM idempotency_keys WHERE key = 'key-batch-failing' AND state = 'in_progress'"), 1);
 }
 
+// A claim that fails after it wrote (the trigger refuses one key after its row is inserted) is
+// undone alone: the rest of its batch commits.
+TEST_F(SqliteStoreTest, AClaimThatFailsAfterWritingIsUndoneAloneInItsBatch) {
+  auto store = open_store(path);
+  {
+    RawDb raw(path);
+    raw.exec("CREATE TRIGGER refuse_one AFTER INSERT ON idempotency_keys WHEN NEW.key = 'key-single-refused' "
+             "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+  }
+  auto held = claim_ok(*store, "key-single-held");
+  std::promise<void> blocker;
+  hold_writer(*store, blocker);  // until all five operations below are queued
+  std::vector<std::future<StoreResult<ClaimResult>>> claims;
+  for (const char* key : {"key-single-a", "key-single-refused", "key-single-b"}) {
+    auto promise = std::make_shared<std::promise<StoreResult<ClaimResult>>>();
+    claims.push_back(promise->get_future());
+    store->claim(request(key), [promise](StoreResult<ClaimResult> r) { promise->set_value(std::move(r)); });
+  }
+  std::promise<StoreResult<FenceStatus>> completed;
+  store->complete(completion(fence_of(held), "done"),
+                  [&completed](StoreResult<FenceStatus> r) { completed.set_value(std::move(r)); });
+  blocker.set_value();
+
+  auto a = claims[0].get(), refused = claims[1].get(), b = claims[2].get();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status, ClaimStatus::claimed);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("refused by the test"), std::string::npos) << refused.error().message;
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->status, ClaimStatus::claimed);
+  EXPECT_EQ(completed.get_future().get(), FenceStatus::ok);
+  EXPECT_GE(store->stats().largest_batch, 4u);  // they shared one transaction
+  store.reset();
+  RawDb raw(path);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys WHERE key IN ('key-single-a', 'key-single-b')"), 2);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys WHERE key = 'key-single-refused'"), 0);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys WHERE key = 'key-single-held' AND state = 'completed'"),
+            1);
+}
+
 TEST_F(SqliteStoreTest, ClosingFinishesQueuedOperations) {
   auto store = open_store(path);
   constexpr int kOps = 300;

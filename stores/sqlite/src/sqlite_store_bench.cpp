@@ -136,6 +136,7 @@ void raw_batched_loop(benchmark::State& state) {
   sqlite3* db = nullptr;
   sqlite3_open(file.path().c_str(), &db);
   sqlite3_exec(db, "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL", nullptr, nullptr, nullptr);
+  sqlite3_wal_autocheckpoint(db, idem::SqliteOptions{}.wal_autocheckpoint);  // as the store checkpoints
   sqlite3_stmt *insert = nullptr, *update = nullptr, *begin = nullptr, *commit = nullptr;
   sqlite3_prepare_v2(db,
                      "INSERT INTO idempotency_keys (tenant_id, key, state, request_hash, fencing_token, "

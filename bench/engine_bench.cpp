@@ -6,21 +6,19 @@
 // SQLite files go to $IDEM_BENCH_DIR, else the system temporary directory: put it on the disk
 // you mean to measure.
 #include <benchmark/benchmark.h>
-#include <stdlib.h>
-
 #include <atomic>
-#include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "idem/engine.hpp"
 #include "idem/memory_store.hpp"
 #include "idem/sqlite_store.hpp"
+#include "idem/testing/bench_store.hpp"
 
 namespace {
-
-using namespace std::chrono_literals;
 
 enum class Backend { memory, sqlite };
 
@@ -31,24 +29,14 @@ struct Run {
       store = std::make_unique<idem::MemoryStore>();
       return;
     }
-    const char* base = std::getenv("IDEM_BENCH_DIR");
-    std::string pattern =
-        ((base ? std::filesystem::path(base) : std::filesystem::temp_directory_path()) / "idem-engine-bench-XXXXXX")
-            .string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp " + pattern);
-    dir = pattern;
+    dir.emplace("idem-engine-bench");
     idem::SqliteOptions options;
-    options.path = (dir / "bench.db").string();
+    options.path = dir->db_path();
     auto opened = idem::SqliteStore::open(options);
     if (!opened) throw std::runtime_error(opened.error().message);
     store = std::move(*opened);
   }
-  ~Run() {
-    store.reset();
-    std::error_code ignored;
-    if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
-  }
-  std::filesystem::path dir;
+  std::optional<idem::testing::BenchDir> dir;  // SQLite only; declared first: removed last
   std::unique_ptr<idem::Store> store;
   std::atomic<std::uint64_t> next_token{1};
 };
@@ -94,22 +82,10 @@ void store_claim_complete(benchmark::State& state) {
   const std::string prefix = "bench-raw-" + std::to_string(state.thread_index()) + "-";
   std::uint64_t i = 0;
   for (auto _ : state) {
-    idem::ClaimRequest claim;
-    claim.id = idem::RecordId{"bench-tenant", prefix + std::to_string(i++)};
-    claim.request_hash = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-    claim.token = g_run->next_token++;
-    claim.now = now;
-    claim.lease_expires = now + 60s;
-    claim.expires = now + 24h;
-    const idem::Fence fence{claim.id, claim.token};
-    auto claimed = blocking.claim(std::move(claim));
-    if (!claimed || claimed->status != idem::ClaimStatus::claimed) {
-      state.SkipWithError("claim failed");
-      break;
-    }
-    auto done = blocking.complete(idem::CompleteRequest{fence, kResponse, now, now + 24h});
-    if (!done || *done != idem::FenceStatus::ok) {
-      state.SkipWithError("complete failed");
+    const std::string_view failed = idem::testing::claim_then_complete(
+        blocking, idem::RecordId{"bench-tenant", prefix + std::to_string(i++)}, g_run->next_token++, now);
+    if (!failed.empty()) {
+      state.SkipWithError(std::string(failed).c_str());
       break;
     }
   }

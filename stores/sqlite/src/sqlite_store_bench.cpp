@@ -14,47 +14,20 @@
 // mean to measure (tmpfs has no fsync cost and measures only the CPU).
 #include <benchmark/benchmark.h>
 #include <sqlite3.h>
-#include <stdlib.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <map>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "idem/sqlite_store.hpp"
+#include "idem/testing/bench_store.hpp"
 
 namespace {
-
-using namespace std::chrono_literals;
-
-std::filesystem::path bench_dir() {
-  const char* dir = std::getenv("IDEM_BENCH_DIR");
-  return dir ? std::filesystem::path(dir) : std::filesystem::temp_directory_path();
-}
-
-// A fresh database file for one benchmark run, removed with its -wal and -shm afterwards.
-class BenchFile {
- public:
-  BenchFile() {
-    std::string pattern = (bench_dir() / "idem-sqlite-bench-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp in " + bench_dir().string());
-    dir_ = pattern;
-  }
-  ~BenchFile() {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
-  }
-  std::string path() const { return (dir_ / "bench.db").string(); }
-
- private:
-  std::filesystem::path dir_;
-};
 
 const idem::TimePoint kNow = idem::from_epoch_ms(1'767'225'600'000);
 
@@ -62,7 +35,7 @@ const idem::TimePoint kNow = idem::from_epoch_ms(1'767'225'600'000);
 std::atomic<double> g_store_ops_per_commit_8{0};
 
 struct StoreRun {
-  BenchFile file;
+  idem::testing::BenchDir file{"idem-sqlite-bench"};
   std::unique_ptr<idem::SqliteStore> store;
   std::atomic<std::uint64_t> next_token{1};
 };
@@ -72,7 +45,7 @@ void store_claim_complete(benchmark::State& state) {
   if (state.thread_index() == 0) {
     g_run = new StoreRun;
     idem::SqliteOptions options;
-    options.path = g_run->file.path();
+    options.path = g_run->file.db_path();
     auto opened = idem::SqliteStore::open(options);
     if (!opened) {
       state.SkipWithError(opened.error().message.c_str());
@@ -84,24 +57,10 @@ void store_claim_complete(benchmark::State& state) {
   const std::string prefix = "bench-" + std::to_string(state.thread_index()) + "-";
   for (auto _ : state) {
     idem::BlockingStore blocking(*g_run->store);
-    idem::ClaimRequest request;
-    request.id = idem::RecordId{"bench-tenant", prefix + std::to_string(i++)};
-    request.request_hash = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-    request.token = g_run->next_token++;
-    request.now = kNow;
-    request.lease_expires = kNow + 60s;
-    request.expires = kNow + 24h;
-    auto claim = blocking.claim(request);
-    if (!claim || claim->status != idem::ClaimStatus::claimed) {
-      state.SkipWithError("claim failed");
-      break;
-    }
-    auto done = blocking.complete(idem::CompleteRequest{
-        idem::Fence{request.id, request.token},
-        idem::StoredResponse{201, {{"Content-Type", "application/json"}}, R"({"id":"pay_1","amount":100})"}, kNow,
-        kNow + 24h});
-    if (!done || *done != idem::FenceStatus::ok) {
-      state.SkipWithError("complete failed");
+    const std::string_view failed = idem::testing::claim_then_complete(
+        blocking, idem::RecordId{"bench-tenant", prefix + std::to_string(i++)}, g_run->next_token++, kNow);
+    if (!failed.empty()) {
+      state.SkipWithError(std::string(failed).c_str());
       break;
     }
   }
@@ -123,10 +82,10 @@ BENCHMARK(store_claim_complete)->Threads(1)->Threads(8)->UseRealTime()->MinTime(
 // savepoints, `ops_per_commit` operations per transaction.
 void raw_batched_loop(benchmark::State& state) {
   const auto ops_per_commit = static_cast<std::uint64_t>(state.range(0));
-  BenchFile file;
+  idem::testing::BenchDir file{"idem-sqlite-bench"};
   {
     idem::SqliteOptions options;  // the same schema and pragmas as the store
-    options.path = file.path();
+    options.path = file.db_path();
     auto opened = idem::SqliteStore::open(options);
     if (!opened) {
       state.SkipWithError(opened.error().message.c_str());
@@ -134,7 +93,7 @@ void raw_batched_loop(benchmark::State& state) {
     }
   }
   sqlite3* db = nullptr;
-  sqlite3_open(file.path().c_str(), &db);
+  sqlite3_open(file.db_path().c_str(), &db);
   sqlite3_exec(db, "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL", nullptr, nullptr, nullptr);
   sqlite3_wal_autocheckpoint(db, idem::SqliteOptions{}.wal_autocheckpoint);  // as the store checkpoints
   sqlite3_stmt *insert = nullptr, *update = nullptr, *begin = nullptr, *commit = nullptr;

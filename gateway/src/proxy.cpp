@@ -686,7 +686,7 @@ Task<void> answer_and_close(Session& s, const Problem& problem, unsigned version
   Response res = http::problem_response(problem, version == 10 ? 10 : 11, false);
   beast::error_code ec;
   s.stream.expires_after(s.worker.shared.config.client_timeout);
-  co_await bhttp::async_write(s.stream, res, with(ec));
+  co_await write_message(s.stream, res, s.head, ec);
   if (ec) co_return;
   s.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
   // Lingering close: read and drop what the client is still sending (at most 1 s, 1 MiB), so

@@ -59,6 +59,19 @@ tcp::endpoint resolve_listen(asio::io_context& io, const ListenAddress& address,
   return *results.begin();
 }
 
+// Why a lookup of the upstream found nothing usable; nullopt when it did.
+std::optional<std::string> resolve_failure(const beast::error_code& ec, const tcp::resolver::results_type& results) {
+  if (ec) return ec.message();
+  if (results.empty()) return std::string("no address");
+  return std::nullopt;
+}
+
+UpstreamAddresses::Endpoints endpoints_of(const tcp::resolver::results_type& results) {
+  UpstreamAddresses::Endpoints endpoints;
+  for (const auto& r : results) endpoints.push_back(r.endpoint());
+  return endpoints;
+}
+
 void open_acceptor(Acceptor& acceptor, const tcp::endpoint& endpoint, const ListenAddress& address,
                    std::string_view what) {
   beast::error_code ec;
@@ -134,15 +147,12 @@ void Gateway::Impl::start() {
     tcp::resolver resolver(io);
     beast::error_code ec;
     const auto results = resolver.resolve(config.upstream.host, std::to_string(config.upstream.port), ec);
-    if (ec || results.empty()) {
-      const std::string why = ec ? ec.message() : std::string("no address");
-      shared.upstream.set_error(why);
+    if (auto why = resolve_failure(ec, results)) {
+      shared.upstream.set_error(*why);
       log::write(LogLevel::warn, "upstream http://" + config.upstream.authority + ": the host does not resolve (" +
-                                     why + "); answering 502 until it does");
+                                     *why + "); answering 502 until it does");
     } else {
-      UpstreamAddresses::Endpoints endpoints;
-      for (const auto& r : results) endpoints.push_back(r.endpoint());
-      shared.upstream.set(std::move(endpoints));
+      shared.upstream.set(endpoints_of(results));
     }
   }
   acceptor.emplace(io);
@@ -298,18 +308,16 @@ Task<void> Gateway::Impl::resolve_upstream() {
     last = Clock::now();
     const auto results = co_await resolver.async_resolve(config.upstream.host, port, with(ec));
     if (stopped) co_return;
-    if (ec || results.empty()) {
-      const std::string why = ec ? ec.message() : std::string("no address");
-      shared.upstream.set_error(why);
+    if (auto why = resolve_failure(ec, results)) {
+      shared.upstream.set_error(*why);
       if (!failing) {
         log::write(LogLevel::warn, "upstream http://" + config.upstream.authority + ": the host no longer resolves (" +
-                                       why + "); keeping its last addresses");
+                                       *why + "); keeping its last addresses");
       }
       failing = true;
       continue;
     }
-    UpstreamAddresses::Endpoints found;
-    for (const auto& r : results) found.push_back(r.endpoint());
+    UpstreamAddresses::Endpoints found = endpoints_of(results);
     const auto before = shared.upstream.get();
     if (found != *before) {
       log::notice("upstream http://" + config.upstream.authority + " now resolves to " + describe(found) +

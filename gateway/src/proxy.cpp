@@ -421,7 +421,7 @@ Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_al
         const std::string detail = "sending to the upstream failed: " + ec.message();
         co_return co_await upstream_failed(UpstreamError::unreachable, ticket, version, keep_alive, detail);
       }
-      const UpstreamError kind = ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped;
+      const UpstreamError kind = failure_kind(ec);
       const std::string detail = "the upstream connection failed while sending the request: " + ec.message();
       co_return co_await upstream_failed(kind, ticket, version, keep_alive, detail);
     }
@@ -445,7 +445,7 @@ Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_al
         fresh = true;
         continue;
       }
-      const UpstreamError kind = ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped;
+      const UpstreamError kind = failure_kind(ec);
       std::string detail = "the upstream did not answer within upstream_timeout";
       if (kind == UpstreamError::dropped) detail = "the upstream closed the connection before answering: " + ec.message();
       co_return co_await upstream_failed(kind, ticket, version, keep_alive, detail);
@@ -535,7 +535,7 @@ Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_al
         co_return co_await upstream_failed(failure_kind(ec), ticket, version, keep_alive, detail);
       }
       // Headers are already out: all we can do is cut the client connection.
-      ex.upstream_error = ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped;
+      ex.upstream_error = failure_kind(ec);
       m_.count(*ex.upstream_error);
       ex.keep_alive = false;
       co_return ex;

@@ -614,6 +614,7 @@ StoreUrl parse_store_url(std::string_view text) {
   } else if (text.starts_with("sqlite:")) {
     std::string_view path = text.substr(7);
     if (path.starts_with("//")) path.remove_prefix(2);  // sqlite:///abs/path
+    path = path.substr(0, path.find('?'));              // sqlite:PATH?synchronous=normal
     out.kind = StoreUrl::Kind::sqlite;
     out.path = std::string(path);
   } else {

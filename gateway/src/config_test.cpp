@@ -100,6 +100,9 @@ TEST(StoreUrls, MemoryAndSqlite) {
   EXPECT_EQ(s.kind, StoreUrl::Kind::sqlite);
   EXPECT_EQ(s.path, "./var/idem.db");
   EXPECT_EQ(parse_store_url("sqlite:///abs/idem.db").path, "/abs/idem.db");
+  // Options are the store's; the path the gateway creates a directory for ends before them.
+  EXPECT_EQ(parse_store_url("sqlite:./var/idem.db?synchronous=normal").path, "./var/idem.db");
+  EXPECT_THROW(parse_store_url("sqlite:./var/idem.db?synchronous=sometimes"), ConfigError);
   EXPECT_THROW(parse_store_url("sqlite:"), ConfigError);
   EXPECT_THROW(parse_store_url("mysql://x"), ConfigError);
 }

@@ -4,6 +4,7 @@
 #include "idem/postgres_store.hpp"
 #include "idem/redis_store.hpp"
 #include "idem/sqlite_store.hpp"
+#include "sqlite_url.hpp"
 
 namespace idem {
 namespace {
@@ -17,12 +18,6 @@ Scheme scheme_of(std::string_view url) {
   if (url.starts_with("redis+cluster://")) return Scheme::redis_cluster;
   if (url.starts_with("redis://")) return Scheme::redis;
   return Scheme::unknown;
-}
-
-std::string_view sqlite_path(std::string_view url) {
-  std::string_view path = url.substr(7);
-  if (path.starts_with("//")) path.remove_prefix(2);  // sqlite:///abs/path
-  return path;
 }
 
 StoreError bad_url(std::string message) { return StoreError{StoreErrc::internal, std::move(message)}; }
@@ -46,7 +41,7 @@ std::optional<std::string> check_store_url(std::string_view url) {
     case Scheme::memory:
       return std::nullopt;
     case Scheme::sqlite:
-      if (sqlite_path(url).empty()) return "expected sqlite:PATH, e.g. \"sqlite:./var/idem.db\"";
+      if (auto parsed = open_detail::parse_sqlite_url(url); !parsed) return parsed.error();
       return std::nullopt;
     case Scheme::postgres:
       return std::nullopt;  // libpq checks the rest when connecting
@@ -81,8 +76,7 @@ StoreResult<OpenedStore> open_store(std::string_view url, const OpenStoreOptions
     case Scheme::memory:
       return opened(url, StoreResult<std::unique_ptr<MemoryStore>>(std::make_unique<MemoryStore>()));
     case Scheme::sqlite: {
-      SqliteOptions sqlite;
-      sqlite.path = std::string(sqlite_path(url));
+      SqliteOptions sqlite = *open_detail::parse_sqlite_url(url);  // check_store_url accepted it
       sqlite.clock = options.clock;
       sqlite.reaper_interval = options.reaper_interval;
       return opened(url, SqliteStore::open(std::move(sqlite)));

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include "sqlite_url.hpp"
+
 namespace idem {
 namespace {
 
@@ -27,6 +29,58 @@ TEST(OpenStore, BadUrlsSayWhatIsWrong) {
   auto r = open_store("nonsense");
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("unknown store URL"), std::string::npos);
+}
+
+TEST(OpenStore, SqliteUrlOptionsSetTheStoresOptions) {
+  using open_detail::parse_sqlite_url;
+  const SqliteOptions defaults;
+  auto plain = parse_sqlite_url("sqlite:./var/idem.db");
+  ASSERT_TRUE(plain) << plain.error();
+  EXPECT_EQ(plain->path, "./var/idem.db");
+  EXPECT_EQ(plain->synchronous, defaults.synchronous);
+  EXPECT_EQ(plain->busy_timeout, defaults.busy_timeout);
+  EXPECT_EQ(plain->max_batch, defaults.max_batch);
+  EXPECT_EQ(plain->wal_autocheckpoint, defaults.wal_autocheckpoint);
+
+  auto tuned =
+      parse_sqlite_url("sqlite:///srv/idem.db?synchronous=normal&busy_timeout_ms=250&max_batch=64&wal_autocheckpoint=1000");
+  ASSERT_TRUE(tuned) << tuned.error();
+  EXPECT_EQ(tuned->path, "/srv/idem.db");
+  EXPECT_EQ(tuned->synchronous, SqliteSynchronous::normal);
+  EXPECT_EQ(tuned->busy_timeout, Millis(250));
+  EXPECT_EQ(tuned->max_batch, 64u);
+  EXPECT_EQ(tuned->wal_autocheckpoint, 1000);
+  EXPECT_EQ(parse_sqlite_url("sqlite:x.db?synchronous=off")->synchronous, SqliteSynchronous::off);
+  EXPECT_EQ(parse_sqlite_url("sqlite:x.db?synchronous=extra")->synchronous, SqliteSynchronous::extra);
+  EXPECT_EQ(parse_sqlite_url("sqlite:x.db?synchronous=full&synchronous=normal")->synchronous,
+            SqliteSynchronous::normal);  // the last one wins, as on a command line
+  EXPECT_EQ(parse_sqlite_url("sqlite:x.db?max_batch=8&")->max_batch, 8u);  // empty items are ignored
+  EXPECT_EQ(parse_sqlite_url("sqlite:x.db?max_batch=8&&wal_autocheckpoint=5")->wal_autocheckpoint, 5);
+}
+
+TEST(OpenStore, BadSqliteUrlOptionsAreRefusedWithTheReason) {
+  const auto reason = [](const char* url) { return check_store_url(url).value_or(""); };
+  EXPECT_NE(reason("sqlite:x.db?synchronous=sometimes").find("synchronous"), std::string::npos);
+  EXPECT_NE(reason("sqlite:x.db?fsync=full").find("unknown sqlite URL option \"fsync\""), std::string::npos);
+  EXPECT_NE(reason("sqlite:x.db?max_batch").find("NAME=VALUE"), std::string::npos);
+  for (const char* url : {"sqlite:x.db?max_batch=0", "sqlite:x.db?max_batch=-1", "sqlite:x.db?max_batch=12x",
+                          "sqlite:x.db?busy_timeout_ms=", "sqlite:x.db?wal_autocheckpoint=99999999999",
+                          "sqlite:?synchronous=full"}) {
+    EXPECT_FALSE(reason(url).empty()) << url;
+  }
+  auto refused = open_store("sqlite:x.db?synchronous=sometimes");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("synchronous"), std::string::npos);
+}
+
+TEST(OpenStore, AnSqliteUrlWithOptionsOpensTheFileBeforeTheQuestionMark) {
+  const auto path = std::filesystem::temp_directory_path() / ("idem-open-opts-" + std::to_string(::getpid()) + ".db");
+  auto sqlite = open_store("sqlite:" + path.string() + "?synchronous=normal&max_batch=8");
+  ASSERT_TRUE(sqlite) << sqlite.error().message;
+  EXPECT_TRUE(BlockingStore(*sqlite->store).ping());
+  EXPECT_TRUE(std::filesystem::exists(path));
+  sqlite->store.reset();
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path.string() + suffix);
 }
 
 TEST(OpenStore, PasswordsNeverAppearInNames) {

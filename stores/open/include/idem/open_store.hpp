@@ -28,7 +28,9 @@ struct OpenStoreOptions {
 
 /// Opens the store a URL names:
 ///   memory:                                    in this process only
-///   sqlite:PATH                                an SQLite file (created if missing)
+///   sqlite:PATH[?opts]                         an SQLite file (created if missing); opts:
+///                                              synchronous, busy_timeout_ms, max_batch,
+///                                              wal_autocheckpoint (docs/gateway.md)
 ///   postgres://USER[:PASS]@HOST[:PORT]/DB[?opts]  PostgreSQL
 ///   redis://HOST:PORT[/DB]                     Redis standalone
 ///   redis+cluster://HOST:PORT,HOST:PORT,...    Redis Cluster (seed nodes)

@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <string_view>
 #include <tuple>
+
+#include "record_table.hpp"
 
 namespace idem {
 namespace {
@@ -14,44 +18,50 @@ std::int64_t second_of(TimePoint t) {
   return std::chrono::floor<std::chrono::seconds>(t).time_since_epoch().count();
 }
 
+std::size_t hash_of(std::string_view tenant, std::string_view key) {
+  const std::size_t t = std::hash<std::string_view>{}(tenant);
+  const std::size_t k = std::hash<std::string_view>{}(key);
+  return k ^ (t + 0x9e3779b97f4a7c15ULL + (k << 6) + (k >> 2));
+}
+std::size_t hash_of(const RecordId& id) { return hash_of(id.tenant, id.key); }
+
 }  // namespace
 
-std::size_t MemoryStore::KeyHash::operator()(const KeyView& k) const {
-  const std::size_t tenant = std::hash<std::string_view>{}(k.first);
-  const std::size_t key = std::hash<std::string_view>{}(k.second);
-  return key ^ (tenant + 0x9e3779b97f4a7c15ULL + (key << 6) + (key >> 2));
-}
+struct MemoryStore::Shard {
+  std::mutex mutex;
+  memory_detail::RecordTable records;
+  // The expiry index: for each second, the key hashes of the records that expire within it.
+  // Purging walks the seconds that have passed and nothing else. An entry can be stale (the
+  // record was released, or its expiry moved to another second when it completed); purging
+  // checks the records with that hash and drops the entry when none of them is due in its second.
+  std::map<std::int64_t, std::vector<std::size_t>> expiring;
 
-MemoryStore::Shard& MemoryStore::shard_of(const RecordId& id) {
-  // The top bits: the tables pick buckets by the hash modulo a prime, which the low bits drive.
+  // All require `mutex`.
+  Record* find_held(std::size_t hash, const Fence& fence) {
+    Record* r = records.find(hash, fence.id.tenant, fence.id.key);
+    if (!r || r->state != RecordState::in_progress || r->fencing_token != fence.token) return nullptr;
+    return r;
+  }
+  Record* find_live(std::size_t hash, const RecordId& id, TimePoint now) {  // unexpired only
+    Record* r = records.find(hash, id.tenant, id.key);
+    return r && r->expires > now ? r : nullptr;
+  }
+  void index_expiry(std::size_t hash, TimePoint expires) { expiring[second_of(expires)].push_back(hash); }
+  void set_expiry(std::size_t hash, Record& r, TimePoint expires) {
+    // Within the same second the record's existing index entry still covers it.
+    if (second_of(expires) != second_of(r.expires)) index_expiry(hash, expires);
+    r.expires = expires;
+  }
+  std::size_t purge(TimePoint now, std::size_t limit);
+};
+
+MemoryStore::MemoryStore() : shards_(std::make_unique<Shard[]>(kShards)) {}
+MemoryStore::~MemoryStore() = default;
+
+MemoryStore::Shard& MemoryStore::shard_for(std::size_t hash) {
+  // The top bits: the shard's table picks slots by the low bits.
   static_assert(kShards == 64);
-  return shards_[KeyHash{}(KeyView(id.tenant, id.key)) >> 58];
-}
-
-// ---- one shard --------------------------------------------------------------------------------
-
-Record* MemoryStore::Shard::find_held(const Fence& fence) {
-  auto it = records.find(KeyView(fence.id.tenant, fence.id.key));
-  if (it == records.end()) return nullptr;
-  Record& r = it->second;
-  if (r.state != RecordState::in_progress || r.fencing_token != fence.token) return nullptr;
-  return &r;
-}
-
-Record* MemoryStore::Shard::find_live(const RecordId& id, TimePoint now) {
-  auto it = records.find(KeyView(id.tenant, id.key));
-  if (it == records.end() || it->second.expires <= now) return nullptr;
-  return &it->second;
-}
-
-void MemoryStore::Shard::index_expiry(Key key, TimePoint expires) {
-  expiring[second_of(expires)].push_back(std::move(key));
-}
-
-void MemoryStore::Shard::set_expiry(const RecordId& id, Record& r, TimePoint expires) {
-  // Within the same second the record's existing index entry still covers it.
-  if (second_of(expires) != second_of(r.expires)) index_expiry(Key{id.tenant, id.key}, expires);
-  r.expires = expires;
+  return shards_[hash >> 58];
 }
 
 std::size_t MemoryStore::Shard::purge(TimePoint now, std::size_t limit) {
@@ -59,30 +69,27 @@ std::size_t MemoryStore::Shard::purge(TimePoint now, std::size_t limit) {
   const std::int64_t current = second_of(now);
   while (!expiring.empty() && expiring.begin()->first <= current && purged < limit) {
     const std::int64_t second = expiring.begin()->first;
-    std::vector<Key>& keys = expiring.begin()->second;
+    std::vector<std::size_t>& hashes = expiring.begin()->second;
     // Keeps, at the front, the entries that must stay: records of this second that have not
     // expired yet (only in the current second), and those beyond `limit`.
     std::size_t kept = 0;
-    const auto keep = [&](std::size_t i) {
-      if (i != kept) keys[kept] = std::move(keys[i]);  // never onto itself: that empties it
-      ++kept;
-    };
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      if (purged == limit) {
-        keep(i);
-        continue;
+    for (std::size_t i = 0; i < hashes.size(); ++i) {
+      bool due_later = purged == limit;
+      if (!due_later) {
+        records.erase_hash_if(hashes[i], [&](const Record& r) {
+          if (second_of(r.expires) != second) return false;  // another record, or this entry is stale
+          if (r.expires <= now && purged < limit) {
+            ++purged;
+            return true;
+          }
+          due_later = true;
+          return false;
+        });
       }
-      auto it = records.find(keys[i]);
-      if (it == records.end() || second_of(it->second.expires) != second) continue;  // stale
-      if (it->second.expires <= now) {
-        records.erase(it);
-        ++purged;
-      } else {
-        keep(i);
-      }
+      if (due_later) hashes[kept++] = hashes[i];
     }
-    keys.resize(kept);
-    if (!keys.empty()) break;  // the current second, or the limit
+    hashes.resize(kept);
+    if (!hashes.empty()) break;  // the current second, or the limit
     expiring.erase(expiring.begin());
   }
   return purged;
@@ -93,22 +100,23 @@ std::size_t MemoryStore::Shard::purge(TimePoint now, std::size_t limit) {
 void MemoryStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
   ClaimResult result;
   {
-    Shard& shard = shard_of(request.id);
+    const std::size_t hash = hash_of(request.id);
+    Shard& shard = shard_for(hash);
     std::lock_guard lock(shard.mutex);
-    auto it = shard.records.find(KeyView(request.id.tenant, request.id.key));
+    Record* existing = shard.records.find(hash, request.id.tenant, request.id.key);
     std::optional<Record> current;
-    if (it != shard.records.end()) current = it->second;
+    if (existing) current = *existing;
     const ClaimDecision decision = decide_claim(current, request);
     result.status = decision.status;
     result.kind = decision.kind;
     if (decision.status == ClaimStatus::claimed) {
       Record fresh = claimed_record(request, current);
       result.record = fresh;
-      shard.index_expiry(Key{request.id.tenant, request.id.key}, fresh.expires);
-      if (it != shard.records.end()) {
-        it->second = std::move(fresh);  // its old index entry goes stale or still matches
+      shard.index_expiry(hash, fresh.expires);
+      if (existing) {
+        *existing = std::move(fresh);  // its old index entry goes stale or still matches
       } else {
-        shard.records.emplace(Key{std::move(request.id.tenant), std::move(request.id.key)}, std::move(fresh));
+        shard.records.insert(hash, std::move(fresh));
       }
     } else {
       result.record = std::move(*current);
@@ -120,13 +128,14 @@ void MemoryStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
 void MemoryStore::complete(CompleteRequest request, Callback<FenceStatus> done) {
   FenceStatus status = FenceStatus::lost;
   {
-    Shard& shard = shard_of(request.fence.id);
+    const std::size_t hash = hash_of(request.fence.id);
+    Shard& shard = shard_for(hash);
     std::lock_guard lock(shard.mutex);
-    if (Record* r = shard.find_held(request.fence)) {
+    if (Record* r = shard.find_held(hash, request.fence)) {
       r->state = RecordState::completed;
       r->response = std::move(request.response);
       r->completed = request.now;
-      shard.set_expiry(request.fence.id, *r, request.expires);
+      shard.set_expiry(hash, *r, request.expires);
       status = FenceStatus::ok;
     }
   }
@@ -136,11 +145,12 @@ void MemoryStore::complete(CompleteRequest request, Callback<FenceStatus> done) 
 void MemoryStore::fail(FailRequest request, Callback<FenceStatus> done) {
   FenceStatus status = FenceStatus::lost;
   {
-    Shard& shard = shard_of(request.fence.id);
+    const std::size_t hash = hash_of(request.fence.id);
+    Shard& shard = shard_for(hash);
     std::lock_guard lock(shard.mutex);
-    if (Record* r = shard.find_held(request.fence)) {
+    if (Record* r = shard.find_held(hash, request.fence)) {
       r->state = RecordState::failed_retryable;
-      shard.set_expiry(request.fence.id, *r, request.expires);
+      shard.set_expiry(hash, *r, request.expires);
       status = FenceStatus::ok;
     }
   }
@@ -150,10 +160,11 @@ void MemoryStore::fail(FailRequest request, Callback<FenceStatus> done) {
 void MemoryStore::release(Fence fence, Callback<FenceStatus> done) {
   FenceStatus status = FenceStatus::lost;
   {
-    Shard& shard = shard_of(fence.id);
+    const std::size_t hash = hash_of(fence.id);
+    Shard& shard = shard_for(hash);
     std::lock_guard lock(shard.mutex);
-    if (shard.find_held(fence)) {
-      shard.records.erase(shard.records.find(KeyView(fence.id.tenant, fence.id.key)));  // its index entry goes stale
+    if (shard.find_held(hash, fence)) {
+      shard.records.erase(hash, fence.id.tenant, fence.id.key);  // its index entry goes stale
       status = FenceStatus::ok;
     }
   }
@@ -163,17 +174,18 @@ void MemoryStore::release(Fence fence, Callback<FenceStatus> done) {
 void MemoryStore::get(RecordId id, Callback<std::optional<Record>> done) {
   std::optional<Record> found;
   {
-    Shard& shard = shard_of(id);
+    const std::size_t hash = hash_of(id);
+    Shard& shard = shard_for(hash);
     std::lock_guard lock(shard.mutex);
-    auto it = shard.records.find(KeyView(id.tenant, id.key));
-    if (it != shard.records.end()) found = it->second;
+    if (const Record* r = shard.records.find(hash, id.tenant, id.key)) found = *r;
   }
   done(std::move(found));
 }
 
 void MemoryStore::purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) {
   std::size_t purged = 0;
-  for (Shard& shard : shards_) {
+  for (std::size_t i = 0; i < kShards; ++i) {
+    Shard& shard = shards_[i];
     if (purged == limit) break;
     std::lock_guard lock(shard.mutex);
     purged += shard.purge(now, limit - purged);
@@ -192,15 +204,14 @@ void MemoryStore::list(ListQuery query, Callback<std::vector<Record>> done) {
   const auto by_key = [](const Record& a, const Record& b) {
     return std::tie(a.tenant, a.key) < std::tie(b.tenant, b.key);
   };
-  std::optional<Key> after;
-  if (query.after) after = Key{query.after->tenant, query.after->key};
-  for (Shard& shard : shards_) {
+  for (std::size_t i = 0; i < kShards; ++i) {
+    Shard& shard = shards_[i];
     std::vector<const Record*> best;  // a max-heap by key of this shard's smallest
     const auto by_key_ptr = [&](const Record* a, const Record* b) { return by_key(*a, *b); };
     std::lock_guard lock(shard.mutex);
-    for (const auto& [key, record] : shard.records) {
-      if (after && !(*after < key)) continue;
-      if (query.state && record.state != *query.state) continue;
+    shard.records.for_each([&](const Record& record) {
+      if (query.after && std::tie(record.tenant, record.key) <= std::tie(query.after->tenant, query.after->key)) return;
+      if (query.state && record.state != *query.state) return;
       if (best.size() < query.limit) {
         best.push_back(&record);
         std::push_heap(best.begin(), best.end(), by_key_ptr);
@@ -209,7 +220,7 @@ void MemoryStore::list(ListQuery query, Callback<std::vector<Record>> done) {
         best.back() = &record;
         std::push_heap(best.begin(), best.end(), by_key_ptr);
       }
-    }
+    });
     for (const Record* r : best) page.push_back(*r);
   }
   std::sort(page.begin(), page.end(), by_key);
@@ -220,9 +231,10 @@ void MemoryStore::list(ListQuery query, Callback<std::vector<Record>> done) {
 void MemoryStore::mark_retryable(RecordId id, TimePoint now, Callback<AdminStatus> done) {
   AdminStatus status = AdminStatus::not_found;
   {
-    Shard& shard = shard_of(id);
+    const std::size_t hash = hash_of(id);
+    Shard& shard = shard_for(hash);
     std::lock_guard lock(shard.mutex);
-    if (Record* r = shard.find_live(id, now)) {
+    if (Record* r = shard.find_live(hash, id, now)) {
       if (r->state == RecordState::completed) {
         status = AdminStatus::wrong_state;
       } else {
@@ -239,9 +251,10 @@ void MemoryStore::resolve(RecordId id, StoredResponse response, TimePoint now, T
                           Callback<AdminStatus> done) {
   AdminStatus status = AdminStatus::not_found;
   {
-    Shard& shard = shard_of(id);
+    const std::size_t hash = hash_of(id);
+    Shard& shard = shard_for(hash);
     std::lock_guard lock(shard.mutex);
-    if (Record* r = shard.find_live(id, now)) {
+    if (Record* r = shard.find_live(hash, id, now)) {
       if (r->state == RecordState::completed) {
         status = AdminStatus::wrong_state;
       } else {
@@ -249,7 +262,7 @@ void MemoryStore::resolve(RecordId id, StoredResponse response, TimePoint now, T
         r->fencing_token = new_fencing_token();
         r->response = std::move(response);
         r->completed = now;
-        shard.set_expiry(id, *r, expires);
+        shard.set_expiry(hash, *r, expires);
         status = AdminStatus::done;
       }
     }
@@ -259,19 +272,20 @@ void MemoryStore::resolve(RecordId id, StoredResponse response, TimePoint now, T
 
 void MemoryStore::count(TimePoint now, Callback<StateCounts> done) {
   StateCounts counts;
-  for (Shard& shard : shards_) {
+  for (std::size_t i = 0; i < kShards; ++i) {
+    Shard& shard = shards_[i];
     std::lock_guard lock(shard.mutex);
-    for (const auto& [key, r] : shard.records) {
+    shard.records.for_each([&](const Record& r) {
       if (r.expires <= now) {
         ++counts.expired;
-        continue;
+        return;
       }
       switch (r.state) {
         case RecordState::in_progress: ++counts.in_progress; break;
         case RecordState::completed: ++counts.completed; break;
         case RecordState::failed_retryable: ++counts.failed_retryable; break;
       }
-    }
+    });
   }
   done(counts);
 }

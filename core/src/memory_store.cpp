@@ -35,6 +35,8 @@ struct MemoryStore::Shard {
   // record was released, or its expiry moved to another second when it completed); purging
   // checks the records with that hash and drops the entry when none of them is due in its second.
   std::map<std::int64_t, std::vector<std::size_t>> expiring;
+  std::vector<std::size_t>* last_bucket = nullptr;  // expiring[last_second]; null once purged
+  std::int64_t last_second = 0;
 
   // All require `mutex`.
   Record* find_held(std::size_t hash, const Fence& fence) {
@@ -46,7 +48,15 @@ struct MemoryStore::Shard {
     Record* r = records.find(hash, id.tenant, id.key);
     return r && r->expires > now ? r : nullptr;
   }
-  void index_expiry(std::size_t hash, TimePoint expires) { expiring[second_of(expires)].push_back(hash); }
+  void index_expiry(std::size_t hash, TimePoint expires) {
+    // Nearly every record of a busy second lands in the same bucket: skip the map's search.
+    const std::int64_t second = second_of(expires);
+    if (!last_bucket || second != last_second) {
+      last_bucket = &expiring[second];
+      last_second = second;
+    }
+    last_bucket->push_back(hash);
+  }
   void set_expiry(std::size_t hash, Record& r, TimePoint expires) {
     // Within the same second the record's existing index entry still covers it.
     if (second_of(expires) != second_of(r.expires)) index_expiry(hash, expires);
@@ -90,6 +100,7 @@ std::size_t MemoryStore::Shard::purge(TimePoint now, std::size_t limit) {
     }
     hashes.resize(kept);
     if (!hashes.empty()) break;  // the current second, or the limit
+    if (&hashes == last_bucket) last_bucket = nullptr;
     expiring.erase(expiring.begin());
   }
   return purged;

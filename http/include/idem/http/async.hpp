@@ -48,7 +48,9 @@ auto async_from_callback(Start start, Token&& token) {
         auto work = asio::prefer(asio::get_associated_executor(handler),
                                  asio::execution::outstanding_work.tracked);
         std::move(start)([handler = std::move(handler), work = std::move(work)](T value) mutable {
-          auto ex = work;
+          // Posted through an untracked copy: `work`, moved into the posted function, already
+          // counts the operation until the handler has run.
+          auto ex = asio::prefer(work, asio::execution::outstanding_work.untracked);
           asio::post(ex, [handler = std::move(handler), work = std::move(work),
                           value = std::move(value)]() mutable { std::move(handler)(std::move(value)); });
         });

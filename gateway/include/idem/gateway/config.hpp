@@ -123,8 +123,8 @@ ListenAddress parse_listen_address(std::string_view text);
 /// "http://HOST[:PORT]" with an optional trailing "/". Throws ConfigError.
 UpstreamUrl parse_upstream_url(std::string_view text);
 
-/// "memory:" or "sqlite:PATH"; postgres://, redis:// and redis+cluster:// are recognised and
-/// refused as not built yet. Throws ConfigError.
+/// Any URL open_store accepts (memory:, sqlite:PATH[?opts], postgres://, redis://,
+/// redis+cluster://), checked without connecting. Throws ConfigError.
 StoreUrl parse_store_url(std::string_view text);
 
 }  // namespace idem::gateway

@@ -27,6 +27,10 @@ std::size_t hash_of(const RecordId& id) { return hash_of(id.tenant, id.key); }
 
 }  // namespace
 
+// The records whose key hashes to one shard, under their own mutex. Sharding keeps the event
+// loops of a gateway from queueing on one lock, and each table small: a table that grows moves
+// all its slots at once, under its lock, so one big table would stall every request for as long
+// as that takes.
 struct MemoryStore::Shard {
   std::mutex mutex;
   memory_detail::RecordTable records;

@@ -611,12 +611,9 @@ StoreUrl parse_store_url(std::string_view text) {
   out.text = std::string(text);
   if (text.starts_with("memory")) {
     out.kind = StoreUrl::Kind::memory;
-  } else if (text.starts_with("sqlite:")) {
-    std::string_view path = text.substr(7);
-    if (path.starts_with("//")) path.remove_prefix(2);  // sqlite:///abs/path
-    path = path.substr(0, path.find('?'));              // sqlite:PATH?synchronous=normal
+  } else if (auto path = sqlite_path_of(text)) {
     out.kind = StoreUrl::Kind::sqlite;
-    out.path = std::string(path);
+    out.path = std::move(*path);
   } else {
     out.kind = StoreUrl::Kind::shared;
   }

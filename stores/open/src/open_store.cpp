@@ -55,6 +55,13 @@ std::optional<std::string> check_store_url(std::string_view url) {
          "\"; expected memory:, sqlite:PATH, postgres://..., redis://HOST:PORT or redis+cluster://HOST:PORT,...";
 }
 
+std::optional<std::string> sqlite_path_of(std::string_view url) {
+  if (scheme_of(url) != Scheme::sqlite) return std::nullopt;
+  auto parsed = open_detail::parse_sqlite_url(url);
+  if (!parsed) return std::nullopt;
+  return std::move(parsed->path);
+}
+
 namespace {
 
 // A store that is also its own operator interface (every backend is), as OpenedStore.

@@ -83,6 +83,14 @@ TEST(OpenStore, AnSqliteUrlWithOptionsOpensTheFileBeforeTheQuestionMark) {
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path.string() + suffix);
 }
 
+TEST(OpenStore, TheSqlitePathOfAUrlLeavesItsOptionsOut) {
+  EXPECT_EQ(sqlite_path_of("sqlite:./var/idem.db?synchronous=normal"), "./var/idem.db");
+  EXPECT_EQ(sqlite_path_of("sqlite:///abs/idem.db"), "/abs/idem.db");
+  EXPECT_EQ(sqlite_path_of("sqlite:x.db?synchronous=sometimes"), std::nullopt);  // not a valid URL
+  EXPECT_EQ(sqlite_path_of("memory:"), std::nullopt);
+  EXPECT_EQ(sqlite_path_of("redis://h:6379"), std::nullopt);
+}
+
 TEST(OpenStore, PasswordsNeverAppearInNames) {
   EXPECT_EQ(redact_store_url("postgres://idem:s3cret@db:5432/idem"), "postgres://idem:***@db:5432/idem");
   EXPECT_EQ(redact_store_url("postgres://idem@db/idem"), "postgres://idem@db/idem");

@@ -40,6 +40,10 @@ StoreResult<OpenedStore> open_store(std::string_view url, const OpenStoreOptions
 /// Checks a store URL's form without connecting; nullopt when valid, else a one-line reason.
 std::optional<std::string> check_store_url(std::string_view url);
 
+/// The database file a valid `sqlite:` URL names (its options left out); nullopt for any other
+/// URL.
+std::optional<std::string> sqlite_path_of(std::string_view url);
+
 /// The URL with any password replaced by "***", safe to log.
 std::string redact_store_url(std::string_view url);
 

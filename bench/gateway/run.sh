@@ -125,67 +125,10 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# free_ports N: N distinct ports that were free a moment ago.
-free_ports() {
-  "$py" -c 'import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
-}
-
-# Waits until `curl ARGS` succeeds (max 10 s).
-wait_http() {
-  for _ in $(seq 200); do
-    if curl -fsS -o /dev/null --max-time 1 "$@" 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  echo "run.sh: not ready: $*" >&2
-  return 1
-}
-
-# start_nginx NAME SERVER_BLOCK: a non-daemon nginx with its own prefix, pid file and logs.
-start_nginx() {
-  local name=$1 server=$2 prefix="$work/$1"
-  mkdir -p "$prefix/logs" "$prefix/tmp"
-  cat >"$prefix/nginx.conf" <<EOF
-daemon off;
-worker_processes auto;
-pid $prefix/nginx.pid;
-error_log $prefix/logs/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $prefix/tmp/body;
-  proxy_temp_path $prefix/tmp/proxy;
-  fastcgi_temp_path $prefix/tmp/fastcgi;
-  uwsgi_temp_path $prefix/tmp/uwsgi;
-  scgi_temp_path $prefix/tmp/scgi;
-  keepalive_requests 1000000;
-  $server
-}
-EOF
-  "$nginx_bin" -p "$prefix" -c "$prefix/nginx.conf" -e "$prefix/logs/error.log" >"$work/$name.log" 2>&1 &
-  pids+=($!)
-  pid_of[$name]=$!
-}
-
 declare -A pid_of=()  # nginx and gateway processes by name
-
-start_gateway() {
-  local name=$1 store=$2 port=$3 admin=$4
-  cat >"$work/$name.toml" <<EOF
-# No [[route]]: every POST and PATCH is handled, key optional (wrk always sends one).
-upstream_timeout = "30s"
-max_body = "1MiB"
-# No line per key, as nginx runs with access_log off.
-log_level = "warn"
-EOF
-  "$gateway" --config "$work/$name.toml" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" \
-    --upstream "http://127.0.0.1:$upstream_port" --store "$store" >"$work/$name.log" 2>&1 &
-  pids+=($!)
-  pid_of[$name]=$!
-  wait_http "http://127.0.0.1:$admin/healthz"
-}
+me=run.sh
+# shellcheck source=bench/gateway/lib.sh
+source "$here/lib.sh"
 
 # The store servers first. Their URLs come from our own servers only, never from the environment
 # (scripts/test exports its shared servers' URLs to the tests). PostgreSQL runs as the postgres
@@ -228,7 +171,7 @@ declare -A gw_port=() gw_admin=()
 for c in "${cases[@]}"; do
   IFS='|' read -r name label url <<<"$c"
   read -r port admin < <(free_ports 2)
-  start_gateway "gw-$name" "$url" "$port" "$admin"
+  start_gateway "$gateway" "gw-$name" "$url" "$port" "$admin"
   gw_port[$name]=$port
   gw_admin[$name]=$admin
   curl -fsS -o /dev/null -X POST -H "Idempotency-Key: bench-smoke-$IDEM_BENCH_RUN-$name" "http://127.0.0.1:$port/" ||
@@ -237,18 +180,6 @@ done
 
 results="$work/results.tsv"
 : >"$results"
-
-# ticks PID...: CPU clock ticks (user + system) used so far by these processes, their threads and
-# their child processes (nginx workers, PostgreSQL backends).
-ticks() {
-  local pid child total=0
-  for pid in "$@"; do
-    for child in "$pid" $(pgrep -P "$pid" || true); do
-      total=$((total + $(awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || echo 0)))
-    done
-  done
-  echo "$total"
-}
 
 # children_seconds: user + system CPU seconds of this shell's reaped children (bash `times`, run
 # in this shell: in a command substitution it would see the subshell's children only).
@@ -361,14 +292,7 @@ fi
 # upstream never saw, and cheaper than the work measured.
 for c in "${cases[@]}"; do
   IFS='|' read -r name label url <<<"$c"
-  metrics=$(curl -fsS "http://127.0.0.1:${gw_admin[$name]}/metrics") ||
-    { echo "run.sh: the $name gateway's /metrics does not answer" >&2; exit 1; }
-  not_executed=$(awk '/^idem_requests_total\{/ && !/outcome="executed"/ { n += $2 } END { print n + 0 }' <<<"$metrics")
-  if [ "$not_executed" != 0 ]; then
-    echo "run.sh: $label: $not_executed requests were not executed (replayed, refused or failed):" >&2
-    grep '^idem_requests_total{' <<<"$metrics" >&2
-    exit 1
-  fi
+  all_executed "$label" "${gw_admin[$name]}" || exit 1
 done
 
 # One row per case, in run order: its median round by req/s (with that round's latencies and CPU),

@@ -1,0 +1,94 @@
+# Shared by the gateway benchmarks (run.sh, ab.sh); sourced, not run.
+#
+# The caller sets: work (a temporary directory), py (a python3), nginx_bin, me (its name, for
+# messages), upstream_port (before start_gateway), and declares `pids=()` (what its cleanup
+# stops) and `declare -A pid_of=()` (processes by name).
+
+# free_ports N: N distinct ports that were free a moment ago.
+free_ports() {
+  "$py" -c 'import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
+}
+
+# Waits until `curl ARGS` succeeds (max 10 s).
+wait_http() {
+  for _ in $(seq 200); do
+    if curl -fsS -o /dev/null --max-time 1 "$@" 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  echo "$me: not ready: $*" >&2
+  return 1
+}
+
+# start_nginx NAME SERVER_BLOCK: a non-daemon nginx with its own prefix, pid file and logs.
+start_nginx() {
+  local name=$1 server=$2 prefix="$work/$1"
+  mkdir -p "$prefix/logs" "$prefix/tmp"
+  cat >"$prefix/nginx.conf" <<EOF
+daemon off;
+worker_processes auto;
+pid $prefix/nginx.pid;
+error_log $prefix/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $prefix/tmp/body;
+  proxy_temp_path $prefix/tmp/proxy;
+  fastcgi_temp_path $prefix/tmp/fastcgi;
+  uwsgi_temp_path $prefix/tmp/uwsgi;
+  scgi_temp_path $prefix/tmp/scgi;
+  keepalive_requests 1000000;
+  $server
+}
+EOF
+  "$nginx_bin" -p "$prefix" -c "$prefix/nginx.conf" -e "$prefix/logs/error.log" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  pid_of[$name]=$!
+}
+
+# start_gateway BINARY NAME STORE_URL PORT ADMIN_PORT: an idem-gateway in front of the upstream,
+# with no [[route]] and warn-level logging; returns once its /healthz answers.
+start_gateway() {
+  local binary=$1 name=$2 store=$3 port=$4 admin=$5
+  cat >"$work/$name.toml" <<EOF
+# No [[route]]: every POST and PATCH is handled, key optional (wrk always sends one).
+upstream_timeout = "30s"
+max_body = "1MiB"
+# No line per key, as nginx runs with access_log off.
+log_level = "warn"
+EOF
+  "$binary" --config "$work/$name.toml" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" \
+    --upstream "http://127.0.0.1:$upstream_port" --store "$store" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  pid_of[$name]=$!
+  wait_http "http://127.0.0.1:$admin/healthz"
+}
+
+# ticks PID...: CPU clock ticks (user + system) used so far by these processes, their threads and
+# their child processes (nginx workers, PostgreSQL backends).
+ticks() {
+  local pid child total=0
+  for pid in "$@"; do
+    for child in "$pid" $(pgrep -P "$pid" || true); do
+      total=$((total + $(awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || echo 0)))
+    done
+  done
+  echo "$total"
+}
+
+# all_executed LABEL ADMIN_PORT: whether every request that gateway answered was executed. A
+# replay (a key sent twice) would be a request the upstream never saw, cheaper than the work
+# meant to be measured. Says why on stderr when not.
+all_executed() {
+  local label=$1 admin=$2 metrics not_executed
+  metrics=$(curl -fsS "http://127.0.0.1:$admin/metrics") ||
+    { echo "$me: $label: /metrics does not answer" >&2; return 1; }
+  not_executed=$(awk '/^idem_requests_total\{/ && !/outcome="executed"/ { n += $2 } END { print n + 0 }' <<<"$metrics")
+  if [ "$not_executed" != 0 ]; then
+    echo "$me: $label: $not_executed requests were not executed (replayed, refused or failed):" >&2
+    grep '^idem_requests_total{' <<<"$metrics" >&2
+    return 1
+  fi
+}

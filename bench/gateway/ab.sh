@@ -22,6 +22,8 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here="$root/bench/gateway"
 me=ab.sh
+# shellcheck source=bench/gateway/lib.sh
+source "$here/lib.sh"
 
 store=memory
 rounds=6
@@ -47,12 +49,7 @@ case "$store" in memory|sqlite) ;; *) echo "$me: --store: expected memory or sql
 for n in "$rounds" "$duration" "$threads" "$connections"; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "$me: expected a positive integer, got \"$n\"" >&2; exit 2; }
 done
-for tool in wrk nginx python3 curl; do
-  command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] || { echo "$me: $tool is missing (scripts/deps installs it)" >&2; exit 2; }
-done
-nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
-py=python3
-[ -x /usr/bin/python3 ] && py=/usr/bin/python3
+require_tools wrk nginx python3 curl
 
 work=$(mktemp -d -t idem-bench-ab.XXXXXX)
 pids=()
@@ -60,22 +57,14 @@ declare -A pid_of=()
 cleanup() {
   local rc=$?
   trap '' INT TERM
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-  done
-  if [ $rc -ne 0 ]; then
-    for log in "$work"/*.log; do [ -s "$log" ] && { echo "---- $log" >&2; tail -20 "$log" >&2; }; done
-  fi
+  stop_processes
+  [ $rc -eq 0 ] || show_logs "$work"/*.log
   rm -rf "$work"
   exit $rc
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-# shellcheck source=bench/gateway/lib.sh
-source "$here/lib.sh"
 
 read -r upstream_port < <(free_ports 1)
 start_nginx upstream "server { listen 127.0.0.1:$upstream_port; location / { return 200 \"ok\"; } }"

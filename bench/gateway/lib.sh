@@ -1,8 +1,40 @@
 # Shared by the gateway benchmarks (run.sh, ab.sh); sourced, not run.
 #
-# The caller sets: work (a temporary directory), py (a python3), nginx_bin, me (its name, for
-# messages), upstream_port (before start_gateway), and declares `pids=()` (what its cleanup
-# stops) and `declare -A pid_of=()` (processes by name).
+# The caller sets `me` (its name, for messages), calls require_tools (which sets py and
+# nginx_bin), then sets work (a temporary directory) and upstream_port (before start_gateway),
+# and declares `pids=()` (what its cleanup stops) and `declare -A pid_of=()` (processes by name).
+
+# require_tools TOOL...: exits 2 naming the first one missing; then sets nginx_bin and py.
+require_tools() {
+  local tool
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] ||
+      { echo "$me: $tool is missing (scripts/deps installs it)" >&2; exit 2; }
+  done
+  nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+  # The system interpreter: a version-manager shim (pyenv) can take seconds to start.
+  py=python3
+  [ -x /usr/bin/python3 ] && py=/usr/bin/python3
+}
+
+# stop_processes: SIGTERM to everything in `pids`, then SIGKILL to what is left after 5 s.
+stop_processes() {
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+}
+
+# show_logs FILE...: the last lines of each non-empty file, on stderr (after a failure).
+show_logs() {
+  local log
+  for log in "$@"; do
+    [ -s "$log" ] && { echo "---- $log" >&2; tail -20 "$log" >&2; }
+  done
+  return 0
+}
 
 # free_ports N: N distinct ports that were free a moment ago.
 free_ports() {

@@ -33,6 +33,9 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here="$root/bench/gateway"
+me=run.sh
+# shellcheck source=bench/gateway/lib.sh
+source "$here/lib.sh"
 
 shown_args=()  # the command line as docs/benchmarks.md shows it (no local paths)
 gateway=""
@@ -89,14 +92,7 @@ fi
 tools=(wrk nginx gnuplot python3 curl)
 want postgres && tools+=(psql)
 if want redis || want redis-cluster; then tools+=(redis-server redis-cli); fi
-for tool in "${tools[@]}"; do
-  command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] ||
-    { echo "run.sh: $tool is missing (scripts/deps installs it)" >&2; exit 2; }
-done
-nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
-# The system interpreter: a version-manager shim (pyenv) can take seconds to start.
-py=python3
-[ -x /usr/bin/python3 ] && py=/usr/bin/python3
+require_tools "${tools[@]}"
 
 work=$(mktemp -d -t idem-bench-gw.XXXXXX)
 pids=()
@@ -104,15 +100,9 @@ cleanup() {
   local rc=$?
   trap '' INT TERM  # let the cleanup finish
   # The gateways and nginx first (they hold store connections), then the servers.
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-  done
+  stop_processes
   if [ $rc -ne 0 ]; then
-    for log in "$work"/*.log "$work"/servers/*.log "$work"/servers/pg/server.log "$work"/servers/redis/redis.log; do
-      [ -s "$log" ] && { echo "---- $log" >&2; tail -20 "$log" >&2; }
-    done
+    show_logs "$work"/*.log "$work"/servers/*.log "$work"/servers/pg/server.log "$work"/servers/redis/redis.log
   fi
   if [ -d "$work/servers" ]; then
     bash "$root/scripts/lib/servers.sh" stop "$work/servers" || echo "run.sh: stopping the servers failed" >&2
@@ -126,9 +116,6 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 declare -A pid_of=()  # nginx and gateway processes by name
-me=run.sh
-# shellcheck source=bench/gateway/lib.sh
-source "$here/lib.sh"
 
 # The store servers first. Their URLs come from our own servers only, never from the environment
 # (scripts/test exports its shared servers' URLs to the tests). PostgreSQL runs as the postgres

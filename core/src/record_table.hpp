@@ -4,8 +4,9 @@
 // array of (hash, record pointer) slots. Against std::unordered_map it saves what a large table
 // pays for in cache misses: a lookup reads one slot and then its record, not a bucket, the node
 // before the bucket's first and then the node; growing moves 16-byte slots by their stored hash
-// and never touches a record. The caller supplies each key's hash, so the expiry index can keep
-// hashes alone and find its records again (visit_hash).
+// and never touches a record. A record's own tenant and key are its key in the table; the caller
+// supplies their hash, so the expiry index can keep hashes alone and find its records again
+// (erase_hash_if).
 //
 // Not thread-safe: the memory store's shard mutex guards it.
 
@@ -36,7 +37,7 @@ class RecordTable {
     return i == npos ? nullptr : slots_[i].record;
   }
 
-  /// Adds a record whose (tenant, key) is not in the table yet.
+  /// Adds a record whose (tenant, key) is not in the table yet; `hash` is their hash.
   Record& insert(std::size_t hash, Record record) {
     if ((size_ + 1) * 2 > slots_.size()) grow();  // at most half full: probes stay short
     auto owned = std::make_unique<Record>(std::move(record));

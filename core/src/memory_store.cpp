@@ -72,6 +72,8 @@ struct MemoryStore::Shard {
 MemoryStore::MemoryStore() : shards_(std::make_unique<Shard[]>(kShards)) {}
 MemoryStore::~MemoryStore() = default;
 
+std::span<MemoryStore::Shard> MemoryStore::shards() { return {shards_.get(), kShards}; }
+
 MemoryStore::Shard& MemoryStore::shard_for(std::size_t hash) {
   // The top bits: the shard's table picks slots by the low bits.
   static_assert(kShards == 64);
@@ -199,8 +201,7 @@ void MemoryStore::get(RecordId id, Callback<std::optional<Record>> done) {
 
 void MemoryStore::purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) {
   std::size_t purged = 0;
-  for (std::size_t i = 0; i < kShards; ++i) {
-    Shard& shard = shards_[i];
+  for (Shard& shard : shards()) {
     if (purged == limit) break;
     std::lock_guard lock(shard.mutex);
     purged += shard.purge(now, limit - purged);
@@ -219,8 +220,7 @@ void MemoryStore::list(ListQuery query, Callback<std::vector<Record>> done) {
   const auto by_key = [](const Record& a, const Record& b) {
     return std::tie(a.tenant, a.key) < std::tie(b.tenant, b.key);
   };
-  for (std::size_t i = 0; i < kShards; ++i) {
-    Shard& shard = shards_[i];
+  for (Shard& shard : shards()) {
     std::vector<const Record*> best;  // a max-heap by key of this shard's smallest
     const auto by_key_ptr = [&](const Record* a, const Record* b) { return by_key(*a, *b); };
     std::lock_guard lock(shard.mutex);
@@ -287,8 +287,7 @@ void MemoryStore::resolve(RecordId id, StoredResponse response, TimePoint now, T
 
 void MemoryStore::count(TimePoint now, Callback<StateCounts> done) {
   StateCounts counts;
-  for (std::size_t i = 0; i < kShards; ++i) {
-    Shard& shard = shards_[i];
+  for (Shard& shard : shards()) {
     std::lock_guard lock(shard.mutex);
     shard.records.for_each([&](const Record& r) {
       if (r.expires <= now) {

@@ -25,27 +25,23 @@ class RecordTable {
   RecordTable() = default;
   RecordTable(const RecordTable&) = delete;
   RecordTable& operator=(const RecordTable&) = delete;
-  ~RecordTable() {
-    for (Slot& slot : slots_) delete slot.record;
-  }
 
   std::size_t size() const { return size_; }
 
   /// The record with this (tenant, key), or null.
   Record* find(std::size_t hash, std::string_view tenant, std::string_view key) {
     const std::size_t i = index_of(hash, tenant, key);
-    return i == npos ? nullptr : slots_[i].record;
+    return i == npos ? nullptr : slots_[i].record.get();
   }
 
   /// Adds a record whose (tenant, key) is not in the table yet; `hash` is their hash.
-  Record& insert(std::size_t hash, Record record) {
+  void insert(std::size_t hash, Record record) {
     if ((size_ + 1) * 2 > slots_.size()) grow();  // at most half full: probes stay short
     auto owned = std::make_unique<Record>(std::move(record));
     std::size_t i = hash & mask();
     while (slots_[i].record) i = (i + 1) & mask();
-    slots_[i] = Slot{hash, owned.release()};
+    slots_[i] = Slot{hash, std::move(owned)};
     ++size_;
-    return *slots_[i].record;
   }
 
   /// Removes the record with this (tenant, key); false when there is none.
@@ -84,7 +80,7 @@ class RecordTable {
  private:
   struct Slot {
     std::size_t hash = 0;
-    Record* record = nullptr;  // owned; null: empty
+    std::unique_ptr<Record> record;  // null: empty
   };
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
 
@@ -103,15 +99,13 @@ class RecordTable {
   // run that may live at i (its home is not cyclically within (i, j]) moves back, so no probe
   // ever stops early at a hole.
   void erase_at(std::size_t i) {
-    delete slots_[i].record;
     slots_[i] = Slot{};
     --size_;
     for (std::size_t j = (i + 1) & mask(); slots_[j].record; j = (j + 1) & mask()) {
       const std::size_t home = slots_[j].hash & mask();
       const bool stays = i < j ? (i < home && home <= j) : (i < home || home <= j);
       if (stays) continue;
-      slots_[i] = slots_[j];
-      slots_[j] = Slot{};
+      slots_[i] = std::move(slots_[j]);  // leaves slots_[j] empty
       i = j;
     }
   }
@@ -119,11 +113,11 @@ class RecordTable {
   void grow() {
     const std::size_t capacity = slots_.empty() ? 16 : slots_.size() * 2;
     std::vector<Slot> old = std::exchange(slots_, std::vector<Slot>(capacity));
-    for (const Slot& slot : old) {
+    for (Slot& slot : old) {
       if (!slot.record) continue;
       std::size_t i = slot.hash & mask();
       while (slots_[i].record) i = (i + 1) & mask();
-      slots_[i] = slot;
+      slots_[i] = std::move(slot);
     }
   }
 

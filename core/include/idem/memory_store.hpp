@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "idem/store.hpp"
@@ -42,6 +43,7 @@ class MemoryStore final : public Store, public StoreAdmin {
   static constexpr std::size_t kShards = 64;
 
   Shard& shard_for(std::size_t hash);
+  std::span<Shard> shards();
 
   std::unique_ptr<Shard[]> shards_;
 };

@@ -1,35 +1,27 @@
 -- idem claim (SPEC 4.2): mirrors decide_claim and claimed_record in core/src/store.cpp.
--- KEYS[1]  the record (a hash)
+-- The store first tries `SET key <record> NX GET PX ttl`, which claims a fresh key without Lua;
+-- this script runs when a record is there and the claim may take it over (or on an old Redis).
+-- KEYS[1]  the record
 -- ARGV     now, request_hash, token, lease_expires, expires, take_over ('1' or '0'), ttl_ms
 -- Times are the caller's Unix epoch milliseconds; Redis's own clock is never read.
--- Returns {'claimed', kind, created} or {status, '', HGETALL of the stored record}.
+-- Returns {'claimed', kind, created} or {status, '', the stored record}.
 local key = KEYS[1]
 local now = tonumber(ARGV[1])
-local cur = redis.call('HMGET', key, 'state', 'hash', 'lease_expires', 'created', 'expires')
+local cur, err = rec_load(key)
+if err then return redis.error_reply(err) end
 local kind, created = 'fresh', ARGV[1]
-if cur[1] then
-  local expires = tonumber(cur[5])
-  if not expires then return redis.error_reply('IDEMCORRUPT record without expires') end
-  if expires > now then
-    if cur[2] ~= ARGV[2] then return {'mismatch', '', redis.call('HGETALL', key)} end
-    if cur[1] == 'completed' then
-      return {'completed', '', redis.call('HGETALL', key)}
-    elseif cur[1] == 'in_progress' then
-      if tonumber(cur[3]) > now then return {'in_progress', '', redis.call('HGETALL', key)} end
-      if ARGV[6] ~= '1' then return {'outcome_unknown', '', redis.call('HGETALL', key)} end
-      kind = 'after_lease_expiry'
-    elseif cur[1] == 'failed_retryable' then
-      kind = 'after_failure'
-    else
-      return redis.error_reply('IDEMCORRUPT unknown state')
-    end
-    created = cur[4]
+if cur and cur.expires > now then
+  if cur.hash ~= ARGV[2] then return {'mismatch', '', cur.raw} end
+  if cur.state == 'C' then return {'completed', '', cur.raw} end
+  if cur.state == 'I' then
+    if (tonumber(cur.lease) or 0) > now then return {'in_progress', '', cur.raw} end
+    if ARGV[6] ~= '1' then return {'outcome_unknown', '', cur.raw} end
+    kind = 'after_lease_expiry'
+  else
+    kind = 'after_failure'
   end
+  created = cur.created
 end
--- An expired or taken-over record (or a stray hash without a state): none of its fields survive.
--- A fresh key, the common case, has nothing to delete.
-if cur[1] or cur[2] or cur[3] or cur[4] or cur[5] then redis.call('DEL', key) end
-redis.call('HSET', key, 'state', 'in_progress', 'hash', ARGV[2], 'token', ARGV[3],
-           'lease_expires', ARGV[4], 'created', created, 'expires', ARGV[5])
-redis.call('PEXPIRE', key, ARGV[7])
+-- An expired or taken-over record: none of its fields survive.
+redis.call('SET', key, rec_value('I', ARGV[3], ARGV[4], created, ARGV[5], '', '', ARGV[2], '', ''), 'PX', ARGV[7])
 return {'claimed', kind, created}

@@ -2,9 +2,9 @@
 -- KEYS[1]  the record
 -- ARGV     token, now, expires, ttl_ms, status, headers, body
 -- Returns 1 when applied, 0 when the caller no longer holds the record.
-local cur = redis.call('HMGET', KEYS[1], 'state', 'token')
-if cur[1] ~= 'in_progress' or cur[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'completed', 'completed', ARGV[2], 'expires', ARGV[3],
-           'status', ARGV[5], 'headers', ARGV[6], 'body', ARGV[7])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+local cur, err = rec_load(KEYS[1])
+if err then return redis.error_reply(err) end
+if not cur or cur.state ~= 'I' or cur.token ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], rec_value('C', cur.token, cur.lease, cur.created, ARGV[3], ARGV[2], ARGV[5], cur.hash,
+                                     ARGV[6], ARGV[7]), 'PX', ARGV[4])
 return 1

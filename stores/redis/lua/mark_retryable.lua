@@ -3,10 +3,10 @@
 -- KEYS[1]  the record
 -- ARGV     now, new token
 -- Returns 'done', 'not_found' or 'wrong_state'.
-local cur = redis.call('HMGET', KEYS[1], 'state', 'expires')
-if not cur[1] or not tonumber(cur[2]) or tonumber(cur[2]) <= tonumber(ARGV[1]) then
-  return 'not_found'
-end
-if cur[1] == 'completed' then return 'wrong_state' end
-redis.call('HSET', KEYS[1], 'state', 'failed_retryable', 'token', ARGV[2])
+local cur, err = rec_load(KEYS[1])
+if err then return redis.error_reply(err) end
+if not cur or cur.expires <= tonumber(ARGV[1]) then return 'not_found' end
+if cur.state == 'C' then return 'wrong_state' end
+redis.call('SET', KEYS[1], rec_value('F', ARGV[2], cur.lease, cur.created, cur.expires, '', '', cur.hash, '', ''),
+           'KEEPTTL')
 return 'done'

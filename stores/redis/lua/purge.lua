@@ -2,8 +2,9 @@
 -- KEYS[1]  the record
 -- ARGV     now
 -- Returns 1 when deleted, else 0.
-local expires = tonumber(redis.call('HGET', KEYS[1], 'expires'))
-if expires and expires <= tonumber(ARGV[1]) then
+local cur, err = rec_load(KEYS[1])
+if err then return redis.error_reply(err) end
+if cur and cur.expires <= tonumber(ARGV[1]) then
   redis.call('DEL', KEYS[1])
   return 1
 end

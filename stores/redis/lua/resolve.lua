@@ -3,12 +3,10 @@
 -- KEYS[1]  the record
 -- ARGV     now, new token, expires, ttl_ms, status, headers, body
 -- Returns 'done', 'not_found' or 'wrong_state'.
-local cur = redis.call('HMGET', KEYS[1], 'state', 'expires')
-if not cur[1] or not tonumber(cur[2]) or tonumber(cur[2]) <= tonumber(ARGV[1]) then
-  return 'not_found'
-end
-if cur[1] == 'completed' then return 'wrong_state' end
-redis.call('HSET', KEYS[1], 'state', 'completed', 'token', ARGV[2], 'completed', ARGV[1],
-           'expires', ARGV[3], 'status', ARGV[5], 'headers', ARGV[6], 'body', ARGV[7])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+local cur, err = rec_load(KEYS[1])
+if err then return redis.error_reply(err) end
+if not cur or cur.expires <= tonumber(ARGV[1]) then return 'not_found' end
+if cur.state == 'C' then return 'wrong_state' end
+redis.call('SET', KEYS[1], rec_value('C', ARGV[2], cur.lease, cur.created, ARGV[3], ARGV[1], ARGV[5], cur.hash,
+                                     ARGV[6], ARGV[7]), 'PX', ARGV[4])
 return 'done'

@@ -278,6 +278,11 @@ void Node::finish(Op op, Reply reply, std::optional<Reply> wait_reply) {
       case ErrorAction::report:
         break;
     }
+    if (op.raw_errors) {
+      counters_.replies.fetch_add(1, std::memory_order_relaxed);
+      op.done(std::move(reply));
+      return;
+    }
     fail(op, Failure{Failure::Kind::reply, reply.str, address_.str()});
     return;
   }

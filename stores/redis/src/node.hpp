@@ -27,7 +27,7 @@ namespace idem::redis_detail {
 using Steady = std::chrono::steady_clock;
 
 /// What a command's caller receives: the reply (error replies that are final are already
-/// mapped to a StoreError) or the failure.
+/// mapped to a StoreError, unless the Op asks for raw_errors) or the failure.
 using ReplyCallback = std::move_only_function<void(StoreResult<Reply>)>;
 
 /// One command on its way: where it goes, how it has been redirected, who waits for it.
@@ -38,6 +38,7 @@ struct Op {
   const Script* script = nullptr;  ///< args are EVALSHA of this script (NOSCRIPT -> EVAL)
   bool write = false;              ///< a write: followed by WAIT when wait_replicas > 0
   bool asking = false;             ///< preceded by ASKING (after an ASK redirection)
+  bool raw_errors = false;         ///< final error replies reach `done` as replies, unmapped
   int redirects = 0;
   int retries = 0;
   Steady::time_point deadline{};   ///< the caller's deadline (command_timeout from the call)

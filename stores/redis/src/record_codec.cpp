@@ -61,6 +61,39 @@ StoreError corrupt(const RecordId& id, std::string what) {
   return StoreError{StoreErrc::corrupt, "redis record (" + id.tenant + ", " + id.key + "): " + what, false};
 }
 
+char state_letter(RecordState state) {
+  switch (state) {
+    case RecordState::in_progress: return 'I';
+    case RecordState::completed: return 'C';
+    case RecordState::failed_retryable: return 'F';
+  }
+  return 'I';
+}
+
+std::optional<RecordState> state_of_letter(char c) {
+  if (c == 'I') return RecordState::in_progress;
+  if (c == 'C') return RecordState::completed;
+  if (c == 'F') return RecordState::failed_retryable;
+  return std::nullopt;
+}
+
+// Splits off the text up to the next '|'; nullopt when there is none.
+std::optional<std::string_view> next_field(std::string_view& rest) {
+  const auto bar = rest.find('|');
+  if (bar == std::string_view::npos) return std::nullopt;
+  auto field = rest.substr(0, bar);
+  rest.remove_prefix(bar + 1);
+  return field;
+}
+
+// A decimal field ("" is allowed where `optional`), as lua/record.lua's pattern accepts it.
+bool digits_only(std::string_view text) {
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string record_key(std::string_view prefix, const RecordId& id) {
@@ -100,7 +133,98 @@ std::string scan_pattern(std::string_view prefix) {
 
 std::string ms_text(TimePoint t) { return std::to_string(to_epoch_ms(t)); }
 
-StoreResult<std::optional<Record>> decode_record(const RecordId& id, const Reply& fields) {
+std::string encode_record(const Record& r) {
+  std::string headers;
+  std::string_view body;
+  std::string status;
+  if (r.response) {
+    headers = encode_headers(r.response->headers);
+    body = r.response->body;
+    status = std::to_string(r.response->status);
+  }
+  std::string out;
+  out.reserve(96 + r.request_hash.size() + headers.size() + body.size());
+  out.push_back(state_letter(r.state));
+  for (const std::string& field :
+       {std::to_string(r.fencing_token), ms_text(r.lease_expires), ms_text(r.created), ms_text(r.expires),
+        r.completed ? ms_text(*r.completed) : std::string(), status, std::to_string(r.request_hash.size()),
+        std::to_string(headers.size())}) {
+    out.push_back('|');
+    out += field;
+  }
+  out.push_back('|');
+  out += r.request_hash;
+  out += headers;
+  out += body;
+  return out;
+}
+
+std::optional<RecordHead> parse_record_head(std::string_view v) {
+  if (v.size() < 2 || v[1] != '|') return std::nullopt;
+  auto state = state_of_letter(v[0]);
+  if (!state) return std::nullopt;
+  v.remove_prefix(2);
+  std::optional<std::string_view> expires;
+  for (int i = 0; i < 4; ++i) expires = next_field(v);  // token, lease_expires, created, expires
+  RecordHead head;
+  head.state = *state;
+  if (!expires || !parse_int(*expires, head.expires_ms)) return std::nullopt;
+  return head;
+}
+
+StoreResult<Record> decode_record(const RecordId& id, std::string_view v) {
+  auto bad = [&](std::string what) { return std::unexpected(corrupt(id, std::move(what))); };
+  if (v.size() < 2 || v[1] != '|') return bad("not a record");
+  auto state = state_of_letter(v[0]);
+  if (!state) return bad("unknown state");
+  v.remove_prefix(2);
+  std::string_view fields[8];  // token .. headers_len
+  for (auto& f : fields) {
+    auto next = next_field(v);
+    if (!next || !digits_only(*next)) return bad("malformed header");
+    f = *next;
+  }
+  const auto& [token, lease, created, expires, completed, status, hash_len, headers_len] = fields;
+  Record r;
+  r.tenant = id.tenant;
+  r.key = id.key;
+  r.state = *state;
+  std::int64_t ms = 0;
+  std::size_t hash_size = 0, headers_size = 0;
+  if (!parse_int(token, r.fencing_token)) return bad("bad token");
+  if (!lease.empty()) {
+    if (!parse_int(lease, ms)) return bad("bad lease_expires");
+    r.lease_expires = from_epoch_ms(ms);
+  }
+  if (!parse_int(created, ms)) return bad("bad created");
+  r.created = from_epoch_ms(ms);
+  if (!parse_int(expires, ms)) return bad("bad expires");
+  r.expires = from_epoch_ms(ms);
+  if (!completed.empty()) {
+    if (!parse_int(completed, ms)) return bad("bad completed");
+    r.completed = from_epoch_ms(ms);
+  }
+  if (!parse_int(hash_len, hash_size) || !parse_int(headers_len, headers_size) || hash_size > v.size() ||
+      headers_size > v.size() - hash_size) {
+    return bad("bad lengths");
+  }
+  r.request_hash = std::string(v.substr(0, hash_size));
+  v.remove_prefix(hash_size);
+  if (!status.empty()) {
+    StoredResponse response;
+    if (!parse_int(status, response.status)) return bad("bad status");
+    auto headers = idem::decode_headers(v.substr(0, headers_size));
+    if (!headers) return bad("bad headers");
+    response.headers = std::move(*headers);
+    response.body = std::string(v.substr(headers_size));
+    r.response = std::move(response);
+  } else if (r.state == RecordState::completed) {
+    return bad("completed without a status");
+  }
+  return r;
+}
+
+StoreResult<std::optional<Record>> decode_legacy_record(const RecordId& id, const Reply& fields) {
   if (!fields.is_array() || fields.elements.size() % 2 != 0) return std::unexpected(corrupt(id, "not a field list"));
   if (fields.elements.empty()) return std::optional<Record>{};
   Record r;

@@ -1,6 +1,7 @@
 #include "idem/redis_store.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <condition_variable>
 #include <deque>
@@ -94,11 +95,29 @@ StoreResult<ClaimResult> decode_claim(const ClaimRequest& request, const Reply& 
     result.record.created = from_epoch_ms(created);
     return result;
   }
-  auto record = redis_detail::decode_record(request.id, reply.elements[2]);
+  if (reply.elements[2].type != Reply::Type::string) return std::unexpected(bad_reply("claim", reply));
+  auto record = redis_detail::decode_record(request.id, reply.elements[2].str);
   if (!record) return std::unexpected(record.error());
-  if (!*record) return std::unexpected(bad_reply("claim", reply));
-  result.record = std::move(**record);
+  result.record = std::move(*record);
   return result;
+}
+
+// A record read by GET (a string) or, for a legacy record, by HGETALL (an array); nullopt when
+// the key is gone.
+StoreResult<std::optional<Record>> decode_either(const RecordId& id, const Reply& reply) {
+  if (reply.type == Reply::Type::nil) return std::optional<Record>{};
+  if (reply.is_array()) return redis_detail::decode_legacy_record(id, reply);
+  if (reply.type != Reply::Type::string) return std::unexpected(bad_reply("GET", reply));
+  auto record = redis_detail::decode_record(id, reply.str);
+  if (!record) return std::unexpected(record.error());
+  return std::optional<Record>{std::move(*record)};
+}
+
+bool is_wrongtype(const Reply& reply) { return reply.is_error() && reply.str.starts_with("WRONGTYPE"); }
+
+// An error reply a raw_errors Op received, as the store reports it.
+StoreError reply_error(const Reply& reply) {
+  return redis_detail::map_error(Failure{Failure::Kind::reply, reply.str, ""});
 }
 
 // One thread for the calls that take many round trips (SCAN-based), so they never hold up a
@@ -184,6 +203,32 @@ class RedisStore::Impl {
     router.dispatch(script_op(id, key, std::move(argv), write, std::move(done)));
   }
 
+  void claim_by_script(ClaimRequest request, Callback<ClaimResult> done) {
+    const std::string key = redis_detail::record_key(options.key_prefix, request.id);
+    std::vector<std::string> argv{ms_text(request.now),
+                                  request.request_hash,
+                                  std::to_string(request.token),
+                                  ms_text(request.lease_expires),
+                                  ms_text(request.expires),
+                                  request.take_over_expired_lease ? "1" : "0",
+                                  ttl_text(request.now, request.expires, options.ttl_grace)};
+    eval(ScriptId::claim, key, std::move(argv), true,
+         [request = std::move(request), done = std::move(done)](StoreResult<Reply> reply) mutable {
+           if (!reply) return done(std::unexpected(std::move(reply.error())));
+           done(decode_claim(request, *reply));
+         });
+  }
+
+  // A record an earlier idem stored as a hash, read as it is (only scripts rewrite it).
+  void get_legacy(const std::string& key, RecordId id, Callback<std::optional<Record>> done) {
+    Op op = make_op({"HGETALL", key}, [id = std::move(id), done = std::move(done)](StoreResult<Reply> reply) mutable {
+      if (!reply) return done(std::unexpected(std::move(reply.error())));
+      done(decode_either(id, *reply));
+    });
+    op.slot = redis_detail::key_slot(key);
+    router.dispatch(std::move(op));
+  }
+
   // ---- blocking helpers, for the admin thread only ----
 
   std::vector<StoreResult<Reply>> call_all(std::vector<Op> ops) {
@@ -246,16 +291,72 @@ class RedisStore::Impl {
   }
 
   // One command per key, pipelined; the replies in key order.
+  // `raw_errors`: error replies come back as replies (see Op::raw_errors).
   std::vector<StoreResult<Reply>> per_key(const std::vector<std::string>& keys,
-                                          const std::function<std::vector<std::string>(const std::string&)>& args) {
+                                          const std::function<std::vector<std::string>(const std::string&)>& args,
+                                          bool raw_errors = false) {
     std::vector<Op> ops;
     ops.reserve(keys.size());
     for (const auto& k : keys) {
       Op op = make_op(args(k), nullptr);
       op.slot = redis_detail::key_slot(k);
+      op.raw_errors = raw_errors;
       ops.push_back(std::move(op));
     }
     return call_all(std::move(ops));
+  }
+
+  // Reads `keys` with `read`; the keys holding a legacy hash record are read again with
+  // `read_legacy`. The replies in key order (nil where a key is gone).
+  std::vector<StoreResult<Reply>> per_key_either(
+      const std::vector<std::string>& keys, const std::function<std::vector<std::string>(const std::string&)>& read,
+      const std::function<std::vector<std::string>(const std::string&)>& read_legacy) {
+    auto replies = per_key(keys, read, /*raw_errors=*/true);
+    std::vector<std::string> legacy_keys;
+    std::vector<std::size_t> legacy_at;
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      if (!replies[i] || !replies[i]->is_error()) continue;
+      if (!is_wrongtype(*replies[i])) {
+        replies[i] = std::unexpected(reply_error(*replies[i]));
+        continue;
+      }
+      legacy_keys.push_back(keys[i]);
+      legacy_at.push_back(i);
+    }
+    if (legacy_keys.empty()) return replies;
+    auto legacy = per_key(legacy_keys, read_legacy);
+    for (std::size_t j = 0; j < legacy.size(); ++j) replies[legacy_at[j]] = std::move(legacy[j]);
+    return replies;
+  }
+
+  // The state and expiry of each key's record (nullopt: gone meanwhile, or not a record),
+  // without reading responses.
+  StoreResult<std::vector<std::optional<redis_detail::RecordHead>>> heads(const std::vector<std::string>& keys) {
+    auto replies = per_key_either(
+        keys,
+        [](const std::string& k) {
+          return std::vector<std::string>{"GETRANGE", k, "0", std::to_string(redis_detail::kHeadBytes - 1)};
+        },
+        [](const std::string& k) { return std::vector<std::string>{"HMGET", k, "state", "expires"}; });
+    std::vector<std::optional<redis_detail::RecordHead>> out;
+    out.reserve(replies.size());
+    for (auto& r : replies) {
+      if (!r) return std::unexpected(r.error());
+      std::optional<redis_detail::RecordHead> head;
+      if (r->type == Reply::Type::string) {
+        head = redis_detail::parse_record_head(r->str);
+      } else if (r->is_array() && r->elements.size() == 2 && r->elements[0].type == Reply::Type::string) {
+        auto state = parse_record_state(r->elements[0].str);  // legacy: HMGET state expires
+        std::int64_t expires = 0;
+        const auto& text = r->elements[1].str;
+        auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), expires);
+        if (state && ec == std::errc{} && ptr == text.data() + text.size() && !text.empty()) {
+          head = redis_detail::RecordHead{*state, expires};
+        }
+      }
+      out.push_back(head);
+    }
+    return out;
   }
 
   StoreResult<std::size_t> purge(TimePoint now, std::size_t limit) {
@@ -263,15 +364,12 @@ class RedisStore::Impl {
     if (limit == 0) return purged;
     const auto now_ms = to_epoch_ms(now);
     auto scanned = scan([&](std::vector<std::string> keys) -> StoreResult<bool> {
-      auto expiries = per_key(keys, [](const std::string& k) { return std::vector<std::string>{"HGET", k, "expires"}; });
+      auto found = heads(keys);
+      if (!found) return std::unexpected(found.error());
       std::vector<Op> deletes;
       for (std::size_t i = 0; i < keys.size() && purged + deletes.size() < limit; ++i) {
-        if (!expiries[i]) return std::unexpected(expiries[i].error());
-        std::int64_t expires = 0;
-        const auto& text = expiries[i]->str;
-        if (expiries[i]->type != Reply::Type::string) continue;  // gone meanwhile
-        auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), expires);
-        if (ec != std::errc{} || expires > now_ms) continue;
+        const auto& head = (*found)[i];
+        if (!head || head->expires_ms > now_ms) continue;  // gone meanwhile, or not yet expired
         deletes.push_back(script_op(ScriptId::purge, keys[i], {std::to_string(now_ms)}, true, nullptr));
       }
       for (auto& r : call_all(std::move(deletes))) {
@@ -288,22 +386,15 @@ class RedisStore::Impl {
     StateCounts counts;
     const auto now_ms = to_epoch_ms(now);
     auto scanned = scan([&](std::vector<std::string> keys) -> StoreResult<bool> {
-      auto fields = per_key(keys, [](const std::string& k) {
-        return std::vector<std::string>{"HMGET", k, "state", "expires"};
-      });
-      for (auto& f : fields) {
-        if (!f) return std::unexpected(f.error());
-        if (!f->is_array() || f->elements.size() != 2 || f->elements[0].type != Reply::Type::string) continue;
-        std::int64_t expires = 0;
-        const auto& text = f->elements[1].str;
-        std::from_chars(text.data(), text.data() + text.size(), expires);
-        if (expires <= now_ms) {
+      auto found = heads(keys);
+      if (!found) return std::unexpected(found.error());
+      for (const auto& head : *found) {
+        if (!head) continue;
+        if (head->expires_ms <= now_ms) {
           ++counts.expired;
           continue;
         }
-        auto state = parse_record_state(f->elements[0].str);
-        if (!state) continue;
-        switch (*state) {
+        switch (head->state) {
           case RecordState::in_progress: ++counts.in_progress; break;
           case RecordState::completed: ++counts.completed; break;
           case RecordState::failed_retryable: ++counts.failed_retryable; break;
@@ -339,10 +430,12 @@ class RedisStore::Impl {
       const std::size_t end = std::min(ids.size(), at + chunk);
       std::vector<std::string> keys;
       for (std::size_t i = at; i < end; ++i) keys.push_back(ids[i].second);
-      auto replies = per_key(keys, [](const std::string& k) { return std::vector<std::string>{"HGETALL", k}; });
+      auto replies = per_key_either(
+          keys, [](const std::string& k) { return std::vector<std::string>{"GET", k}; },
+          [](const std::string& k) { return std::vector<std::string>{"HGETALL", k}; });
       for (std::size_t i = 0; i < replies.size() && out.size() < query.limit; ++i) {
         if (!replies[i]) return std::unexpected(replies[i].error());
-        auto record = redis_detail::decode_record(ids[at + i].first, *replies[i]);
+        auto record = decode_either(ids[at + i].first, *replies[i]);
         if (!record) return std::unexpected(record.error());
         if (!*record) continue;  // expired meanwhile
         if (query.state && (*record)->state != *query.state) continue;
@@ -353,6 +446,9 @@ class RedisStore::Impl {
   }
 
   RedisOptions options;
+  // Whether claims try `SET NX GET` first (Redis 7.0 and later); cleared when the server
+  // refuses its syntax.
+  std::atomic<bool> set_nx_get{true};
   redis_detail::Counters counters;
   redis_detail::Router router;
   std::unique_ptr<JobThread> admin = std::make_unique<JobThread>();
@@ -413,19 +509,41 @@ std::string RedisStore::redis_key(const RecordId& id) const {
 }
 
 void RedisStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
+  if (!impl_->set_nx_get.load(std::memory_order_relaxed)) return impl_->claim_by_script(std::move(request), std::move(done));
+  // A fresh key, the common case, is claimed without Lua: SET NX writes the new record unless one
+  // is there, and GET hands that one back. decide_claim then says whether it answers the claim
+  // (replay, conflict, in progress) or may be taken over, which only the script does atomically.
   const std::string key = redis_key(request.id);
-  std::vector<std::string> argv{ms_text(request.now),
-                                request.request_hash,
-                                std::to_string(request.token),
-                                ms_text(request.lease_expires),
-                                ms_text(request.expires),
-                                request.take_over_expired_lease ? "1" : "0",
+  Record fresh = claimed_record(request, std::nullopt);
+  std::vector<std::string> args{"SET", key, redis_detail::encode_record(fresh), "NX", "GET", "PX",
                                 ttl_text(request.now, request.expires, impl_->options.ttl_grace)};
-  impl_->eval(ScriptId::claim, key, std::move(argv), true,
-              [request = std::move(request), done = std::move(done)](StoreResult<Reply> reply) mutable {
-                if (!reply) return done(std::unexpected(std::move(reply.error())));
-                done(decode_claim(request, *reply));
-              });
+  Op op = impl_->make_op(
+      std::move(args),
+      [this, request = std::move(request), fresh = std::move(fresh),
+       done = std::move(done)](StoreResult<Reply> reply) mutable {
+        if (!reply) return done(std::unexpected(std::move(reply.error())));
+        if (reply->type == Reply::Type::nil) return done(ClaimResult{ClaimStatus::claimed, ClaimKind::fresh, std::move(fresh)});
+        if (reply->is_error()) {
+          // WRONGTYPE: a record an earlier idem wrote as a hash, which the script converts. A
+          // syntax error: a Redis before 7.0, which has no SET NX GET; the script serves it.
+          if (!is_wrongtype(*reply)) {
+            if (!reply->str.starts_with("ERR syntax")) return done(std::unexpected(reply_error(*reply)));
+            impl_->set_nx_get.store(false, std::memory_order_relaxed);
+          }
+          return impl_->claim_by_script(std::move(request), std::move(done));
+        }
+        if (reply->type != Reply::Type::string) return done(std::unexpected(bad_reply("claim", *reply)));
+        auto decoded = redis_detail::decode_record(request.id, reply->str);
+        if (!decoded) return done(std::unexpected(std::move(decoded.error())));
+        std::optional<Record> current(std::move(*decoded));
+        const ClaimDecision decision = decide_claim(current, request);
+        if (decision.status == ClaimStatus::claimed) return impl_->claim_by_script(std::move(request), std::move(done));
+        done(ClaimResult{decision.status, ClaimKind::fresh, std::move(*current)});
+      });
+  op.slot = redis_detail::key_slot(key);
+  op.write = true;
+  op.raw_errors = true;
+  impl_->router.dispatch(std::move(op));
 }
 
 void RedisStore::complete(CompleteRequest request, Callback<FenceStatus> done) {
@@ -464,11 +582,15 @@ void RedisStore::release(Fence fence, Callback<FenceStatus> done) {
 
 void RedisStore::get(RecordId id, Callback<std::optional<Record>> done) {
   const std::string key = redis_key(id);
-  Op op = impl_->make_op({"HGETALL", key}, [id = std::move(id), done = std::move(done)](StoreResult<Reply> reply) mutable {
+  Op op = impl_->make_op({"GET", key}, [this, key, id = std::move(id), done = std::move(done)](
+                                           StoreResult<Reply> reply) mutable {
     if (!reply) return done(std::unexpected(std::move(reply.error())));
-    done(redis_detail::decode_record(id, *reply));
+    if (is_wrongtype(*reply)) return impl_->get_legacy(key, std::move(id), std::move(done));
+    if (reply->is_error()) return done(std::unexpected(reply_error(*reply)));
+    done(decode_either(id, *reply));
   });
   op.slot = redis_detail::key_slot(key);
+  op.raw_errors = true;
   impl_->router.dispatch(std::move(op));
 }
 

@@ -13,6 +13,7 @@
 #include <future>
 #include <thread>
 
+#include "idem/headers_codec.hpp"
 #include "idem/memory_store.hpp"
 #include "idem/testing/manual_clock.hpp"
 #include "idem/testing/store_conformance.hpp"
@@ -124,7 +125,7 @@ class RedisStoreTest : public ::testing::TestWithParam<std::string> {
 INSTANTIATE_TEST_SUITE_P(Topologies, RedisStoreTest, ::testing::Values("standalone", "cluster"),
                          [](const auto& info) { return info.param; });
 
-TEST_P(RedisStoreTest, RecordIsOneReadableHashWithAPhysicalTtlBeyondItsLogicalLife) {
+TEST_P(RedisStoreTest, RecordIsOneReadableStringWithAPhysicalTtlBeyondItsLogicalLife) {
   auto store = open_store(url(), redis_test::unique_prefix("layout"));
   BlockingStore b(*store);
   auto c = b.claim(request("acme", "order-0000000001"));
@@ -132,19 +133,99 @@ TEST_P(RedisStoreTest, RecordIsOneReadableHashWithAPhysicalTtlBeyondItsLogicalLi
   const std::string key = store->redis_key(RecordId{"acme", "order-0000000001"});
   EXPECT_TRUE(key.ends_with("{acme:order-0000000001}"));
   RawRedis raw(node_of(key));
-  EXPECT_EQ(raw.text({"TYPE", key}), "hash");
-  EXPECT_EQ(raw.text({"HGET", key, "state"}), "in_progress");
+  EXPECT_EQ(raw.text({"TYPE", key}), "string");
+  EXPECT_EQ(raw.text({"GET", key}), redis_detail::encode_record(c->record));
+  EXPECT_TRUE(raw.text({"GET", key}).starts_with("I|" + std::to_string(c->record.fencing_token) + "|"));
   // In progress, the key outlives its lease (so an expired lease can still be reported as
   // outcome unknown or taken over): its TTL is the retention plus the grace.
   auto pttl = raw.call({"PTTL", key}).integer;
   EXPECT_GT(pttl, std::chrono::milliseconds(24h).count());
   EXPECT_LE(pttl, std::chrono::milliseconds(24h + 10min).count());
-  ASSERT_EQ(b.complete(CompleteRequest{fence_of(*c), StoredResponse{200, {}, "ok"}, clock.now(), clock.now() + 1h}),
+  ASSERT_EQ(b.complete(CompleteRequest{fence_of(*c), StoredResponse{200, {{"A", "b"}}, "ok"}, clock.now(),
+                                       clock.now() + 1h}),
             FenceStatus::ok);
   pttl = raw.call({"PTTL", key}).integer;
   EXPECT_GT(pttl, std::chrono::milliseconds(1h).count());
   EXPECT_LE(pttl, std::chrono::milliseconds(1h + 10min).count());
-  EXPECT_EQ(raw.text({"HGET", key, "body"}), "ok");
+  const std::string value = raw.text({"GET", key});
+  EXPECT_TRUE(value.starts_with("C|") && value.ends_with("ok")) << value;
+  // What the script wrote is what the C++ codec reads (both sides of lua/record.lua).
+  auto decoded = redis_detail::decode_record(RecordId{"acme", "order-0000000001"}, value);
+  ASSERT_TRUE(decoded) << decoded.error().message;
+  EXPECT_EQ(decoded->request_hash, "h");
+  EXPECT_EQ(decoded->created, c->record.created);
+  EXPECT_EQ(decoded->fencing_token, c->record.fencing_token);
+  ASSERT_TRUE(decoded->response);
+  EXPECT_EQ(decoded->response->headers, (Headers{{"A", "b"}}));
+}
+
+// Records written by an idem from before the string layout: one hash per key.
+TEST_P(RedisStoreTest, LegacyHashRecordsAreReadAndRewrittenOnTheirNextWrite) {
+  const std::string prefix = redis_test::unique_prefix("legacy");
+  auto store = open_store(url(), prefix);
+  BlockingStore b(*store);
+  const auto now_ms = std::to_string(to_epoch_ms(clock.now()));
+  const auto later_ms = std::to_string(to_epoch_ms(clock.now() + 1h));
+  const RecordId done_id{"acme", "legacy-completed-01"}, busy_id{"acme", "legacy-progress-01"},
+      old_id{"acme", "legacy-expired-0001"};
+  const std::string done_key = store->redis_key(done_id), busy_key = store->redis_key(busy_id),
+                    old_key = store->redis_key(old_id);
+  RawRedis(node_of(done_key)).call({"HSET", done_key, "state", "completed", "hash", "h", "token", "7",
+                                    "lease_expires", later_ms, "created", now_ms, "completed", now_ms, "expires",
+                                    later_ms, "status", "201", "headers", encode_headers({{"A", "b"}}), "body",
+                                    "paid"});
+  RawRedis(node_of(done_key)).call({"PEXPIRE", done_key, "3600000"});
+  RawRedis(node_of(busy_key)).call({"HSET", busy_key, "state", "in_progress", "hash", "h", "token", "8",
+                                    "lease_expires", later_ms, "created", now_ms, "expires", later_ms});
+  RawRedis(node_of(old_key)).call({"HSET", old_key, "state", "failed_retryable", "hash", "h", "token", "9",
+                                   "lease_expires", now_ms, "created", now_ms, "expires", now_ms});
+
+  // Reads take them as they are.
+  auto got = b.get(done_id);
+  ASSERT_TRUE(got && *got) << (got ? "absent" : got.error().message);
+  EXPECT_EQ((*got)->state, RecordState::completed);
+  ASSERT_TRUE((*got)->response);
+  EXPECT_EQ((*got)->response->body, "paid");
+  std::promise<StoreResult<StateCounts>> counted;
+  store->count(clock.now(), [&](auto r) { counted.set_value(std::move(r)); });
+  auto counts = counted.get_future().get();
+  ASSERT_TRUE(counts) << counts.error().message;
+  EXPECT_EQ(counts->completed, 1u);
+  EXPECT_EQ(counts->in_progress, 1u);
+  EXPECT_EQ(counts->expired, 1u);
+  std::promise<StoreResult<std::vector<Record>>> listed;
+  store->list(ListQuery{}, [&](auto r) { listed.set_value(std::move(r)); });
+  auto all = listed.get_future().get();
+  ASSERT_TRUE(all) << all.error().message;
+  EXPECT_EQ(all->size(), 3u);
+  EXPECT_EQ(RawRedis(node_of(done_key)).text({"TYPE", done_key}), "hash");
+
+  // A claim replays the completed one (and rewrites it as a string, keeping its TTL) ...
+  auto replay = b.claim(request("acme", done_id.key));
+  ASSERT_TRUE(replay) << replay.error().message;
+  EXPECT_EQ(replay->status, ClaimStatus::completed);
+  ASSERT_TRUE(replay->record.response);
+  EXPECT_EQ(replay->record.response->body, "paid");
+  EXPECT_EQ(RawRedis(node_of(done_key)).text({"TYPE", done_key}), "string");
+  const auto pttl = RawRedis(node_of(done_key)).call({"PTTL", done_key}).integer;
+  EXPECT_GT(pttl, 3000000);
+  EXPECT_LE(pttl, 3600000);
+  EXPECT_EQ(b.claim(request("acme", done_id.key, "other"))->status, ClaimStatus::mismatch);
+  // ... the holder of the in-progress one still completes it with its token, and only with it ...
+  EXPECT_EQ(b.claim(request("acme", busy_id.key))->status, ClaimStatus::in_progress);
+  EXPECT_EQ(b.complete(CompleteRequest{Fence{busy_id, 99}, StoredResponse{200, {}, "no"}, clock.now(), clock.now() + 1h}),
+            FenceStatus::lost);
+  EXPECT_EQ(b.complete(CompleteRequest{Fence{busy_id, 8}, StoredResponse{200, {}, "yes"}, clock.now(), clock.now() + 1h}),
+            FenceStatus::ok);
+  auto finished = b.get(busy_id);
+  ASSERT_TRUE(finished && *finished);
+  EXPECT_EQ((*finished)->state, RecordState::completed);
+  EXPECT_EQ((*finished)->response->body, "yes");
+  // ... and an expired one is purged.
+  auto purged = b.purge_expired(clock.now(), 100);
+  ASSERT_TRUE(purged) << purged.error().message;
+  EXPECT_EQ(*purged, 1u);
+  EXPECT_EQ(RawRedis(node_of(old_key)).call({"EXISTS", old_key}).integer, 0);
 }
 
 TEST_P(RedisStoreTest, AnyTenantAndKeyBytesRoundTripAndList) {
@@ -175,7 +256,7 @@ TEST_P(RedisStoreTest, AnyTenantAndKeyBytesRoundTripAndList) {
 
 TEST_P(RedisStoreTest, ExpiresRecordsByItselfSoNoReaperIsNeeded) {
   auto store = open_store(url(), redis_test::unique_prefix("ttl"));
-  // Every record carries a key TTL (RecordIsOneReadableHashWithAPhysicalTtlBeyondItsLogicalLife).
+  // Every record carries a key TTL (RecordIsOneReadableStringWithAPhysicalTtlBeyondItsLogicalLife).
   EXPECT_TRUE(store->expires_records_itself());
   EXPECT_FALSE(MemoryStore{}.expires_records_itself());
 }
@@ -183,25 +264,24 @@ TEST_P(RedisStoreTest, ExpiresRecordsByItselfSoNoReaperIsNeeded) {
 TEST_P(RedisStoreTest, NoscriptFallsBackToEval) {
   auto store = open_store(url(), redis_test::unique_prefix("noscript"));
   BlockingStore b(*store);
-  ASSERT_TRUE(b.claim(request("t", "before-flush-0001")));
-  // Other test processes share these servers (ctest -j): one of them may fall back to EVAL, and so
-  // cache the script again, between our flush and our claim. Every claim must succeed regardless;
-  // the fallback itself must show up within a few flushes.
-  // The first claim may itself have met a node flushed by an earlier test: count from here.
+  // A fresh claim is a plain SET; the completion is a script. Other test processes share these
+  // servers (ctest -j): one of them may fall back to EVAL, and so cache the script again, between
+  // our flush and our completion. Every step must succeed regardless; the fallback itself must
+  // show up within a few flushes.
   const auto before = store->stats().noscript;
   std::optional<ClaimResult> c;
   for (int attempt = 0; attempt < 20 && store->stats().noscript == before; ++attempt) {
-    for (const auto& m : masters()) RawRedis(m).text({"SCRIPT", "FLUSH"});
     auto claimed = b.claim(request("t", "after-flush-" + std::to_string(10000 + attempt)));
     ASSERT_TRUE(claimed) << claimed.error().message;
-    EXPECT_EQ(claimed->status, ClaimStatus::claimed);
+    ASSERT_EQ(claimed->status, ClaimStatus::claimed);
     c = *claimed;
+    for (const auto& m : masters()) RawRedis(m).text({"SCRIPT", "FLUSH"});
+    auto done = b.complete(CompleteRequest{fence_of(*c), StoredResponse{201, {}, "x"}, clock.now(), clock.now() + 1h});
+    ASSERT_TRUE(done) << done.error().message;
+    ASSERT_EQ(*done, FenceStatus::ok);
   }
   EXPECT_GT(store->stats().noscript, before);
   ASSERT_TRUE(c);
-  auto done = b.complete(CompleteRequest{fence_of(*c), StoredResponse{201, {}, "x"}, clock.now(), clock.now() + 1h});
-  ASSERT_TRUE(done) << done.error().message;
-  ASSERT_EQ(*done, FenceStatus::ok);
   EXPECT_EQ(b.claim(request("t", c->record.key))->status, ClaimStatus::completed);
 }
 

@@ -160,8 +160,8 @@ Reply fields(std::initializer_list<std::pair<std::string, std::string>> kv) {
   return r;
 }
 
-TEST(DecodeRecord, CompletedRecord) {
-  auto r = decode_record({"t", "k"}, fields({{"state", "completed"},
+TEST(DecodeLegacyRecord, CompletedRecord) {
+  auto r = decode_legacy_record({"t", "k"}, fields({{"state", "completed"},
                                             {"hash", "h1"},
                                             {"token", "18446744073709551615"},
                                             {"lease_expires", "1000"},
@@ -185,19 +185,94 @@ TEST(DecodeRecord, CompletedRecord) {
   EXPECT_EQ(rec.response->body, std::string("x\0y", 3));
 }
 
-TEST(DecodeRecord, AbsentAndCorrupt) {
+TEST(DecodeLegacyRecord, AbsentAndCorrupt) {
   Reply empty;
   empty.type = Reply::Type::array;
-  auto none = decode_record({"t", "k"}, empty);
+  auto none = decode_legacy_record({"t", "k"}, empty);
   ASSERT_TRUE(none);
   EXPECT_FALSE(*none);
-  auto bad_state = decode_record({"t", "k"}, fields({{"state", "weird"}, {"hash", "h"}, {"token", "1"},
+  auto bad_state = decode_legacy_record({"t", "k"}, fields({{"state", "weird"}, {"hash", "h"}, {"token", "1"},
                                                     {"created", "1"}, {"expires", "2"}}));
   ASSERT_FALSE(bad_state);
   EXPECT_EQ(bad_state.error().code, StoreErrc::corrupt);
-  auto missing = decode_record({"t", "k"}, fields({{"state", "in_progress"}}));
+  auto missing = decode_legacy_record({"t", "k"}, fields({{"state", "in_progress"}}));
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, StoreErrc::corrupt);
+}
+
+Record completed_record() {
+  Record r;
+  r.tenant = "t";
+  r.key = "k";
+  r.state = RecordState::completed;
+  r.request_hash = std::string("h|1\0\n", 5);  // the hash is length-prefixed: any bytes
+  r.fencing_token = 18446744073709551615ull;
+  r.lease_expires = from_epoch_ms(1000);
+  r.created = from_epoch_ms(900);
+  r.completed = from_epoch_ms(950);
+  r.expires = from_epoch_ms(1764547200000);
+  r.response = StoredResponse{201, {{"Content-Type", "a|b"}, {"X", std::string("\0|", 2)}}, std::string("x|\0y", 4)};
+  return r;
+}
+
+TEST(RecordValue, RoundTripsEveryField) {
+  const Record in = completed_record();
+  const std::string value = encode_record(in);
+  EXPECT_TRUE(value.starts_with("C|18446744073709551615|1000|900|1764547200000|950|201|5|")) << value;
+  auto out = decode_record({"t", "k"}, value);
+  ASSERT_TRUE(out) << out.error().message;
+  EXPECT_EQ(out->tenant, "t");
+  EXPECT_EQ(out->key, "k");
+  EXPECT_EQ(out->state, in.state);
+  EXPECT_EQ(out->request_hash, in.request_hash);
+  EXPECT_EQ(out->fencing_token, in.fencing_token);
+  EXPECT_EQ(out->lease_expires, in.lease_expires);
+  EXPECT_EQ(out->created, in.created);
+  EXPECT_EQ(out->completed, in.completed);
+  EXPECT_EQ(out->expires, in.expires);
+  ASSERT_TRUE(out->response);
+  EXPECT_EQ(out->response->status, 201);
+  EXPECT_EQ(out->response->headers, in.response->headers);
+  EXPECT_EQ(out->response->body, in.response->body);
+
+  Record progress = in;
+  progress.state = RecordState::in_progress;
+  progress.completed.reset();
+  progress.response.reset();
+  const std::string claimed = encode_record(progress);
+  EXPECT_EQ(claimed, "I|18446744073709551615|1000|900|1764547200000|||5|0|" + in.request_hash);
+  auto back = decode_record({"t", "k"}, claimed);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->state, RecordState::in_progress);
+  EXPECT_FALSE(back->completed);
+  EXPECT_FALSE(back->response);
+
+  auto head = parse_record_head(value.substr(0, kHeadBytes));
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->state, RecordState::completed);
+  EXPECT_EQ(head->expires_ms, 1764547200000);
+}
+
+TEST(RecordValue, CorruptValuesAreRefusedNotGuessed) {
+  const std::string good = encode_record(completed_record());
+  std::vector<std::string> bad = {
+      "",
+      "X|1|2|3|4|||1|0|h",                 // unknown state
+      "I|1|2|3|4|||1|0",                   // header cut short
+      "I|1|2|3|4|||9|0|h",                 // the hash is shorter than its length
+      "I|x|2|3|4|||1|0|h",                 // a token that is not a number
+      "C|1|2|3|4|5||1|0|h",                // completed without a status
+      "C|1|2|3|4|5|200|1|2|h\x09\x09",     // headers that do not decode
+      "I|1|2|3|4|||1|18446744073709551615|h",  // a length that would overflow
+      good.substr(0, good.size() - 10),    // truncated inside the headers
+  };
+  for (const auto& value : bad) {
+    auto r = decode_record({"t", "k"}, value);
+    ASSERT_FALSE(r) << value;
+    EXPECT_EQ(r.error().code, StoreErrc::corrupt) << value;
+  }
+  EXPECT_FALSE(parse_record_head("I|1|2|3"));
+  EXPECT_FALSE(parse_record_head("Z|1|2|3|4|"));
 }
 
 // ---- errors ------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The raw ceiling of the Redis store: redis-benchmark running the store's own Lua scripts
-# (stores/redis/lua/claim.lua and complete.lua) by EVALSHA, with 1, 8 and 64 connections (the
-# concurrency of idem_redis_bench's 1, 8 and 64 callers), on a standalone server and a cluster.
+# The raw ceiling of the Redis store: redis-benchmark sending what the store sends for a fresh key,
+# with 1, 8 and 64 connections (the concurrency of idem_redis_bench's 1, 8 and 64 callers), on a
+# standalone server and a cluster: the claim `SET key <record> NX GET PX ttl`, and the completion,
+# the store's own Lua script (stores/redis/lua/record.lua followed by complete.lua) by EVALSHA.
 #
 #   stores/redis/bench/redis_benchmark.sh [REQUESTS]      (default 100000 per run)
 #
@@ -43,21 +44,23 @@ rate() {  # redis-benchmark -q output (progress lines end in \r) -> requests per
 }
 
 run() {  # name url cluster?
-  local name=$1 url=$2 cluster=$3 host port claim_sha complete_sha node extra=()
+  local name=$1 url=$2 cluster=$3 host port complete_sha node extra=()
   read -r host port < <(url_host_port "$url")
   [ "$cluster" = yes ] && extra=(--cluster)
   for node in $(masters "$host" "$port" "$cluster"); do
-    claim_sha=$(redis-cli -h "${node%:*}" -p "${node##*:}" script load "$(cat "$lua/claim.lua")")
-    complete_sha=$(redis-cli -h "${node%:*}" -p "${node##*:}" script load "$(cat "$lua/complete.lua")")
+    complete_sha=$(redis-cli -h "${node%:*}" -p "${node##*:}" script load "$(cat "$lua/record.lua" "$lua/complete.lua")")
   done
+  # An in-progress record as the store writes it (record_codec.hpp): token 42, a 64-byte hash.
+  local record hash
+  hash=$(printf 'h%.0s' {1..64})
+  record="I|42|$((now + 60000))|$now|$((now + 60000))|||64|0|$hash"
   for clients in 1 8 64; do
     local claim_rate complete_rate pair keyspace=$requests
-    # claim.lua ARGV: now, request hash, token, lease_expires, expires, take_over, ttl_ms
     claim_rate=$(redis-benchmark -h "$host" -p "$port" "${extra[@]}" -c "$clients" -n "$requests" -r 1000000000000 -q \
-      evalsha "$claim_sha" 1 "idem-raw:{tag}:c:__rand_int__" "$now" h 42 $((now + 60000)) $((now + 60000)) 1 60000 | rate)
+      set "idem-raw:{tag}:c:__rand_int__" "$record" nx get px 60000 | rate)
     # Records to complete: in progress with token 42, in the key space the completes will hit.
     redis-benchmark -h "$host" -p "$port" "${extra[@]}" -c 64 -n "$requests" -r "$keyspace" -q \
-      evalsha "$claim_sha" 1 "idem-raw:{tag}:d:__rand_int__" "$now" h 42 $((now + 60000)) $((now + 60000)) 1 60000 >/dev/null
+      set "idem-raw:{tag}:d:__rand_int__" "$record" px 60000 >/dev/null
     # complete.lua ARGV: token, now, expires, ttl_ms, status, headers, body
     complete_rate=$(redis-benchmark -h "$host" -p "$port" "${extra[@]}" -c "$clients" -n "$requests" -r "$keyspace" -q \
       evalsha "$complete_sha" 1 "idem-raw:{tag}:d:__rand_int__" 42 "$now" $((now + 60000)) 60000 201 \

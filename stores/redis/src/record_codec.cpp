@@ -86,7 +86,8 @@ std::optional<std::string_view> next_field(std::string_view& rest) {
   return field;
 }
 
-// A decimal field ("" is allowed where `optional`), as lua/record.lua's pattern accepts it.
+// Whether a header field is decimal digits only, as lua/record.lua's pattern demands (an empty
+// field passes here; the fields that must not be empty fail to parse as numbers).
 bool digits_only(std::string_view text) {
   for (char c : text) {
     if (c < '0' || c > '9') return false;

@@ -1,14 +1,23 @@
 // Server-free tests of the Redis store's parts: slots, URLs, key and header encodings, replies
-// decoding, and the one error mapping.
+// decoding, the one error mapping, and the claim's fallback for a Redis older than 7.0 (against a
+// scripted fake server).
 #include "slot.hpp"
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "errors.hpp"
 #include "idem/headers_codec.hpp"
+#include "idem/redis_store.hpp"
 #include "record_codec.hpp"
 #include "scripts.hpp"
 #include "url.hpp"
@@ -351,6 +360,133 @@ TEST(Scripts, Sha1IsWhatRedisNamesScriptsBy) {
     EXPECT_EQ(s.source.find("KEYS[2]"), std::string_view::npos) << s.name << " must touch one key";
     EXPECT_EQ(s.source.find("TIME"), std::string_view::npos) << s.name << " must not read Redis's clock";
   }
+}
+
+// ---- a Redis before 7.0 -------------------------------------------------------------------------
+
+// A RESP server on loopback that answers like Redis 6.2 as far as a claim goes: `SET ... NX GET`
+// is a syntax error, and the claim script claims. It counts what it was sent.
+class OldRedis {
+ public:
+  OldRedis() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listener_, 8) != 0) {
+      throw std::runtime_error("fake redis: bind/listen failed");
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    accept_thread_ = std::thread([this] { accept_loop(); });
+  }
+  ~OldRedis() {
+    ::shutdown(listener_, SHUT_RDWR);
+    ::close(listener_);
+    accept_thread_.join();
+    for (auto& t : clients_) t.join();
+  }
+  int port() const { return port_; }
+  std::atomic<int> sets{0}, evalshas{0};
+
+ private:
+  void accept_loop() {
+    for (;;) {
+      const int fd = ::accept(listener_, nullptr, nullptr);
+      if (fd < 0) return;
+      clients_.emplace_back([this, fd] { serve(fd); });
+    }
+  }
+  // Reads RESP arrays of bulk strings; answers each; returns when the client goes away.
+  void serve(int fd) {
+    std::string buffer;
+    char chunk[4096];
+    for (;;) {
+      std::vector<std::string> args;
+      while (!parse(buffer, args)) {
+        const auto n = ::read(fd, chunk, sizeof chunk);
+        if (n <= 0) {
+          ::close(fd);
+          return;
+        }
+        buffer.append(chunk, static_cast<std::size_t>(n));
+      }
+      const std::string reply = answer(args);
+      if (::write(fd, reply.data(), reply.size()) != static_cast<ssize_t>(reply.size())) {
+        ::close(fd);
+        return;
+      }
+    }
+  }
+  static bool parse(std::string& buffer, std::vector<std::string>& args) {
+    std::size_t at = 0;
+    auto line = [&]() -> std::optional<std::string> {
+      const auto end = buffer.find("\r\n", at);
+      if (end == std::string::npos) return std::nullopt;
+      std::string text = buffer.substr(at, end - at);
+      at = end + 2;
+      return text;
+    };
+    auto count = line();
+    if (!count || count->empty() || (*count)[0] != '*') return false;
+    args.clear();
+    for (int i = 0, n = std::stoi(count->substr(1)); i < n; ++i) {
+      auto size = line();
+      if (!size) return false;
+      const auto bytes = static_cast<std::size_t>(std::stoi(size->substr(1)));
+      if (buffer.size() < at + bytes + 2) return false;
+      args.push_back(buffer.substr(at, bytes));
+      at += bytes + 2;
+    }
+    buffer.erase(0, at);
+    return true;
+  }
+  std::string answer(const std::vector<std::string>& args) {
+    if (args.front() == "PING") return "+PONG\r\n";
+    if (args.front() == "SET") {
+      ++sets;
+      return "-ERR syntax error\r\n";
+    }
+    if (args.front() == "EVALSHA" && args.size() > 4) {  // EVALSHA sha 1 key now ...: a fresh claim
+      ++evalshas;
+      const std::string& now = args[4];
+      return "*3\r\n$7\r\nclaimed\r\n$5\r\nfresh\r\n$" + std::to_string(now.size()) + "\r\n" + now + "\r\n";
+    }
+    return "-ERR unexpected command\r\n";
+  }
+
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread accept_thread_;
+  std::vector<std::thread> clients_;  // only the accept thread adds, before the destructor joins it
+};
+
+TEST(OldRedis, ClaimsByTheScriptOnceSetNxGetIsRefused) {
+  OldRedis server;
+  RedisOptions options;
+  options.url = "redis://127.0.0.1:" + std::to_string(server.port());
+  auto store = RedisStore::open(options);
+  ASSERT_TRUE(store) << store.error().message;
+  BlockingStore b(**store);
+  for (int i = 0; i < 3; ++i) {
+    ClaimRequest r;
+    r.id = {"t", "key-000000000" + std::to_string(i)};
+    r.request_hash = "h";
+    r.token = 100 + static_cast<std::uint64_t>(i);
+    r.now = from_epoch_ms(1764547200000);
+    r.lease_expires = r.now + std::chrono::seconds(60);
+    r.expires = r.now + std::chrono::hours(24);
+    auto c = b.claim(r);
+    ASSERT_TRUE(c) << c.error().message;
+    EXPECT_EQ(c->status, ClaimStatus::claimed);
+    EXPECT_EQ(c->record.fencing_token, r.token);
+    EXPECT_EQ(c->record.created, r.now);
+  }
+  // The first claim met the refusal and went on by the script; the next ones went there at once.
+  EXPECT_EQ(server.sets.load(), 1);
+  EXPECT_EQ(server.evalshas.load(), 3);
+  store->reset();  // closes the connection before the server goes
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include <random>
 #include <stdexcept>
 
+#include "idem/testing/loopback_listener.hpp"
+
 namespace idem::pgtest {
 namespace {
 
@@ -227,18 +229,9 @@ void PrivateServer::start() {
 // ---- Proxy ------------------------------------------------------------------------------------
 
 Proxy::Proxy(std::string target_host, int target_port) : host_(std::move(target_host)), target_port_(target_port) {
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd_, 64) != 0) {
-    throw std::runtime_error("proxy: cannot listen");
-  }
-  socklen_t len = sizeof addr;
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  port_ = ntohs(addr.sin_port);
+  const auto listener = testing::listen_on_loopback("proxy");
+  listen_fd_ = listener.fd;
+  port_ = listener.port;
   thread_ = std::thread([this] { loop(); });
 }
 

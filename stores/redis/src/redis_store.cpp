@@ -526,9 +526,10 @@ void RedisStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
         if (reply->is_error()) {
           // WRONGTYPE: a record an earlier idem wrote as a hash, which the script converts. A
           // syntax error: a Redis before 7.0, which has no SET NX GET; the script serves it.
-          if (!is_wrongtype(*reply)) {
-            if (!reply->str.starts_with("ERR syntax")) return done(std::unexpected(reply_error(*reply)));
+          if (reply->str.starts_with("ERR syntax")) {
             impl_->set_nx_get.store(false, std::memory_order_relaxed);
+          } else if (!is_wrongtype(*reply)) {
+            return done(std::unexpected(reply_error(*reply)));
           }
           return impl_->claim_by_script(std::move(request), std::move(done));
         }

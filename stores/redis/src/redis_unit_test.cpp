@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +16,7 @@
 #include "errors.hpp"
 #include "idem/headers_codec.hpp"
 #include "idem/redis_store.hpp"
+#include "idem/testing/loopback_listener.hpp"
 #include "record_codec.hpp"
 #include "scripts.hpp"
 #include "url.hpp"
@@ -369,16 +368,9 @@ TEST(Scripts, Sha1IsWhatRedisNamesScriptsBy) {
 class OldRedis {
  public:
   OldRedis() {
-    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listener_, 8) != 0) {
-      throw std::runtime_error("fake redis: bind/listen failed");
-    }
-    socklen_t len = sizeof addr;
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    const auto listener = testing::listen_on_loopback("fake redis");
+    listener_ = listener.fd;
+    port_ = listener.port;
     accept_thread_ = std::thread([this] { accept_loop(); });
   }
   ~OldRedis() {

@@ -375,6 +375,8 @@ void parse_top(const Context& ctx, const toml::table& root, Config& config) {
       config.idle_timeout = get_duration(ctx, key, v);
     } else if (key == "client_timeout") {
       config.client_timeout = get_duration(ctx, key, v);
+    } else if (key == "store_timeout") {
+      config.store_timeout = get_duration(ctx, key, v);
     } else if (key == "drain_timeout") {
       config.drain_timeout = get_duration(ctx, key, v, /*allow_zero=*/true);
     } else if (key == "threads") {

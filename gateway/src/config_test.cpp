@@ -253,6 +253,7 @@ max_connections = 100
 idle_timeout = "5s"
 client_timeout = "10s"
 drain_timeout = "3s"
+store_timeout = "750ms"
 threads = 3
 reaper_interval = "0s"
 reaper_batch = 50
@@ -271,6 +272,7 @@ store = "memory:"
   EXPECT_EQ(c.idle_timeout, 5s);
   EXPECT_EQ(c.client_timeout, 10s);
   EXPECT_EQ(c.drain_timeout, 3s);
+  EXPECT_EQ(c.store_timeout, 750ms);
   EXPECT_EQ(c.threads, 3u);
   EXPECT_EQ(c.reaper_interval, 0s);
   EXPECT_EQ(c.reaper_batch, 50u);
@@ -313,6 +315,7 @@ TEST(Config, TypeAndValueErrors) {
             std::string::npos);
   EXPECT_NE(error_of("[idempotency]\nkey_min_length = 0\n").find("outside 1..4096"), std::string::npos);
   EXPECT_NE(error_of("[idempotency]\nlease = \"0s\"\n").find("lease: must be longer than 0"), std::string::npos);
+  EXPECT_NE(error_of("store_timeout = \"0s\"\n").find("store_timeout: must be longer than 0"), std::string::npos);
   EXPECT_NE(error_of("[idempotency]\nheader = \"Bad Header\"\n").find("not a valid header name"), std::string::npos);
   EXPECT_NE(error_of("listen = \"nonsense\"\n").find("listen: expected HOST:PORT"), std::string::npos);
   EXPECT_NE(error_of("upstream = \"https://x\"\n").find("upstream: https upstreams are not supported"),

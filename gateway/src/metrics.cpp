@@ -197,6 +197,14 @@ std::string Metrics::render() const {
   header(out, "idem_reaper_deleted_total", "counter", "Expired records deleted by the reaper.");
   sample(out, "idem_reaper_deleted_total", "",
          std::to_string(sum([](const MetricsShard& s) -> auto& { return s.reaper_deleted; })));
+  header(out, "idem_store_timeouts_total", "counter",
+         "Store calls given up after store_timeout (a claim answered 503, a completion left unrecorded).");
+  sample(out, "idem_store_timeouts_total", "",
+         std::to_string(sum([](const MetricsShard& s) -> auto& { return s.store_timeouts; })));
+  header(out, "idem_store_late_claims_released_total", "counter",
+         "Keys the store claimed after their request had timed out, released again.");
+  sample(out, "idem_store_late_claims_released_total", "",
+         std::to_string(sum([](const MetricsShard& s) -> auto& { return s.late_claims_released; })));
   header(out, "idem_connections_refused_total", "counter", "Client connections closed at once because of max_connections.");
   sample(out, "idem_connections_refused_total", "",
          std::to_string(sum([](const MetricsShard& s) -> auto& { return s.connections_refused; })));

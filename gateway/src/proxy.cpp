@@ -174,9 +174,11 @@ struct Session {
 };
 
 Worker::~Worker() {
-  // Pooled sockets belong to the io_context: close them first. Then destroy the io_context,
+  // Pooled sockets belong to the io_context: close them first, and destroy the sessions still
+  // waiting for a store while it exists. Then destroy the io_context,
   // and with it any suspended session, while the members those sessions unlink from still live.
   pool.clear();
+  store_deadlines.abandon_all();
   io.reset();
 }
 
@@ -230,6 +232,12 @@ class Handler {
                                     bool head);
   Task<FinishResult> finish(const Ticket& ticket, StoredResponse&& stored);
   Task<FinishResult> release(const Ticket& ticket);
+  // Engine::begin, finish and release, given up after store_timeout (store_deadline.hpp).
+  // References are used when the call starts, that is when it is co_awaited.
+  auto async_begin_within(const Policy& policy, const RequestView& view, std::string_view tenant);
+  auto async_finish_within(const Ticket& ticket, StoredResponse&& stored);
+  auto async_release_within(const Ticket& ticket);
+  StoreError store_timeout_error() const;
   Task<bool> write(Response& res);
   StoredResponse to_record(const bhttp::fields& fields, unsigned status, std::string_view body, const Ticket& ticket);
   StoredResponse oversized_record(unsigned status, const Ticket& ticket);
@@ -270,9 +278,58 @@ StoredResponse Handler::to_record(const bhttp::fields& fields, unsigned status, 
   return http::to_stored_response(fields, status, body);
 }
 
+StoreError Handler::store_timeout_error() const {
+  return StoreError{StoreErrc::timeout,
+                    "no answer from the store within store_timeout (" + std::to_string(cfg_.store_timeout.count()) +
+                        " ms)",
+                    /*in_doubt=*/true};
+}
+
+auto Handler::async_begin_within(const Policy& policy, const RequestView& view, std::string_view tenant) {
+  Decision timed_out;
+  timed_out.verdict = Verdict::store_unavailable;
+  timed_out.retry_after = policy.retry_after;
+  timed_out.detail = "the idempotency store did not answer in time; nothing was executed, retry later";
+  timed_out.store_error = store_timeout_error();
+  // A claim that succeeds after its request got its 503 holds a key nobody will use: release
+  // it, so that the client's retry executes instead of waiting out the lease.
+  auto on_late = [engine = &engine_, metrics = &m_](Decision late) {
+    if (late.verdict != Verdict::execute || !late.ticket) return;
+    metrics->late_claims_released.fetch_add(1, std::memory_order_relaxed);
+    engine->release(*late.ticket, [key = late.ticket->fence.id.key](StoreResult<FinishStatus> r) {
+      if (!r) {
+        log::write(LogLevel::warn, "store: releasing key " + key + ", claimed after its request timed out, failed (" +
+                                       r.error().message + "); it stays in progress until its lease expires");
+      }
+    });
+  };
+  return async_store_call<Decision>(
+      w_.store_deadlines, cfg_.store_timeout, std::move(timed_out), std::move(on_late),
+      [engine = &engine_, policy = &policy, view = &view, tenant = std::string(tenant)](auto done) mutable {
+        engine->begin(*policy, *view, std::move(tenant), std::move(done));
+      },
+      kAwait);
+}
+
+auto Handler::async_finish_within(const Ticket& ticket, StoredResponse&& stored) {
+  return async_store_call<StoreResult<FinishStatus>>(
+      w_.store_deadlines, cfg_.store_timeout, std::unexpected(store_timeout_error()), [](StoreResult<FinishStatus>) {},
+      [engine = &engine_, ticket = &ticket, stored = std::move(stored)](auto done) mutable {
+        engine->finish(*ticket, std::move(stored), std::move(done));
+      },
+      kAwait);
+}
+
+auto Handler::async_release_within(const Ticket& ticket) {
+  return async_store_call<StoreResult<FinishStatus>>(
+      w_.store_deadlines, cfg_.store_timeout, std::unexpected(store_timeout_error()), [](StoreResult<FinishStatus>) {},
+      [engine = &engine_, ticket = &ticket](auto done) mutable { engine->release(*ticket, std::move(done)); },
+      kAwait);
+}
+
 Task<FinishResult> Handler::finish(const Ticket& ticket, StoredResponse&& stored) {
   const auto t0 = Clock::now();
-  auto r = co_await http::async_finish(engine_, ticket, std::move(stored), kAwait);
+  auto r = co_await async_finish_within(ticket, std::move(stored));
   m_.store_call(StoreCall::finish).observe(Clock::now() - t0);
   FinishResult result = FinishResult::error;
   if (!r) {
@@ -293,7 +350,7 @@ Task<FinishResult> Handler::finish(const Ticket& ticket, StoredResponse&& stored
 
 Task<FinishResult> Handler::release(const Ticket& ticket) {
   const auto t0 = Clock::now();
-  auto r = co_await http::async_release(engine_, ticket, kAwait);
+  auto r = co_await async_release_within(ticket);
   m_.store_call(StoreCall::release).observe(Clock::now() - t0);
   FinishResult result = FinishResult::error;
   if (!r) {
@@ -643,7 +700,7 @@ Task<bool> Handler::handle(Request& req) {
   const RequestView& view = s_.view.assign(req);
   std::string tenant = derive_tenant(cfg_.tenant, view.headers);
   const auto t0 = Clock::now();
-  Decision d = co_await http::async_begin(engine_, *policy, view, tenant, kAwait);
+  Decision d = co_await async_begin_within(*policy, view, tenant);
   if (d.verdict != Verdict::pass_through && d.verdict != Verdict::key_missing && d.verdict != Verdict::key_invalid) {
     m_.store_call(StoreCall::begin).observe(Clock::now() - t0);
   }

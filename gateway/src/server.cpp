@@ -258,12 +258,12 @@ Task<void> Gateway::Impl::housekeeping(Worker& w) {
   }
 }
 
-// How often each event loop looks for operations past their deadline (TimedStream): an eighth
+// How often each event loop looks for operations past their deadline (TimedStream, store calls): an eighth
 // of the shortest timeout (the lingering close's second included), between 5 ms and 250 ms. A
 // timeout fires at most one tick late.
 static std::chrono::milliseconds deadline_tick(const Config& c) {
   const Millis shortest = std::min({c.client_timeout, c.idle_timeout, c.upstream_timeout,
-                                    c.upstream_connect_timeout, Millis(std::chrono::seconds(1))});
+                                    c.upstream_connect_timeout, c.store_timeout, Millis(std::chrono::seconds(1))});
   return std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(shortest) / 8,
                     std::chrono::milliseconds(5), std::chrono::milliseconds(250));
 }
@@ -276,7 +276,9 @@ Task<void> Gateway::Impl::watch_deadlines(Worker& w) {
     beast::error_code ec;
     co_await timer.async_wait(with(ec));
     if (ec) co_return;
-    w.deadlines.sweep(Deadlines::Clock::now());
+    const auto now = Deadlines::Clock::now();
+    w.deadlines.sweep(now);
+    w.store_deadlines.sweep(now);
   }
 }
 

@@ -24,6 +24,7 @@
 #include "idem/gateway/metrics.hpp"
 #include "idem/gateway/routes.hpp"
 #include "idem/http/beast.hpp"
+#include "store_deadline.hpp"
 #include "timed_stream.hpp"
 
 namespace idem::gateway {
@@ -139,13 +140,18 @@ struct Session;
 class Worker {
  public:
   Worker(std::size_t index, const Shared& shared, MetricsShard& metrics)
-      : index(index), shared(shared), metrics(metrics), pool(*io, deadlines, shared, metrics) {}
+      : store_deadlines(metrics.store_timeouts),
+        index(index),
+        shared(shared),
+        metrics(metrics),
+        pool(*io, deadlines, shared, metrics) {}
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
   std::unique_ptr<asio::io_context> io = std::make_unique<asio::io_context>(1);
   Deadlines deadlines;  // of every stream on this loop; swept by Gateway::Impl::watch_deadlines
+  StoreDeadlines store_deadlines;  // of every store call on this loop; swept with `deadlines`
   const std::size_t index;
   const Shared& shared;
   MetricsShard& metrics;

@@ -241,6 +241,40 @@ class StoreUnavailableTest(GatewayTestCase):
         self.assertExecuted(r)
         self.assertReplayOf(gw.request("POST", "/echo", "{}", key=key), r)
 
+    def test_store_silent_past_store_timeout_is_503_and_its_late_claim_released(self):
+        """A store that does not answer (here SQLite waiting for a lock, for up to 8 s) gets
+        store_timeout: 503 after 300 ms, nothing executed. When the lock goes, the store makes the
+        claim after all; the gateway releases it, so the retry executes at once instead of
+        meeting 409 until the 60 s lease runs out."""
+        if harness.ARGS.store != "sqlite":
+            self.skipTest("needs a store another process can lock; runs under --store sqlite")
+        import sqlite3
+        config = 'store_timeout = "300ms"\n' + CONFIG.replace('lease = "2s"', 'lease = "60s"')
+        gw = self.start_gateway(config, store=self.store_url("silent.db") + "?busy_timeout_ms=8000")
+        self.assertExecuted(gw.request("POST", "/echo", "{}", key=new_key()))  # schema exists
+        locker = sqlite3.connect(os.path.join(self.workdir, "silent.db"), isolation_level=None, timeout=10)
+        key = new_key()
+        try:
+            locker.execute("BEGIN IMMEDIATE")
+            start = time.monotonic()
+            r = gw.request("POST", "/echo", "{}", key=key, timeout=30)
+            waited = time.monotonic() - start
+            self.assertProblem(r, 503, "idempotency_store_unavailable")
+            self.assertEqual(r.header("Retry-After"), "1", r)
+            self.assertGreaterEqual(waited, 0.3)
+            self.assertLess(waited, 4, "answered by the store's busy_timeout, not store_timeout")
+            self.assertEqual(self.upstream.executions(key), 0, "executed without a claim")
+            self.assertEqual(gw.metrics().get("idem_store_timeouts_total"), 1)
+        finally:
+            locker.execute("ROLLBACK")
+            locker.close()
+        self.eventually(lambda: gw.metrics().get("idem_store_late_claims_released_total") == 1, 10)
+        r = gw.request("POST", "/echo", "{}", key=key)
+        self.assertExecuted(r)
+        self.assertEqual(self.upstream.executions(key), 1)
+        self.assertReplayOf(gw.request("POST", "/echo", "{}", key=key), r)
+        self.assertTrue(gw.alive())
+
 
 class CrashTakeoverTest(GatewayTestCase):
     """A gateway killed mid-request leaves an in-progress record; after the lease, a new gateway

@@ -77,6 +77,9 @@ struct Config {
   Millis idle_timeout = 60s;    ///< a keep-alive client connection waiting for its next request
   Millis client_timeout = 30s;  ///< reading one request (headers + body); each write to a client
   Millis drain_timeout = 30s;   ///< SIGTERM: how long in-flight requests may take to finish
+  /// The longest a request waits for one store call; above it: 503 for a claim. Above the
+  /// stores' own timeouts, it only fires for a store that hangs (docs/gateway.md).
+  Millis store_timeout = 15s;
 
   unsigned threads = 0;              ///< event loops; 0: one per core
   Millis reaper_interval = 60s;      ///< 0: no reaper

@@ -232,6 +232,9 @@ class Handler {
                                     bool head);
   Task<FinishResult> finish(const Ticket& ticket, StoredResponse&& stored);
   Task<FinishResult> release(const Ticket& ticket);
+  // The memory store answers within the call: it cannot hang, so its calls skip store_timeout
+  // and the bookkeeping it costs (an allocation and a list entry per call).
+  bool store_answers_inline() const { return cfg_.store.kind == StoreUrl::Kind::memory; }
   // Engine::begin, finish and release, given up after store_timeout (store_deadline.hpp).
   // References are used when the call starts, that is when it is co_awaited.
   auto async_begin_within(const Policy& policy, const RequestView& view, std::string_view tenant);
@@ -286,11 +289,14 @@ StoreError Handler::store_timeout_error() const {
 }
 
 auto Handler::async_begin_within(const Policy& policy, const RequestView& view, std::string_view tenant) {
-  Decision timed_out;
-  timed_out.verdict = Verdict::store_unavailable;
-  timed_out.retry_after = policy.retry_after;
-  timed_out.detail = "the idempotency store did not answer in time; nothing was executed, retry later";
-  timed_out.store_error = store_timeout_error();
+  auto timed_out = [this, retry_after = policy.retry_after] {
+    Decision d;
+    d.verdict = Verdict::store_unavailable;
+    d.retry_after = retry_after;
+    d.detail = "the idempotency store did not answer in time; nothing was executed, retry later";
+    d.store_error = store_timeout_error();
+    return d;
+  };
   // A claim that succeeds after its request got its 503 holds a key nobody will use: release
   // it, so that the client's retry executes instead of waiting out the lease.
   auto on_late = [engine = &engine_, metrics = &m_](Decision late) {
@@ -304,7 +310,7 @@ auto Handler::async_begin_within(const Policy& policy, const RequestView& view, 
     });
   };
   return async_store_call<Decision>(
-      w_.store_deadlines, cfg_.store_timeout, std::move(timed_out), std::move(on_late),
+      w_.store_deadlines, cfg_.store_timeout, timed_out, on_late,
       [engine = &engine_, policy = &policy, view = &view, tenant = std::string(tenant)](auto done) mutable {
         engine->begin(*policy, *view, std::move(tenant), std::move(done));
       },
@@ -313,7 +319,8 @@ auto Handler::async_begin_within(const Policy& policy, const RequestView& view, 
 
 auto Handler::async_finish_within(const Ticket& ticket, StoredResponse&& stored) {
   return async_store_call<StoreResult<FinishStatus>>(
-      w_.store_deadlines, cfg_.store_timeout, std::unexpected(store_timeout_error()), [](StoreResult<FinishStatus>) {},
+      w_.store_deadlines, cfg_.store_timeout, [this] { return std::unexpected(store_timeout_error()); },
+      [](StoreResult<FinishStatus>) {},
       [engine = &engine_, ticket = &ticket, stored = std::move(stored)](auto done) mutable {
         engine->finish(*ticket, std::move(stored), std::move(done));
       },
@@ -322,14 +329,20 @@ auto Handler::async_finish_within(const Ticket& ticket, StoredResponse&& stored)
 
 auto Handler::async_release_within(const Ticket& ticket) {
   return async_store_call<StoreResult<FinishStatus>>(
-      w_.store_deadlines, cfg_.store_timeout, std::unexpected(store_timeout_error()), [](StoreResult<FinishStatus>) {},
+      w_.store_deadlines, cfg_.store_timeout, [this] { return std::unexpected(store_timeout_error()); },
+      [](StoreResult<FinishStatus>) {},
       [engine = &engine_, ticket = &ticket](auto done) mutable { engine->release(*ticket, std::move(done)); },
       kAwait);
 }
 
 Task<FinishResult> Handler::finish(const Ticket& ticket, StoredResponse&& stored) {
   const auto t0 = Clock::now();
-  auto r = co_await async_finish_within(ticket, std::move(stored));
+  StoreResult<FinishStatus> r;
+  if (store_answers_inline()) {
+    r = co_await http::async_finish(engine_, ticket, std::move(stored), kAwait);
+  } else {
+    r = co_await async_finish_within(ticket, std::move(stored));
+  }
   m_.store_call(StoreCall::finish).observe(Clock::now() - t0);
   FinishResult result = FinishResult::error;
   if (!r) {
@@ -350,7 +363,12 @@ Task<FinishResult> Handler::finish(const Ticket& ticket, StoredResponse&& stored
 
 Task<FinishResult> Handler::release(const Ticket& ticket) {
   const auto t0 = Clock::now();
-  auto r = co_await async_release_within(ticket);
+  StoreResult<FinishStatus> r;
+  if (store_answers_inline()) {
+    r = co_await http::async_release(engine_, ticket, kAwait);
+  } else {
+    r = co_await async_release_within(ticket);
+  }
   m_.store_call(StoreCall::release).observe(Clock::now() - t0);
   FinishResult result = FinishResult::error;
   if (!r) {
@@ -700,7 +718,12 @@ Task<bool> Handler::handle(Request& req) {
   const RequestView& view = s_.view.assign(req);
   std::string tenant = derive_tenant(cfg_.tenant, view.headers);
   const auto t0 = Clock::now();
-  Decision d = co_await async_begin_within(*policy, view, tenant);
+  Decision d;
+  if (store_answers_inline()) {
+    d = co_await http::async_begin(engine_, *policy, view, tenant, kAwait);
+  } else {
+    d = co_await async_begin_within(*policy, view, tenant);
+  }
   if (d.verdict != Verdict::pass_through && d.verdict != Verdict::key_missing && d.verdict != Verdict::key_invalid) {
     m_.store_call(StoreCall::begin).observe(Clock::now() - t0);
   }

@@ -132,10 +132,10 @@ inline std::shared_ptr<PendingStoreCall> PendingStoreCall::unlink() {
 
 namespace detail {
 
-template <class T, class Handler, class OnLate>
+template <class T, class Handler, class TimedOut, class OnLate>
 class DeadlinedStoreCall final : public PendingStoreCall {
  public:
-  DeadlinedStoreCall(Clock::time_point deadline, Handler handler, T timed_out, OnLate on_late)
+  DeadlinedStoreCall(Clock::time_point deadline, Handler handler, TimedOut timed_out, OnLate on_late)
       : PendingStoreCall(deadline),
         handler_(std::move(handler)),
         timed_out_(std::move(timed_out)),
@@ -160,7 +160,7 @@ class DeadlinedStoreCall final : public PendingStoreCall {
     const auto keep = unlink();
     // Posted rather than run: the sweep is still walking the list.
     auto ex = boost::asio::get_associated_executor(*handler_);
-    boost::asio::post(ex, [handler = std::move(*handler_), value = std::move(timed_out_)]() mutable {
+    boost::asio::post(ex, [handler = std::move(*handler_), value = T(timed_out_())]() mutable {
       std::move(handler)(std::move(value));
     });
     handler_.reset();
@@ -175,24 +175,24 @@ class DeadlinedStoreCall final : public PendingStoreCall {
   }
 
   std::optional<Handler> handler_;  // empty once completed either way
-  T timed_out_;
+  TimedOut timed_out_;              // makes the stand-in answer, only when it is needed
   OnLate on_late_;
 };
 
 }  // namespace detail
 
 /// Starts `start(callback)` and completes `token` with the value the callback receives, on the
-/// handler's associated executor, or with `timed_out` if no value has come after `timeout`
+/// handler's associated executor, or with `timed_out()` if no value has come after `timeout`
 /// (at most one sweep tick late). A value that comes after that is passed to `on_late(T)` on
 /// the same executor. `list` must be the StoreDeadlines of the loop whose executor the handler
 /// has, and the call must be started on that loop's thread.
-template <class T, class Token, class Start, class OnLate>
-auto async_store_call(StoreDeadlines& list, PendingStoreCall::Clock::duration timeout, T timed_out, OnLate on_late,
-                      Start start, Token&& token) {
+template <class T, class Token, class TimedOut, class OnLate, class Start>
+auto async_store_call(StoreDeadlines& list, PendingStoreCall::Clock::duration timeout, TimedOut timed_out,
+                      OnLate on_late, Start start, Token&& token) {
   namespace asio = boost::asio;
   return asio::async_initiate<Token, void(T)>(
-      [&list, timeout](auto handler, T timed_out, OnLate on_late, Start start) {
-        using Call = detail::DeadlinedStoreCall<T, decltype(handler), OnLate>;
+      [&list, timeout](auto handler, TimedOut timed_out, OnLate on_late, Start start) {
+        using Call = detail::DeadlinedStoreCall<T, decltype(handler), TimedOut, OnLate>;
         // The tracked executor is the work guard, as in http::async_from_callback: it keeps
         // the loop's io_context running until the store's answer has been posted to it.
         auto work =

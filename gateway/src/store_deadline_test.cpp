@@ -50,7 +50,7 @@ class StoreDeadlineTest : public ::testing::Test {
         io,
         [this, timeout]() -> asio::awaitable<void> {
           result = co_await async_store_call<int>(
-              deadlines, timeout, -1, [this](int v) { late.push_back(v); }, store.start(), asio::use_awaitable);
+              deadlines, timeout, [] { return -1; }, [this](int v) { late.push_back(v); }, store.start(), asio::use_awaitable);
           resumed_at = Clock::now();
         },
         asio::detached);
@@ -120,7 +120,7 @@ TEST_F(StoreDeadlineTest, ManyCallsEachEndOnceWhicheverComesFirst) {
         io,
         [&, timeout]() -> asio::awaitable<void> {
           const int v = co_await async_store_call<int>(
-              deadlines, timeout, -1, [this](int x) { late.push_back(x); }, store.start(), asio::use_awaitable);
+              deadlines, timeout, [] { return -1; }, [this](int x) { late.push_back(x); }, store.start(), asio::use_awaitable);
           ++resumed;
           (v == -1 ? timed_out : answered) += 1;
         },

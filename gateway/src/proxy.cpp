@@ -174,9 +174,10 @@ struct Session {
 };
 
 Worker::~Worker() {
-  // Pooled sockets belong to the io_context: close them first, and destroy the sessions still
-  // waiting for a store while it exists. Then destroy the io_context,
-  // and with it any suspended session, while the members those sessions unlink from still live.
+  // Pooled sockets belong to the io_context: close them first. Sessions waiting for a store are
+  // held by their store call, not by the io_context: destroy them while it still exists. Then
+  // destroy the io_context, and with it every other suspended session, while the members those
+  // sessions unlink from still live.
   pool.clear();
   store_deadlines.abandon_all();
   io.reset();

@@ -258,9 +258,9 @@ Task<void> Gateway::Impl::housekeeping(Worker& w) {
   }
 }
 
-// How often each event loop looks for operations past their deadline (TimedStream, store calls): an eighth
-// of the shortest timeout (the lingering close's second included), between 5 ms and 250 ms. A
-// timeout fires at most one tick late.
+// How often each event loop looks for operations past their deadline (TimedStream, store
+// calls): an eighth of the shortest timeout (the lingering close's second included), between
+// 5 ms and 250 ms. A timeout fires at most one tick late.
 static std::chrono::milliseconds deadline_tick(const Config& c) {
   const Millis shortest = std::min({c.client_timeout, c.idle_timeout, c.upstream_timeout,
                                     c.upstream_connect_timeout, c.store_timeout, Millis(std::chrono::seconds(1))});

@@ -233,9 +233,11 @@ class Handler {
                                     bool head);
   Task<FinishResult> finish(const Ticket& ticket, StoredResponse&& stored);
   Task<FinishResult> release(const Ticket& ticket);
-  // The memory store answers within the call: it cannot hang, so its calls skip store_timeout
-  // and the bookkeeping it costs (an allocation and a list entry per call).
-  bool store_answers_inline() const { return cfg_.store.kind == StoreUrl::Kind::memory; }
+  // store_timeout, or zero (no deadline) for the memory store: it answers within the call, so
+  // it cannot hang, and its calls skip the bookkeeping (an allocation and a list entry each).
+  Millis store_deadline() const {
+    return cfg_.store.kind == StoreUrl::Kind::memory ? Millis::zero() : cfg_.store_timeout;
+  }
   // Engine::begin, finish and release, given up after store_timeout (store_deadline.hpp).
   // References are used when the call starts, that is when it is co_awaited.
   auto async_begin_within(const Policy& policy, const RequestView& view, std::string_view tenant);
@@ -311,7 +313,7 @@ auto Handler::async_begin_within(const Policy& policy, const RequestView& view, 
     });
   };
   return async_store_call<Decision>(
-      w_.store_deadlines, cfg_.store_timeout, timed_out, on_late,
+      w_.store_deadlines, store_deadline(), timed_out, on_late,
       [engine = &engine_, policy = &policy, view = &view, tenant = std::string(tenant)](auto done) mutable {
         engine->begin(*policy, *view, std::move(tenant), std::move(done));
       },
@@ -320,7 +322,7 @@ auto Handler::async_begin_within(const Policy& policy, const RequestView& view, 
 
 auto Handler::async_finish_within(const Ticket& ticket, StoredResponse&& stored) {
   return async_store_call<StoreResult<FinishStatus>>(
-      w_.store_deadlines, cfg_.store_timeout, [this] { return std::unexpected(store_timeout_error()); },
+      w_.store_deadlines, store_deadline(), [this] { return std::unexpected(store_timeout_error()); },
       [](StoreResult<FinishStatus>) {},
       [engine = &engine_, ticket = &ticket, stored = std::move(stored)](auto done) mutable {
         engine->finish(*ticket, std::move(stored), std::move(done));
@@ -330,7 +332,7 @@ auto Handler::async_finish_within(const Ticket& ticket, StoredResponse&& stored)
 
 auto Handler::async_release_within(const Ticket& ticket) {
   return async_store_call<StoreResult<FinishStatus>>(
-      w_.store_deadlines, cfg_.store_timeout, [this] { return std::unexpected(store_timeout_error()); },
+      w_.store_deadlines, store_deadline(), [this] { return std::unexpected(store_timeout_error()); },
       [](StoreResult<FinishStatus>) {},
       [engine = &engine_, ticket = &ticket](auto done) mutable { engine->release(*ticket, std::move(done)); },
       kAwait);
@@ -338,12 +340,7 @@ auto Handler::async_release_within(const Ticket& ticket) {
 
 Task<FinishResult> Handler::finish(const Ticket& ticket, StoredResponse&& stored) {
   const auto t0 = Clock::now();
-  StoreResult<FinishStatus> r;
-  if (store_answers_inline()) {
-    r = co_await http::async_finish(engine_, ticket, std::move(stored), kAwait);
-  } else {
-    r = co_await async_finish_within(ticket, std::move(stored));
-  }
+  auto r = co_await async_finish_within(ticket, std::move(stored));
   m_.store_call(StoreCall::finish).observe(Clock::now() - t0);
   FinishResult result = FinishResult::error;
   if (!r) {
@@ -364,12 +361,7 @@ Task<FinishResult> Handler::finish(const Ticket& ticket, StoredResponse&& stored
 
 Task<FinishResult> Handler::release(const Ticket& ticket) {
   const auto t0 = Clock::now();
-  StoreResult<FinishStatus> r;
-  if (store_answers_inline()) {
-    r = co_await http::async_release(engine_, ticket, kAwait);
-  } else {
-    r = co_await async_release_within(ticket);
-  }
+  auto r = co_await async_release_within(ticket);
   m_.store_call(StoreCall::release).observe(Clock::now() - t0);
   FinishResult result = FinishResult::error;
   if (!r) {
@@ -719,12 +711,7 @@ Task<bool> Handler::handle(Request& req) {
   const RequestView& view = s_.view.assign(req);
   std::string tenant = derive_tenant(cfg_.tenant, view.headers);
   const auto t0 = Clock::now();
-  Decision d;
-  if (store_answers_inline()) {
-    d = co_await http::async_begin(engine_, *policy, view, tenant, kAwait);
-  } else {
-    d = co_await async_begin_within(*policy, view, tenant);
-  }
+  Decision d = co_await async_begin_within(*policy, view, tenant);
   if (d.verdict != Verdict::pass_through && d.verdict != Verdict::key_missing && d.verdict != Verdict::key_invalid) {
     m_.store_call(StoreCall::begin).observe(Clock::now() - t0);
   }

@@ -185,7 +185,8 @@ class DeadlinedStoreCall final : public PendingStoreCall {
 /// handler's associated executor, or with `timed_out()` if no value has come after `timeout`
 /// (at most one sweep tick late). A value that comes after that is passed to `on_late(T)` on
 /// the same executor. `list` must be the StoreDeadlines of the loop whose executor the handler
-/// has, and the call must be started on that loop's thread.
+/// has, and the call must be started on that loop's thread. A `timeout` of zero sets no deadline
+/// (for a store that answers within the call): no allocation, no list entry.
 template <class T, class Token, class TimedOut, class OnLate, class Start>
 auto async_store_call(StoreDeadlines& list, PendingStoreCall::Clock::duration timeout, TimedOut timed_out,
                       OnLate on_late, Start start, Token&& token) {
@@ -197,6 +198,15 @@ auto async_store_call(StoreDeadlines& list, PendingStoreCall::Clock::duration ti
         // the loop's io_context running until the store's answer has been posted to it.
         auto work =
             asio::prefer(asio::get_associated_executor(handler), asio::execution::outstanding_work.tracked);
+        if (timeout <= PendingStoreCall::Clock::duration::zero()) {
+          std::move(start)([handler = std::move(handler), work = std::move(work)](T value) mutable {
+            auto ex = asio::prefer(work, asio::execution::outstanding_work.untracked);
+            asio::post(ex, [handler = std::move(handler), work = std::move(work), value = std::move(value)]() mutable {
+              std::move(handler)(std::move(value));
+            });
+          });
+          return;
+        }
         auto call = std::make_shared<Call>(PendingStoreCall::Clock::now() + timeout, std::move(handler),
                                            std::move(timed_out), std::move(on_late));
         Call::start_linked(list, call);

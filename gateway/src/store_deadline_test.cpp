@@ -24,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 // A fake store call: its callback is kept, to be answered (from any thread) when the test says.
 struct HeldCallbacks {
-  std::vector<std::function<void(int)>> waiting;
+  std::vector<std::move_only_function<void(int)>> waiting;
   auto start() {
     return [this](auto done) { waiting.emplace_back(std::move(done)); };
   }
@@ -138,6 +138,19 @@ TEST_F(StoreDeadlineTest, ManyCallsEachEndOnceWhicheverComesFirst) {
   EXPECT_EQ(late.size(), 10u);
   for (int v : late) EXPECT_EQ(v % 2, 1);  // only the ones given up on
   EXPECT_EQ(deadlines.size(), 0u);
+}
+
+TEST_F(StoreDeadlineTest, AZeroTimeoutSetsNoDeadline) {
+  await_call(Clock::duration::zero());
+  run_until([&] { return !store.waiting.empty(); });
+  EXPECT_EQ(deadlines.size(), 0u);  // not in the list: never swept
+  const auto give_up = Clock::now() + 100ms;
+  while (Clock::now() < give_up) io.run_for(5ms);
+  EXPECT_FALSE(result.has_value());
+  std::thread([&] { store.waiting[0](9); }).join();
+  run_until([&] { return result.has_value(); });
+  EXPECT_EQ(result, 9);
+  EXPECT_EQ(expired.load(), 0u);
 }
 
 TEST_F(StoreDeadlineTest, AbandonDestroysAWaitingCoroutineWithoutResumingIt) {

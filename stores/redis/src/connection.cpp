@@ -1,10 +1,13 @@
 #include "connection.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
 #include <cerrno>
+#include <ctime>
 #include <cstring>
 
 namespace idem::redis_detail {
@@ -67,6 +70,57 @@ Connection::~Connection() = default;
 
 int Connection::fd() const { return ctx_->fd; }
 
+namespace {
+
+thread_local bool sigpipe_blocked = false;  // by block_sigpipe_on_this_thread
+
+// SIGPIPE blocked for one scope on a thread that does not block it for good; a SIGPIPE the scope
+// raised (pending, since blocked) is consumed before the old mask comes back.
+class SigpipeScope {
+ public:
+  SigpipeScope() {
+    if (sigpipe_blocked) return;
+    active_ = true;
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    already_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeScope() {
+    if (!active_) return;
+    if (!already_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        const timespec zero{0, 0};
+        while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeScope(const SigpipeScope&) = delete;
+  SigpipeScope& operator=(const SigpipeScope&) = delete;
+
+ private:
+  bool active_ = false;
+  bool already_pending_ = false;
+  sigset_t pipe_{};
+  sigset_t old_{};
+};
+
+}  // namespace
+
+void block_sigpipe_on_this_thread() {
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+  sigpipe_blocked = true;
+}
+
 Failure Connection::failure(Failure::Kind kind) const {
   return Failure{kind, ctx_ && ctx_->errstr[0] ? ctx_->errstr : "connection error", address_.str()};
 }
@@ -120,9 +174,14 @@ std::expected<Connection, Failure> Connection::open(const Address& address, cons
 std::expected<Reply, Failure> Connection::call(const std::vector<std::string>& args) {
   append(args);
   void* raw = nullptr;
-  errno = 0;
-  const int rc = redisGetReply(ctx_.get(), &raw);
-  const int saved_errno = errno;
+  int rc = REDIS_OK;
+  int saved_errno = 0;
+  {
+    const SigpipeScope no_sigpipe;
+    errno = 0;
+    rc = redisGetReply(ctx_.get(), &raw);
+    saved_errno = errno;
+  }
   std::unique_ptr<void, FreeReply> owned(raw);
   if (rc != REDIS_OK || !raw) {
     if (ctx_->err == REDIS_ERR_PROTOCOL) return std::unexpected(failure(Failure::Kind::protocol));
@@ -157,6 +216,7 @@ void Connection::append(const std::vector<std::string>& args) {
 
 std::expected<bool, Failure> Connection::flush() {
   int done = 0;
+  const SigpipeScope no_sigpipe;
   if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) return std::unexpected(failure(Failure::Kind::io));
   return done != 0;
 }

@@ -27,7 +27,15 @@ struct ConnectSettings {
   int db = 0;
 };
 
-/// A connected, authenticated socket to one node.
+/// Blocks SIGPIPE on the calling thread for good. hiredis writes without MSG_NOSIGNAL, so a write
+/// to a connection the server has closed (a Redis restart) raises SIGPIPE, which kills a process
+/// that does not ignore it, as a library user's may not (idem-gateway does). Blocked, the write
+/// fails with EPIPE and the connection is reopened. For the store's own threads.
+void block_sigpipe_on_this_thread();
+
+/// A connected, authenticated socket to one node. Its writes never raise SIGPIPE: on a thread
+/// that did not call block_sigpipe_on_this_thread (the caller's, in RedisStore::open), each write
+/// blocks SIGPIPE for its duration and consumes one it raised.
 class Connection {
  public:
   /// Connects (TCP, keepalive, no Nagle), then AUTH and SELECT as configured. A `nonblocking`

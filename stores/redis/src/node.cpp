@@ -76,6 +76,7 @@ void Node::fail(Op& op, const Failure& why) {
 }
 
 void Node::run() {
+  block_sigpipe_on_this_thread();  // a write to a Redis that went away fails with EPIPE
   std::vector<Op> batch;
   for (;;) {
     {

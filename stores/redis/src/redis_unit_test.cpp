@@ -5,14 +5,18 @@
 
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "connection.hpp"
 #include "errors.hpp"
 #include "idem/headers_codec.hpp"
 #include "idem/redis_store.hpp"
@@ -359,6 +363,57 @@ TEST(Scripts, Sha1IsWhatRedisNamesScriptsBy) {
     EXPECT_EQ(s.source.find("KEYS[2]"), std::string_view::npos) << s.name << " must touch one key";
     EXPECT_EQ(s.source.find("TIME"), std::string_view::npos) << s.name << " must not read Redis's clock";
   }
+}
+
+// ---- a server that goes away ---------------------------------------------------------------------
+
+// Writes to a Redis that reset the connection (a restart) fail; they must not raise SIGPIPE,
+// which kills a process that does not ignore it. hiredis stops at a connection's first error, so
+// SIGPIPE comes when that first error is a write's EPIPE: the reset arrived, and its error was
+// already taken by something else (hiredis's own SO_ERROR check after a connect does that, when
+// the server goes away during the connect). The test builds that state. SIGPIPE keeps its default
+// action here, so without the guard this test dies instead of failing.
+void expect_writes_to_a_reset_connection_fail_quietly(bool sigpipe_blocked_for_good) {
+  const auto listener = testing::listen_on_loopback("resetting fake redis");
+  std::thread resetter([fd = listener.fd] {
+    const int client = ::accept(fd, nullptr, nullptr);
+    if (client < 0) return;
+    const linger reset{1, 0};  // close with RST
+    ::setsockopt(client, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    ::close(client);
+  });
+  auto conn = Connection::open(Address{"127.0.0.1", listener.port}, ConnectSettings{}, /*nonblocking=*/false);
+  resetter.join();
+  ::close(listener.fd);
+  ASSERT_TRUE(conn.has_value());
+  pollfd p{conn->fd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 2000), 1) << "the reset did not arrive";
+  int error = 0;
+  socklen_t len = sizeof error;
+  ASSERT_EQ(::getsockopt(conn->fd(), SOL_SOCKET, SO_ERROR, &error, &len), 0);
+  EXPECT_EQ(error, ECONNRESET);  // taken: the next write fails with EPIPE
+  auto reply = conn->call({"PING"});
+  EXPECT_FALSE(reply.has_value());
+  if (sigpipe_blocked_for_good) return;  // a SIGPIPE may stay pending there, harmlessly
+  sigset_t pending;
+  sigpending(&pending);
+  EXPECT_EQ(sigismember(&pending, SIGPIPE), 0) << "a SIGPIPE was left pending";
+}
+
+TEST(ResetConnection, WritesFailWithoutSigpipeOnACallersThread) {
+  ASSERT_NE(::signal(SIGPIPE, SIG_DFL), SIG_ERR);
+  expect_writes_to_a_reset_connection_fail_quietly(/*sigpipe_blocked_for_good=*/false);
+  sigset_t mask;
+  pthread_sigmask(SIG_SETMASK, nullptr, &mask);
+  EXPECT_EQ(sigismember(&mask, SIGPIPE), 0) << "the caller's signal mask was changed";
+}
+
+TEST(ResetConnection, WritesFailWithoutSigpipeOnAStoreThread) {
+  ASSERT_NE(::signal(SIGPIPE, SIG_DFL), SIG_ERR);
+  std::thread([] {
+    block_sigpipe_on_this_thread();
+    expect_writes_to_a_reset_connection_fail_quietly(/*sigpipe_blocked_for_good=*/true);
+  }).join();
 }
 
 // ---- a Redis before 7.0 -------------------------------------------------------------------------

@@ -238,6 +238,7 @@ bool Router::refresh_once() {
 }
 
 void Router::refresher() {
+  block_sigpipe_on_this_thread();
   auto next_periodic = Steady::now() + refresh_interval_;
   std::unique_lock lock(refresh_mutex_);
   while (!refresh_stop_) {

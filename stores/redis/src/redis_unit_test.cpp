@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <random>
 #include <set>
@@ -375,14 +376,18 @@ TEST(Scripts, Sha1IsWhatRedisNamesScriptsBy) {
 // action here, so without the guard this test dies instead of failing.
 void expect_writes_to_a_reset_connection_fail_quietly(bool sigpipe_blocked_for_good) {
   const auto listener = testing::listen_on_loopback("resetting fake redis");
-  std::thread resetter([fd = listener.fd] {
+  std::atomic<bool> opened{false};
+  std::thread resetter([fd = listener.fd, &opened] {
     const int client = ::accept(fd, nullptr, nullptr);
     if (client < 0) return;
+    // Only once open() has returned: a reset during it fails the open (its own SO_ERROR check).
+    while (!opened.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     const linger reset{1, 0};  // close with RST
     ::setsockopt(client, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
     ::close(client);
   });
   auto conn = Connection::open(Address{"127.0.0.1", listener.port}, ConnectSettings{}, /*nonblocking=*/false);
+  opened = true;
   resetter.join();
   ::close(listener.fd);
   ASSERT_TRUE(conn.has_value());

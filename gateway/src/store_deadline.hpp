@@ -20,9 +20,7 @@
 
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
-#include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/prefer.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -30,6 +28,8 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+
+#include "idem/http/async.hpp"
 
 namespace idem::gateway {
 
@@ -194,28 +194,17 @@ auto async_store_call(StoreDeadlines& list, PendingStoreCall::Clock::duration ti
   return asio::async_initiate<Token, void(T)>(
       [&list, timeout](auto handler, TimedOut timed_out, OnLate on_late, Start start) {
         using Call = detail::DeadlinedStoreCall<T, decltype(handler), TimedOut, OnLate>;
-        // The tracked executor is the work guard, as in http::async_from_callback: it keeps
-        // the loop's io_context running until the store's answer has been posted to it.
-        auto work =
-            asio::prefer(asio::get_associated_executor(handler), asio::execution::outstanding_work.tracked);
+        const auto ex = asio::get_associated_executor(handler);
         if (timeout <= PendingStoreCall::Clock::duration::zero()) {
-          std::move(start)([handler = std::move(handler), work = std::move(work)](T value) mutable {
-            auto ex = asio::prefer(work, asio::execution::outstanding_work.untracked);
-            asio::post(ex, [handler = std::move(handler), work = std::move(work), value = std::move(value)]() mutable {
-              std::move(handler)(std::move(value));
-            });
-          });
+          std::move(start)(http::detail::posting_callback<T>(ex, std::move(handler)));
           return;
         }
         auto call = std::make_shared<Call>(PendingStoreCall::Clock::now() + timeout, std::move(handler),
                                            std::move(timed_out), std::move(on_late));
         Call::start_linked(list, call);
-        std::move(start)([call = std::move(call), work = std::move(work)](T value) mutable {
-          auto ex = asio::prefer(work, asio::execution::outstanding_work.untracked);
-          asio::post(ex, [call = std::move(call), work = std::move(work), value = std::move(value)]() mutable {
-            call->answer(std::move(value));
-          });
-        });
+        // The answer meets the sweep on the loop's thread.
+        std::move(start)(http::detail::posting_callback<T>(
+            ex, [call = std::move(call)](T value) mutable { call->answer(std::move(value)); }));
       },
       token, std::move(timed_out), std::move(on_late), std::move(start));
 }

@@ -36,24 +36,32 @@ namespace idem::http {
 
 namespace detail {
 
+/// A store callback, callable with a T on any thread: it posts `fn(value)` to `ex`, never runs it
+/// inline. Until then `ex`'s context counts the operation as outstanding work.
+template <class T, class Executor, class Fn>
+auto posting_callback(const Executor& ex, Fn fn) {
+  namespace asio = boost::asio;
+  // The tracked executor is the work guard: it keeps the context running until the value has
+  // been posted to it.
+  auto work = asio::prefer(ex, asio::execution::outstanding_work.tracked);
+  return [fn = std::move(fn), work = std::move(work)](T value) mutable {
+    // Posted through an untracked copy: `work`, moved into the posted function, already counts
+    // the operation until `fn` has run.
+    auto untracked = asio::prefer(work, asio::execution::outstanding_work.untracked);
+    asio::post(untracked, [fn = std::move(fn), work = std::move(work), value = std::move(value)]() mutable {
+      std::move(fn)(std::move(value));
+    });
+  };
+}
+
 /// Starts `start(callback)` and completes `token` with the value the callback receives, on the
 /// handler's associated executor.
 template <class T, class Token, class Start>
 auto async_from_callback(Start start, Token&& token) {
-  namespace asio = boost::asio;
-  return asio::async_initiate<Token, void(T)>(
+  return boost::asio::async_initiate<Token, void(T)>(
       [](auto handler, Start start) {
-        // The tracked executor is the work guard: it keeps the handler's context running until
-        // the completion has been posted to it.
-        auto work = asio::prefer(asio::get_associated_executor(handler),
-                                 asio::execution::outstanding_work.tracked);
-        std::move(start)([handler = std::move(handler), work = std::move(work)](T value) mutable {
-          // Posted through an untracked copy: `work`, moved into the posted function, already
-          // counts the operation until the handler has run.
-          auto ex = asio::prefer(work, asio::execution::outstanding_work.untracked);
-          asio::post(ex, [handler = std::move(handler), work = std::move(work),
-                          value = std::move(value)]() mutable { std::move(handler)(std::move(value)); });
-        });
+        const auto ex = boost::asio::get_associated_executor(handler);
+        std::move(start)(posting_callback<T>(ex, std::move(handler)));
       },
       token, std::move(start));
 }

@@ -20,7 +20,9 @@
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "idem/gateway/log.hpp"
 #include "idem/http/async.hpp"
@@ -766,6 +768,29 @@ Task<void> answer_and_close(Session& s, const Problem& problem, unsigned version
   }
 }
 
+// The head rules Beast's parser does not enforce (http::check_request_head): what no request
+// may carry into the store or the upstream.
+std::optional<Problem> head_defect(const Request& req) {
+  std::array<std::string_view, 2> hosts;  // two are enough to know there is more than one
+  std::size_t host_count = 0;
+  for (auto [it, end] = req.equal_range(bhttp::field::host); it != end && host_count < hosts.size(); ++it) {
+    hosts[host_count++] = it->value();
+  }
+  std::vector<std::string_view> transfer_encodings;  // nearly always none: no allocation
+  for (auto [it, end] = req.equal_range(bhttp::field::transfer_encoding); it != end; ++it) {
+    transfer_encodings.push_back(it->value());
+  }
+  const http::HeadFacts facts{req.version(), req.method_string(), transfer_encodings,
+                              std::span<const std::string_view>(hosts.data(), host_count)};
+  auto defect = http::check_request_head(facts);
+  if (!defect) return std::nullopt;
+  const bool unsupported = defect->status == 501;
+  return make_problem(static_cast<int>(defect->status), std::string(defect->code),
+                      unsupported ? "The request needs what the gateway does not support"
+                                  : "The request could not be parsed",
+                      std::move(defect->detail));
+}
+
 Problem too_large(const Config& cfg) {
   return request_too_large("the request body exceeds max_body (" + std::to_string(cfg.max_body) + " bytes)");
 }
@@ -824,6 +849,11 @@ Task<void> run_session(Worker& w, Socket socket) {
       break;
     }
     Request& req = parser.get();
+    if (const std::optional<Problem> defect = head_defect(req)) {
+      w.metrics.count(Outcome::bad_request);
+      co_await answer_and_close(s, *defect, req.version());
+      break;
+    }
     if (auto expect = req.find(bhttp::field::expect); expect != req.end()) {
       if (iequals(expect->value(), "100-continue") && !parser.is_done()) {
         co_await asio::async_write(s.stream, asio::buffer(kContinue.data(), kContinue.size()), with(ec));

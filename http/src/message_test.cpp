@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+#include <vector>
+
 namespace idem::http {
 namespace {
 
@@ -78,6 +82,69 @@ TEST(SplitTarget, AbsoluteFormAndAsterisk) {
 TEST(IdempotentMethod, FollowsRfc9110) {
   for (const auto* m : {"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"}) EXPECT_TRUE(is_idempotent_method(m));
   for (const auto* m : {"POST", "PATCH", "CONNECT", "get"}) EXPECT_FALSE(is_idempotent_method(m));
+}
+
+// check_request_head on a head built from its parts.
+std::optional<HeadDefect> check(unsigned version, std::string_view method, std::vector<std::string_view> te,
+                                std::vector<std::string_view> hosts) {
+  return check_request_head(HeadFacts{version, method, te, hosts});
+}
+
+TEST(RequestHead, OrdinaryHeadsPass) {
+  EXPECT_FALSE(check(11, "POST", {}, {"api.example.com"}));
+  EXPECT_FALSE(check(11, "POST", {"chunked"}, {"api.example.com:8443"}));
+  EXPECT_FALSE(check(11, "POST", {"Chunked"}, {"127.0.0.1"}));
+  EXPECT_FALSE(check(11, "PATCH", {" chunked ;x=1"}, {"[::1]:8080"}));  // parameters and spaces
+  EXPECT_FALSE(check(11, "POST", {", chunked"}, {"a"}));                 // an empty list element
+  EXPECT_FALSE(check(10, "POST", {}, {}));                               // HTTP/1.0 needs no Host
+  EXPECT_FALSE(check(11, "OPTIONS", {}, {"xn--bcher-kva.example"}));
+}
+
+TEST(RequestHead, TransferEncodingWithoutFinalChunkedIs400) {
+  for (const auto& te : std::vector<std::vector<std::string_view>>{
+           {"gzip"}, {"chunked, gzip"}, {"chunked", "gzip"}, {"identity"}, {""}, {"chunkedx"}}) {
+    const auto defect = check(11, "POST", te, {"a"});
+    ASSERT_TRUE(defect) << te.front();
+    EXPECT_EQ(defect->status, 400u);
+    EXPECT_EQ(defect->code, "bad_request");
+  }
+}
+
+TEST(RequestHead, ChunkedTwiceIs400AndOtherCodingsAre501) {
+  auto twice = check(11, "POST", {"chunked", "chunked"}, {"a"});
+  ASSERT_TRUE(twice);
+  EXPECT_EQ(twice->status, 400u);
+  EXPECT_NE(twice->detail.find("more than once"), std::string::npos);
+  auto gzip = check(11, "POST", {"gzip, chunked"}, {"a"});
+  ASSERT_TRUE(gzip);
+  EXPECT_EQ(gzip->status, 501u);
+  EXPECT_EQ(gzip->code, "not_implemented");
+  EXPECT_NE(gzip->detail.find("gzip"), std::string::npos);
+}
+
+TEST(RequestHead, TransferEncodingInHttp10Is400) {
+  auto defect = check(10, "POST", {"chunked"}, {"a"});
+  ASSERT_TRUE(defect);
+  EXPECT_EQ(defect->status, 400u);
+}
+
+TEST(RequestHead, Http11NeedsExactlyOneValidHost) {
+  EXPECT_EQ(check(11, "POST", {}, {})->status, 400u);
+  EXPECT_EQ(check(11, "POST", {}, {"a", "b"})->status, 400u);
+  for (const auto* host : {"", "a b", "user@host", "host/path", "host?q", "host#f", "host:port", "host:123456",
+                           ":80", "[::1", "[]", "[::1]x", "[::g]", "h\x01st"}) {
+    const auto defect = check(11, "POST", {}, {host});
+    ASSERT_TRUE(defect) << host;
+    EXPECT_EQ(defect->status, 400u) << host;
+  }
+  EXPECT_EQ(check(10, "POST", {}, {"a b"})->status, 400u);  // a Host that is sent is checked
+}
+
+TEST(RequestHead, ConnectIs501) {
+  auto defect = check(11, "CONNECT", {}, {"a:443"});
+  ASSERT_TRUE(defect);
+  EXPECT_EQ(defect->status, 501u);
+  EXPECT_EQ(defect->code, "not_implemented");
 }
 
 }  // namespace

@@ -229,6 +229,57 @@ class HostileTest(GatewayTestCase):
             self.assertProblem(r, 504, "upstream_timeout")
         self.assertStillServing()
 
+    def test_heads_other_servers_could_frame_differently_are_refused_and_never_execute(self):
+        """RFC 9112 §3.2, §6.1, §6.3: a request whose body length is uncertain, whose Host is
+        missing, repeated or malformed, or that asks for a tunnel, is answered and the connection
+        closed, with a valid key and all: nothing executes, nothing is claimed, and the bytes
+        after the head (here, a whole second request) are never read as a request."""
+        smuggled_key = new_key("smuggled")
+        smuggled = ("POST /echo HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"
+                    "Content-Length: 2\r\n\r\n{{}}" % smuggled_key)  # {{}}: a template, as below
+        http11 = "POST /echo HTTP/1.1\r\nIdempotency-Key: {key}\r\n"
+        chunked_body = "2\r\n{{}}\r\n0\r\n\r\n"
+        cases = [
+            # (the request, with {key} for a fresh key; status; code)
+            (http11 + "Host: x\r\nTransfer-Encoding: gzip\r\n\r\n" + smuggled, 400, "bad_request"),
+            (http11 + "Host: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n" + smuggled, 400, "bad_request"),
+            (http11 + "Host: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n" + smuggled,
+             400, "bad_request"),
+            (http11 + "Host: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" + chunked_body, 501, "not_implemented"),
+            ("POST /echo HTTP/1.0\r\nIdempotency-Key: {key}\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked_body,
+             400, "bad_request"),
+            (http11 + "Content-Length: 2\r\n\r\n{{}}", 400, "bad_request"),
+            (http11 + "Host: x\r\nHost: y\r\nContent-Length: 2\r\n\r\n{{}}", 400, "bad_request"),
+            (http11 + "Host: x/y@z\r\nContent-Length: 2\r\n\r\n{{}}", 400, "bad_request"),
+        ]
+        before = self.upstream.total()
+        for i, (template, status, code) in enumerate(cases):
+            key = new_key("framing%d" % i)
+            raw = template.format(key=key)
+            with self.subTest(raw=raw[:90]):
+                c = RawClient(self.gateway.port)
+                try:
+                    c.send(raw)
+                    r = c.read_response(timeout=5)
+                    self.assertIsNotNone(r, "closed without an answer")
+                    self.assertProblem(r, status, code)
+                    self.assertIsNone(c.read_response(timeout=5), "the connection stayed open")
+                finally:
+                    c.close()
+                # The key was never claimed: the same key in a well-formed request executes.
+                self.assertExecuted(self.gateway.request("POST", "/echo", "{}", key=key))
+        tunnel = RawClient(self.gateway.port)
+        try:
+            tunnel.send("CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n")
+            r = tunnel.read_response(timeout=5)
+            self.assertIsNotNone(r)
+            self.assertProblem(r, 501, "not_implemented")
+        finally:
+            tunnel.close()
+        self.assertEqual(self.upstream.executions(smuggled_key), 0, "a smuggled request executed")
+        self.assertEqual(self.upstream.total() - before, len(cases), "only the well-formed retries executed")
+        self.assertStillServing()
+
     def test_pipelined_requests_are_answered_in_order(self):
         keys = [new_key("p%d" % i) for i in range(3)]
         c = RawClient(self.gateway.port)

@@ -1,5 +1,8 @@
 #pragma once
 
+#include <optional>
+#include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -54,5 +57,32 @@ Target split_target(std::string_view target);
 /// OPTIONS, TRACE, PUT, DELETE. Such a request may be re-sent on a fresh connection when a
 /// reused one failed before answering.
 bool is_idempotent_method(std::string_view method);
+
+/// Why a request head cannot be served (RFC 9112), answered with `status` and the connection
+/// closed: the bytes that follow it cannot be trusted to be the body or the next request.
+struct HeadDefect {
+  unsigned status = 400;   ///< 400, or 501 for what is valid HTTP but not supported
+  std::string_view code;   ///< problem+json code: "bad_request" or "not_implemented"
+  std::string detail;      ///< one line for the client
+};
+
+/// What check_request_head looks at, taken from a parsed request head.
+struct HeadFacts {
+  unsigned version = 11;                            ///< 10 or 11
+  std::string_view method;                          ///< as received
+  std::span<const std::string_view> transfer_encodings;  ///< every Transfer-Encoding field value
+  std::span<const std::string_view> hosts;          ///< every Host field value
+};
+
+/// The framing and routing rules a parser accepting the head does not enforce:
+/// - Transfer-Encoding (RFC 9112 §6.1, §6.3): in an HTTP/1.0 request, or without `chunked` as
+///   its final coding (the body's length cannot be known), 400; other codings before `chunked`
+///   (`gzip, chunked`), 501, as the gateway forwards bodies de-chunked and could not pass them on.
+///   Either way, a request whose body another server would read differently never executes: the
+///   classic request-smuggling disagreement.
+/// - Host (RFC 9112 §3.2): an HTTP/1.1 request without one, with more than one, or with one that
+///   is not a host[:port], 400.
+/// - CONNECT: 501; a reverse proxy opens no tunnels.
+std::optional<HeadDefect> check_request_head(const HeadFacts& head);
 
 }  // namespace idem::http

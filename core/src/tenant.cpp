@@ -1,6 +1,8 @@
 #include "idem/tenant.hpp"
 
 #include <algorithm>
+#include <optional>
+#include <string_view>
 
 #include "idem/fingerprint.hpp"
 
@@ -14,26 +16,43 @@ bool is_safe_identifier(std::string_view s) {
          std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
 }
 
+// The value of the one header `name`; "" when absent; nullopt when it appears more than once.
+std::optional<std::string_view> single_header(std::span<const HeaderView> headers, std::string_view name) {
+  std::optional<std::string_view> found;
+  for (const auto& h : headers) {
+    if (!iequals(h.name, name)) continue;
+    if (found) return std::nullopt;
+    found = h.value;
+  }
+  return found.value_or(std::string_view());
+}
+
+std::unexpected<std::string> repeated(std::string_view name) {
+  return std::unexpected("the " + std::string(name) + " header, which names the tenant, appears more than once");
+}
+
 }  // namespace
 
-std::string derive_tenant(const TenantRule& rule, std::span<const HeaderView> headers) {
+std::expected<std::string, std::string> derive_tenant(const TenantRule& rule, std::span<const HeaderView> headers) {
   switch (rule.source) {
     case TenantRule::Source::none:
-      return {};
+      return std::string();
     case TenantRule::Source::header: {
-      const std::string_view value = find_header(headers, rule.header);
-      if (value.empty()) return {};
-      if (is_safe_identifier(value)) return std::string(value);
-      return "sha256:" + sha256_hex(value);
+      const auto value = single_header(headers, rule.header);
+      if (!value) return repeated(rule.header);
+      if (value->empty()) return std::string();
+      if (is_safe_identifier(*value)) return std::string(*value);
+      return "sha256:" + sha256_hex(*value);
     }
     case TenantRule::Source::authorization: {
       // The credential itself is never stored or logged: only its hash scopes the keys.
-      const std::string_view value = find_header(headers, "Authorization");
-      if (value.empty()) return {};
-      return "auth:" + sha256_hex(value);
+      const auto value = single_header(headers, "Authorization");
+      if (!value) return repeated("Authorization");
+      if (value->empty()) return std::string();
+      return "auth:" + sha256_hex(*value);
     }
   }
-  return {};
+  return std::string();
 }
 
 }  // namespace idem

@@ -711,7 +711,14 @@ Task<bool> Handler::handle(Request& req) {
   }
 
   const RequestView& view = s_.view.assign(req);
-  std::string tenant = derive_tenant(cfg_.tenant, view.headers);
+  auto derived = derive_tenant(cfg_.tenant, view.headers);
+  if (!derived) {
+    m_.count(Outcome::bad_request);
+    const Problem problem = make_problem(400, "tenant_ambiguous", "The tenant is ambiguous", derived.error());
+    Response res = http::problem_response(problem, version, keep_alive);
+    co_return co_await write(res) && keep_alive;
+  }
+  std::string tenant = std::move(*derived);
   const auto t0 = Clock::now();
   Decision d = co_await async_begin_within(*policy, view, tenant);
   if (d.verdict != Verdict::pass_through && d.verdict != Verdict::key_missing && d.verdict != Verdict::key_invalid) {

@@ -417,6 +417,21 @@ class TenantTest(GatewayTestCase):
         c = self.gateway.request("POST", "/echo", '{"x":1}', [("X-Tenant-Id", "tenant-c")], key=key)
         self.assertExecuted(c)
 
+    def test_a_repeated_tenant_header_is_refused_not_guessed(self):
+        """A proxy in front that appends its X-Tenant-Id instead of replacing the client's must
+        not let a client pick another tenant's scope: two values, whichever order, are refused,
+        and the victim's record is neither replayed nor touched."""
+        key = new_key()
+        victim = self.gateway.request("POST", "/echo", "{}", [("X-Tenant-Id", "victim")], key=key)
+        self.assertExecuted(victim)
+        for pair in (("victim", "attacker"), ("attacker", "victim")):
+            r = self.gateway.request("POST", "/echo", "{}", [("X-Tenant-Id", pair[0]), ("X-Tenant-Id", pair[1])],
+                                     key=key)
+            self.assertProblem(r, 400, "tenant_ambiguous")
+            self.assertIn("X-Tenant-Id", r.json()["detail"])
+        self.assertEqual(self.upstream.executions(key), 1)
+        self.assertReplayOf(self.gateway.request("POST", "/echo", "{}", [("X-Tenant-Id", "victim")], key=key), victim)
+
 
 class AuthorizationTenantTest(GatewayTestCase):
     CONFIG = CONFIG.replace('[tenant]\nheader = "X-Tenant-Id"', '[tenant]\nfrom = "authorization"')
@@ -435,6 +450,14 @@ class AuthorizationTenantTest(GatewayTestCase):
         self.assertReplayOf(self.gateway.request("POST", "/status/201", "{}",
                                                  [("Authorization", self.SECRET_B)], key=key), b)
         self.assertEqual(self.upstream.executions(key), 2)
+
+    def test_two_credentials_are_refused(self):
+        key = new_key()
+        r = self.gateway.request("POST", "/status/201", "{}",
+                                 [("Authorization", self.SECRET_A), ("Authorization", self.SECRET_B)], key=key)
+        self.assertProblem(r, 400, "tenant_ambiguous")
+        self.assertNotIn("secret", r.body.decode(), "a credential in the answer")
+        self.assertEqual(self.upstream.executions(key), 0)
 
     def test_raw_credentials_are_never_stored(self):
         if harness.ARGS.store != "sqlite":

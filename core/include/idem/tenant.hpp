@@ -1,5 +1,6 @@
 #pragma once
 
+#include <expected>
 #include <span>
 #include <string>
 
@@ -19,6 +20,10 @@ struct TenantRule {
 /// when it is 1-128 visible ASCII characters and "" when absent; any other value is hashed
 /// ("sha256:<hex>") so it stays a safe identifier. `authorization` gives
 /// "auth:<hex of SHA-256 of the header value>" (never the credential itself) and "" when absent.
-std::string derive_tenant(const TenantRule& rule, std::span<const HeaderView> headers);
+///
+/// The header it reads appearing more than once is an error (one line saying so): the tenant
+/// would depend on which one a server picks, and a proxy in front that appends its own value
+/// instead of replacing the client's would let a client choose another tenant's scope.
+std::expected<std::string, std::string> derive_tenant(const TenantRule& rule, std::span<const HeaderView> headers);
 
 }  // namespace idem

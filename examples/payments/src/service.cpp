@@ -240,8 +240,12 @@ asio::awaitable<Response> Service::Impl::write_inprocess(const Request& req, con
   const bool keep_alive = req.keep_alive();
   idem::http::BeastRequestView beast_view;
   const RequestView& view = beast_view.assign(req);
-  const std::string tenant = derive_tenant(tenant_rule, view.headers);
-  Decision decision = co_await idem::http::async_begin(*engine, policy, view, tenant, kAwait);
+  const auto tenant = derive_tenant(tenant_rule, view.headers);
+  if (!tenant) {
+    const Problem ambiguous = make_problem(400, "tenant_ambiguous", "The tenant is ambiguous", tenant.error());
+    co_return idem::http::problem_response(ambiguous, version, keep_alive);
+  }
+  Decision decision = co_await idem::http::async_begin(*engine, policy, view, *tenant, kAwait);
 
   if (decision.verdict == Verdict::replay) {
     co_return idem::http::replay_response(*decision.replay, version, keep_alive);

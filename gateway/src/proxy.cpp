@@ -78,6 +78,7 @@ Task<std::size_t> write_message(Stream& stream, Message& message, std::string& h
 
 std::string response_failure(const beast::error_code& ec) {
   if (ec == beast::error::timeout) return "the upstream did not send the whole response within upstream_timeout";
+  if (is_http_error(ec) && ec != bhttp::error::partial_message) return "the upstream's response is not valid HTTP: " + ec.message();
   return "the upstream closed the connection in the middle of the response: " + ec.message();
 }
 
@@ -517,7 +518,11 @@ Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_al
       }
       const UpstreamError kind = failure_kind(ec);
       std::string detail = "the upstream did not answer within upstream_timeout";
-      if (kind == UpstreamError::dropped) detail = "the upstream closed the connection before answering: " + ec.message();
+      if (kind == UpstreamError::dropped) {
+        detail = is_http_error(ec) && ec != bhttp::error::partial_message && ec != bhttp::error::end_of_stream
+                     ? "the upstream's response is not valid HTTP: " + ec.message()
+                     : "the upstream closed the connection before answering: " + ec.message();
+      }
       co_return co_await upstream_failed(kind, ticket, version, keep_alive, detail);
     }
     break;

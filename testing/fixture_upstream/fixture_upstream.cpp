@@ -15,6 +15,7 @@
 //   /sequence[/...]?codes=500,201  the n-th execution for a key answers the n-th code (last repeats)
 //   /large[/...]?bytes=N       200 with an N-byte body
 //   /close-mid-response[/...]  headers with Content-Length: 1000, 100 bytes of body, then close
+//   /malformed-response[/...]  a response framed two ways (Content-Length and chunked), then close
 //   /hang[/...]                never answers (until the client closes)
 //   /hang-first[/...]          never answers on a key's first execution, 200 afterwards
 //   any of them with ?hop=1    also sends hop-by-hop response headers: Keep-Alive, Proxy-Fixture,
@@ -226,6 +227,17 @@ net::awaitable<void> close_mid_response(beast::tcp_stream& stream, const std::st
   stream.socket().close(ec);
 }
 
+/// Sends a response no proxy may pass on: both Content-Length and Transfer-Encoding, the
+/// ambiguity response smuggling needs (RFC 9112 §6.3). Then closes.
+net::awaitable<void> malformed_response(beast::tcp_stream& stream, const std::string& execution_id) {
+  std::string raw = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n"
+                    "X-Execution-Id: " + execution_id + "\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+  beast::error_code ec;
+  co_await net::async_write(stream.socket(), net::buffer(raw), net::redirect_error(net::use_awaitable, ec));
+  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream.socket().close(ec);
+}
+
 /// One connection: read a request, answer it, repeat while keep-alive.
 net::awaitable<void> session(tcp::socket socket) {
   beast::tcp_stream stream(std::move(socket));
@@ -296,6 +308,9 @@ net::awaitable<void> session(tcp::socket socket) {
         res = make_response(req, http::status::ok, std::move(body), "application/octet-stream", id);
       } else if (route == "/close-mid-response") {
         co_await close_mid_response(stream, id);
+        co_return;
+      } else if (route == "/malformed-response") {
+        co_await malformed_response(stream, id);
         co_return;
       } else if (route == "/hang" || (route == "/hang-first" && nth == 1)) {
         co_await hang(stream);

@@ -39,6 +39,10 @@ path = "/slow"
 [[route]]
 method = "POST"
 path = "/close-mid-response"
+
+[[route]]
+method = "POST"
+path = "/malformed-response"
 """
 
 
@@ -278,6 +282,20 @@ class HostileTest(GatewayTestCase):
             tunnel.close()
         self.assertEqual(self.upstream.executions(smuggled_key), 0, "a smuggled request executed")
         self.assertEqual(self.upstream.total() - before, len(cases), "only the well-formed retries executed")
+        self.assertStillServing()
+
+    def test_upstream_response_framed_two_ways_is_a_504_never_passed_on(self):
+        """An upstream response with both Content-Length and chunked framing is neither passed
+        on nor stored: the client gets 504 saying why, and as the upstream did execute, the key
+        stays in progress (409 for a retry) instead of being released for a second execution."""
+        key = new_key()
+        r = self.gateway.request("POST", "/malformed-response", "{}", key=key)
+        self.assertProblem(r, 504, "upstream_timeout")
+        self.assertIn("not valid HTTP", r.json()["detail"])
+        self.assertNotIn(b"hello", r.body)
+        retry = self.gateway.request("POST", "/malformed-response", "{}", key=key)
+        self.assertProblem(retry, 409, "idempotency_key_in_use")
+        self.assertEqual(self.upstream.executions(key), 1)
         self.assertStillServing()
 
     def test_pipelined_requests_are_answered_in_order(self):

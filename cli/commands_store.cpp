@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -288,6 +290,15 @@ OpenedStore open_or_fail(const std::string& url) {
     fail(kExitUsage, "--store memory: is empty in a new process; name the gateway's store (sqlite:PATH, ...)");
   }
   if (auto problem = check_store_url(url)) fail(kExitUsage, "--store: " + *problem);
+  // Opening an SQLite path creates the file. For an operator's tool that turns a mistyped path
+  // into an empty store that answers "no records" in the middle of an incident: refuse instead.
+  if (const auto path = sqlite_path_of(url)) {
+    std::error_code ec;
+    if (!std::filesystem::exists(*path, ec)) {
+      fail(kExitFailure, "cannot open store " + url + ": " + *path +
+                             " does not exist (idemctl never creates a store: give the path the gateway uses)");
+    }
+  }
   auto opened = open_store(url);
   if (!opened) fail(kExitFailure, "cannot open store " + redact_store_url(url) + ": " + opened.error().message);
   return std::move(*opened);

@@ -20,8 +20,20 @@ expect_ok() {
 
 seed_record() { "$seed" "$store" "$@" || fail "idemctl_seed $*"; }
 
+# --- a store that does not exist --------------------------------------------------------------
+
+# A mistyped path is an error, not a new, empty store that answers "no records".
+for cmd in stats list "get acme k" "purge" "release acme k" ; do
+  # shellcheck disable=SC2086
+  run $cmd --store "$store"
+  expect_error "$cmd on a missing file" 1 \
+    "idemctl: cannot open store $store: $tmp/idem.db does not exist (idemctl never creates a store: give the path the gateway uses)"
+done
+[ ! -e "$tmp/idem.db" ] || fail "idemctl created $tmp/idem.db"
+
 # --- an empty store ---------------------------------------------------------------------------
 
+: >"$tmp/idem.db"  # what an SQLite store is before its first write; the gateway creates it so
 run stats --store "$store" --json
 expect_ok "stats on a new store"
 json "stats on a new store" 'j == {"in_progress":0,"completed":0,"failed_retryable":0,"expired":0,"total":0}'

@@ -31,11 +31,16 @@ void add_client_options(CLI::App* cmd, const std::shared_ptr<ClientArgs>& args);
 /// The ClientOptions the flags describe.
 client::ClientOptions client_options(const ClientArgs& args);
 
+/// Whether a command may start a journal. Only `send` may: the commands that read what was sent
+/// (pending, dead-letters, resume) would turn a mistyped path into an empty journal that says
+/// "nothing pending" while the real one still holds unanswered operations.
+enum class JournalUse { may_create, must_exist };
+
 /// A Client with a libcurl transport configured by the flags, and the journal at `journal_path`
 /// (none when empty). Ends the command (exit 1) if the journal cannot be opened.
-std::unique_ptr<client::Client> make_client(const ClientArgs& args, const std::string& journal_path);
+std::unique_ptr<client::Client> make_client(const ClientArgs& args, const std::string& journal_path, JournalUse use);
 
 /// Opens the journal at `path` or ends the command (exit 1).
-std::shared_ptr<client::Journal> open_journal_or_fail(const std::string& path);
+std::shared_ptr<client::Journal> open_journal_or_fail(const std::string& path, JournalUse use);
 
 }  // namespace idem::cli

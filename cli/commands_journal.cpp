@@ -198,7 +198,7 @@ void register_journal(CLI::App& app) {
   pending->add_option("key", args->key, "the operation's key");
   pending->callback([args, output, check_key] {
     check_key();
-    auto journal = open_journal_or_fail(args->journal);
+    auto journal = open_journal_or_fail(args->journal, JournalUse::must_exist);
     finish(args->action == "drop" ? run_drop_pending(*journal, args->key, output()) : run_pending(*journal, output()));
   });
 
@@ -212,11 +212,11 @@ void register_journal(CLI::App& app) {
   dead->callback([args, client_args, output, check_key] {
     check_key();
     if (args->action == "retry") {
-      auto client = make_client(*client_args, args->journal);
+      auto client = make_client(*client_args, args->journal, JournalUse::must_exist);
       finish(run_retry_dead_letter(*client, args->key, args->journal, output()));
       return;
     }
-    auto journal = open_journal_or_fail(args->journal);
+    auto journal = open_journal_or_fail(args->journal, JournalUse::must_exist);
     finish(args->action == "drop" ? run_drop_dead_letter(*journal, args->key, output())
                                   : run_dead_letters(*journal, output()));
   });
@@ -229,7 +229,7 @@ void register_journal(CLI::App& app) {
       "Operations journaled more than 12 h ago are not sent (the server may have forgotten their\n"
       "keys): they become dead letters with reason 'expired'. Exit 0 when every one got a 2xx.");
   resume->callback([args, client_args, output] {
-    auto client = make_client(*client_args, args->journal);
+    auto client = make_client(*client_args, args->journal, JournalUse::must_exist);
     finish(run_resume(*client, args->journal, output()));
   });
 }

@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -174,19 +176,24 @@ client::ClientOptions client_options(const ClientArgs& args) {
   return options;
 }
 
-std::shared_ptr<client::Journal> open_journal_or_fail(const std::string& path) {
+std::shared_ptr<client::Journal> open_journal_or_fail(const std::string& path, JournalUse use) {
+  std::error_code ec;
+  if (use == JournalUse::must_exist && !std::filesystem::exists(path, ec)) {
+    fail(kExitFailure, "cannot open journal " + path + ": it does not exist (nothing was ever sent with it; " +
+                           "give the path `idemctl send --journal` or the client used)");
+  }
   auto journal = client::Journal::open(path);
   if (!journal) fail(kExitFailure, "cannot open journal " + path + ": " + journal.error().message);
   return std::shared_ptr<client::Journal>(std::move(*journal));
 }
 
-std::unique_ptr<client::Client> make_client(const ClientArgs& args, const std::string& journal_path) {
+std::unique_ptr<client::Client> make_client(const ClientArgs& args, const std::string& journal_path, JournalUse use) {
   client::CurlOptions curl;
   curl.verify_tls = !args.insecure;
   curl.ca_file = args.cacert;
   curl.user_agent = "idemctl/0.1";
   std::shared_ptr<client::Journal> journal;
-  if (!journal_path.empty()) journal = open_journal_or_fail(journal_path);
+  if (!journal_path.empty()) journal = open_journal_or_fail(journal_path, use);
   return std::make_unique<client::Client>(client_options(args), std::make_shared<client::CurlTransport>(curl),
                                           std::move(journal));
 }
@@ -296,7 +303,7 @@ void register_send(CLI::App& app) {
       key = known_key = *fresh;
     }
     say_key_on_interrupt(known_key, args->journal);
-    auto client = make_client(*client_args, args->journal);
+    auto client = make_client(*client_args, args->journal, JournalUse::may_create);
     finish(run_send(*client, std::move(request), std::move(key), args->journal, Output{std::cout, std::cerr, args->json}));
   });
 }

@@ -209,8 +209,18 @@ expect_error "unopenable store" 1
 
 run pending
 expect_error "pending without --journal" 2
+# Reading a journal that does not exist is an error (a mistyped path would say "nothing pending"
+# while the real journal holds unanswered operations); only send starts one.
+for cmd in pending dead-letters resume "dead-letters retry some-key-000000001"; do
+  # shellcheck disable=SC2086
+  run $cmd --journal "$tmp/journal.db"
+  expect_error "$cmd on a missing journal" 1 "idemctl: cannot open journal $tmp/journal.db: it does not exist \
+(nothing was ever sent with it; give the path \`idemctl send --journal\` or the client used)"
+done
+[ ! -e "$tmp/journal.db" ] || fail "a journal command created $tmp/journal.db"
+: >"$tmp/journal.db"  # an empty journal, as before its first operation
 run pending --journal "$tmp/journal.db"
-expect_ok "pending on a new journal"
+expect_ok "pending on an empty journal"
 [ "$(cat "$tmp/out")" = "no pending operations" ] || fail "pending: $(cat "$tmp/out")"
 IDEM_JOURNAL=$tmp/journal.db run dead-letters --json
 expect_ok "dead-letters --json"

@@ -486,6 +486,8 @@ Millis parse_duration(std::string_view text) {
       scale = 3'600'000;
     } else if (unit == "d") {
       scale = 86'400'000;
+    } else if (unit.empty() && i < text.size() && (text[i] == '.' || text[i] == ',')) {
+      throw ConfigError("no fractions (write \"1500ms\", not \"1.5s\"); " + std::string(kHint));
     } else if (unit.empty()) {
       throw ConfigError("missing unit; " + std::string(kHint));
     } else {

@@ -35,6 +35,12 @@ TEST(Durations, Rejects) {
   for (const auto* bad : {"", "30", "s", "1.5s", "30 s", "30sec", "-1s", "1x", "1S", "99999999999999999999d"}) {
     EXPECT_THROW(parse_duration(bad), ConfigError) << bad;
   }
+  try {
+    parse_duration("1.5s");
+    FAIL() << "1.5s accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no fractions"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Sizes, BinaryAndDecimalUnits) {

@@ -208,6 +208,10 @@ std::string Metrics::render() const {
   header(out, "idem_connections_refused_total", "counter", "Client connections closed at once because of max_connections.");
   sample(out, "idem_connections_refused_total", "",
          std::to_string(sum([](const MetricsShard& s) -> auto& { return s.connections_refused; })));
+  header(out, "idem_accept_errors_total", "counter",
+         "Failed accepts of client connections (out of file descriptors, mostly); retried every 50 ms.");
+  sample(out, "idem_accept_errors_total", "",
+         std::to_string(sum([](const MetricsShard& s) -> auto& { return s.accept_errors; })));
 
   header(out, "idem_requests_in_flight", "gauge", "Requests being handled.");
   sample(out, "idem_requests_in_flight", "",

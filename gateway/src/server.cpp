@@ -224,6 +224,11 @@ void Gateway::Impl::run() {
 Task<void> Gateway::Impl::accept_loop() {
   std::size_t next = 0;
   asio::steady_timer backoff(io0());
+  // Failed accepts are logged at most once per kLogEvery, with how many were not: out of file
+  // descriptors, a line per 50 ms retry would flood the log for as long as it lasts.
+  constexpr auto kLogEvery = std::chrono::seconds(10);
+  std::optional<std::chrono::steady_clock::time_point> last_logged;
+  std::uint64_t not_logged = 0;
   for (;;) {
     Worker& w = *workers[next];
     next = (next + 1) % workers.size();
@@ -231,8 +236,18 @@ Task<void> Gateway::Impl::accept_loop() {
     Socket socket = co_await acceptor->async_accept(*w.io, with(ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
+      w.metrics.accept_errors.fetch_add(1, std::memory_order_relaxed);
+      const auto now = std::chrono::steady_clock::now();
+      if (!last_logged || now - *last_logged >= kLogEvery) {
+        std::string line = "accept: " + ec.message() + "; retrying every 50 ms";
+        if (not_logged > 0) line += " (" + std::to_string(not_logged) + " more failures since the last line)";
+        log::write(LogLevel::warn, line);
+        last_logged = now;
+        not_logged = 0;
+      } else {
+        ++not_logged;
+      }
       // Out of file descriptors, mostly: wait a little instead of spinning.
-      log::write(LogLevel::warn, "accept: " + ec.message());
       backoff.expires_after(std::chrono::milliseconds(50));
       co_await backoff.async_wait(with(ec));
       continue;

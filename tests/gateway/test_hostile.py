@@ -8,6 +8,7 @@ serves a normal request.
 """
 
 import os
+import resource
 import socket
 import sys
 import threading
@@ -297,6 +298,42 @@ class HostileTest(GatewayTestCase):
         self.assertProblem(retry, 409, "idempotency_key_in_use")
         self.assertEqual(self.upstream.executions(key), 1)
         self.assertStillServing()
+
+    def test_out_of_file_descriptors_recovers_and_logs_sparingly(self):
+        """With its file descriptors used up, the gateway neither dies nor spins nor floods its
+        log: it retries accepting every 50 ms, says so in one line (per 10 s), counts the
+        failures, and serves again once descriptors are free."""
+        g = self.start_gateway(CONFIG)
+        pid = g.process.pid
+        in_use = len(os.listdir("/proc/%d/fd" % pid))
+        soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (in_use + 8, hard))  # the soft limit only
+        clients = []
+        try:
+            for _ in range(40):  # the kernel queues them; the gateway accepts 8 at most
+                clients.append(socket.create_connection(("127.0.0.1", g.port), timeout=5))
+            time.sleep(1.5)  # ~30 retries of accept
+            self.assertTrue(g.alive(), "gateway died")
+        finally:
+            for c in clients:
+                c.close()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+        deadline = time.monotonic() + 10
+        while True:  # the closed connections drain from the backlog
+            try:
+                r = g.request("POST", "/echo", "{}", key=new_key(), timeout=5)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        self.assertExecuted(r)
+        failures = g.metrics()["idem_accept_errors_total"]
+        self.assertGreaterEqual(failures, 5)
+        lines = [l for l in g.process.log().splitlines() if " accept: " in l]
+        self.assertGreaterEqual(len(lines), 1)
+        self.assertLessEqual(len(lines), 2, "\n".join(lines))
+        self.assertIn("retrying every 50 ms", lines[0])
 
     def test_pipelined_requests_are_answered_in_order(self):
         keys = [new_key("p%d" % i) for i in range(3)]

@@ -88,6 +88,7 @@ struct alignas(64) MetricsShard {
   std::atomic<std::uint64_t> upstream_reuses{0};
   std::atomic<std::uint64_t> oversized_responses{0};
   std::atomic<std::uint64_t> connections_refused{0};
+  std::atomic<std::uint64_t> accept_errors{0};  ///< accept() failed (out of file descriptors, mostly)
   std::atomic<std::uint64_t> store_timeouts{0};       ///< store calls given up after store_timeout
   std::atomic<std::uint64_t> late_claims_released{0};  ///< keys claimed after their request had timed out
   std::atomic<std::int64_t> in_flight{0};

@@ -7,6 +7,9 @@
 // bad flag or configuration.
 #include <CLI/CLI.hpp>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -53,6 +56,30 @@ std::unique_ptr<Store> open_configured_store(const StoreUrl& url, std::string& e
   return std::move(opened->store);
 }
 
+// Raises the soft limit on open files to what max_connections needs: a client connection takes a
+// descriptor and, while forwarded, an upstream one; 1024 more cover the store, the pool's idle
+// connections and the admin listener. Debian's default soft limit, 1024 (systemd's too), would
+// otherwise refuse connections at ~500 clients. The hard limit only root can raise: below the
+// need, say so.
+void raise_open_files_limit(const Config& config) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t needed = static_cast<rlim_t>(config.max_connections) * 2 + 1024;
+  const rlim_t reachable = limit.rlim_max == RLIM_INFINITY ? needed : std::min(needed, limit.rlim_max);
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < reachable) {
+    rlimit raised = limit;
+    raised.rlim_cur = reachable;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < needed) {
+    log::write(LogLevel::warn, "open files limit " + std::to_string(limit.rlim_cur) + " is below the " +
+                                   std::to_string(needed) + " that max_connections = " +
+                                   std::to_string(config.max_connections) +
+                                   " needs: connections beyond ~" + std::to_string(limit.rlim_cur / 2) +
+                                   " will wait to be accepted (raise LimitNOFILE / ulimit -Hn, or lower max_connections)");
+  }
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"idem-gateway: a reverse proxy that makes any HTTP API idempotent (see docs/gateway.md)",
                "idem-gateway"};
@@ -85,6 +112,7 @@ int run(int argc, char** argv) {
   }
   log::set_level(config.log_level);
   for (const auto& warning : config.warnings) log::write(LogLevel::warn, warning);
+  raise_open_files_limit(config);
 
   std::string error;
   std::unique_ptr<Store> store = open_configured_store(config.store, error);

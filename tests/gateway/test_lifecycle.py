@@ -7,6 +7,7 @@ and one clear line).
 """
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -144,6 +145,39 @@ class CommandLineTest(GatewayTestCase):
         r = gw.request("POST", "/echo", "{}", key=new_key())
         self.assertEqual(r.status, 200, r)
         self.assertFalse(os.path.exists(file_store), "the file's store was opened despite --store")
+
+
+class OpenFilesLimitTest(GatewayTestCase):
+    """The gateway raises its soft limit on open files to what max_connections needs (a client
+    connection and its upstream connection, plus 1024), and warns when the hard limit is lower."""
+
+    CONFIG = None
+
+    def start_with_soft_limit(self, soft, config):
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        saved = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))  # the gateway inherits it
+        try:
+            gw = self.start_gateway(config)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, saved)
+        with open("/proc/%d/limits" % gw.process.pid) as f:
+            line = next(l for l in f if l.startswith("Max open files"))
+        return gw, int(line.split()[3]), hard
+
+    def test_soft_limit_is_raised_for_max_connections(self):
+        gw, soft, hard = self.start_with_soft_limit(256, "max_connections = 500\n")
+        self.assertEqual(soft, min(hard, 2 * 500 + 1024))
+        if hard >= 2 * 500 + 1024:
+            self.assertNotIn("open files limit", gw.process.log())
+        self.assertExecuted(gw.request("POST", "/echo", "{}", key=new_key()))
+
+    def test_a_hard_limit_below_the_need_is_a_warning_not_an_error(self):
+        gw, soft, hard = self.start_with_soft_limit(256, "max_connections = 10000000\n")
+        self.assertEqual(soft, hard)
+        self.assertRegex(gw.process.log(), r"warn open files limit %d is below the 20001024 that "
+                                           r"max_connections = 10000000 needs" % hard)
+        self.assertExecuted(gw.request("POST", "/echo", "{}", key=new_key()))
 
 
 if __name__ == "__main__":

@@ -166,11 +166,19 @@ void Gateway::Impl::start() {
 
 void Gateway::Impl::run() {
   asio::io_context& io = io0();
-  signals.emplace(io, SIGINT, SIGTERM);
+  // SIGHUP is caught to be ignored: its default action would end the gateway without draining
+  // (in-flight requests lost, their keys in progress until their leases expire), and operators
+  // and tools (logrotate) send it expecting a reload, which the gateway does not do.
+  signals.emplace(io, SIGINT, SIGTERM, SIGHUP);
   std::function<void()> arm = [this, &arm] {
-    signals->async_wait([this, &arm](const beast::error_code& ec, int) {
+    signals->async_wait([this, &arm](const beast::error_code& ec, int signal_number) {
       if (ec || stopped) return;
-      on_signal();
+      if (signal_number == SIGHUP) {
+        log::write(LogLevel::warn, "SIGHUP ignored: the gateway does not reload its configuration; "
+                                   "restart it to apply changes (SIGTERM drains in-flight requests first)");
+      } else {
+        on_signal();
+      }
       arm();
     });
   };

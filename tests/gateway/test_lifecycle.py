@@ -69,6 +69,16 @@ class ShutdownTest(GatewayTestCase):
     def test_sigint_too(self):
         self.shutdown_with_request_in_flight(signal.SIGINT)
 
+    def test_sighup_is_ignored_and_logged(self):
+        gw = self.start_gateway(CONFIG)
+        gw.process.signal(signal.SIGHUP)
+        self.eventually(lambda: "SIGHUP ignored" in gw.process.log(), 5, msg="no log line for SIGHUP")
+        self.assertTrue(gw.alive(), "SIGHUP ended the gateway")
+        self.assertTrue(can_connect(gw.port), "stopped accepting after SIGHUP")
+        self.assertExecuted(gw.request("POST", "/echo", "{}", key=new_key()))
+        gw.process.signal(signal.SIGTERM)  # and the signals that stop it still do
+        self.assertEqual(gw.process.wait(15), 0)
+
     def test_idle_gateway_exits_0_promptly(self):
         gw = self.start_gateway(CONFIG)
         start = time.monotonic()

@@ -51,6 +51,11 @@ std::optional<std::string> check_store_url(std::string_view url) {
     case Scheme::unknown:
       break;
   }
+  if (url.starts_with("rediss://") || url.starts_with("rediss+cluster://") || url.starts_with("redis+tls://")) {
+    return "Redis over TLS (" + std::string(url.substr(0, url.find("://") + 3)) +
+           ") is not supported: Debian's hiredis 0.14 has no TLS. Reach a TLS-only Redis through a local TLS "
+           "tunnel (stunnel, spiped) and name the tunnel's end: redis://127.0.0.1:PORT";
+  }
   return "unknown store URL \"" + redact_store_url(url) +
          "\"; expected memory:, sqlite:PATH, postgres://..., redis://HOST:PORT or redis+cluster://HOST:PORT,...";
 }

@@ -29,6 +29,11 @@ TEST(OpenStore, BadUrlsSayWhatIsWrong) {
   auto r = open_store("nonsense");
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("unknown store URL"), std::string::npos);
+  for (const char* tls : {"rediss://cache:6380", "rediss+cluster://a:1,b:2"}) {
+    const std::string why = check_store_url(tls).value_or("");
+    EXPECT_NE(why.find("TLS"), std::string::npos) << why;
+    EXPECT_NE(why.find("tunnel"), std::string::npos) << why;
+  }
 }
 
 TEST(OpenStore, SqliteUrlOptionsSetTheStoresOptions) {

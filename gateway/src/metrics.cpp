@@ -209,7 +209,7 @@ std::string Metrics::render() const {
   sample(out, "idem_connections_refused_total", "",
          std::to_string(sum([](const MetricsShard& s) -> auto& { return s.connections_refused; })));
   header(out, "idem_accept_errors_total", "counter",
-         "Failed accepts of client connections (out of file descriptors, mostly); retried every 50 ms.");
+         "Failed accepts on the client and admin listeners (out of file descriptors, mostly); retried every 50 ms.");
   sample(out, "idem_accept_errors_total", "",
          std::to_string(sum([](const MetricsShard& s) -> auto& { return s.accept_errors; })));
 

@@ -229,14 +229,45 @@ void Gateway::Impl::run() {
   log::notice("stopped");
 }
 
+namespace {
+
+// What a listener does when accept fails, out of file descriptors mostly: the connection stays
+// queued, so accepting again at once would fail again at once and spin. It counts the failure,
+// logs at most one line per 10 s (with how many it did not log), and the caller waits 50 ms.
+class AcceptFailures {
+ public:
+  AcceptFailures(std::string_view listener, std::atomic<std::uint64_t>& counter)
+      : listener_(listener), counter_(counter) {}
+
+  void record(const beast::error_code& ec) {
+    counter_.fetch_add(1, std::memory_order_relaxed);
+    const auto now = std::chrono::steady_clock::now();
+    if (last_logged_ && now - *last_logged_ < std::chrono::seconds(10)) {
+      ++not_logged_;
+      return;
+    }
+    std::string line = std::string(listener_) + " accept: " + ec.message() + "; retrying every 50 ms";
+    if (not_logged_ > 0) line += " (" + std::to_string(not_logged_) + " more failures since the last line)";
+    log::write(LogLevel::warn, line);
+    last_logged_ = now;
+    not_logged_ = 0;
+  }
+
+  static constexpr auto kRetryAfter = std::chrono::milliseconds(50);
+
+ private:
+  std::string_view listener_;
+  std::atomic<std::uint64_t>& counter_;
+  std::optional<std::chrono::steady_clock::time_point> last_logged_;
+  std::uint64_t not_logged_ = 0;
+};
+
+}  // namespace
+
 Task<void> Gateway::Impl::accept_loop() {
   std::size_t next = 0;
   asio::steady_timer backoff(io0());
-  // Failed accepts are logged at most once per kLogEvery, with how many were not: out of file
-  // descriptors, a line per 50 ms retry would flood the log for as long as it lasts.
-  constexpr auto kLogEvery = std::chrono::seconds(10);
-  std::optional<std::chrono::steady_clock::time_point> last_logged;
-  std::uint64_t not_logged = 0;
+  AcceptFailures failures("client", workers.front()->metrics.accept_errors);
   for (;;) {
     Worker& w = *workers[next];
     next = (next + 1) % workers.size();
@@ -244,19 +275,8 @@ Task<void> Gateway::Impl::accept_loop() {
     Socket socket = co_await acceptor->async_accept(*w.io, with(ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
-      w.metrics.accept_errors.fetch_add(1, std::memory_order_relaxed);
-      const auto now = std::chrono::steady_clock::now();
-      if (!last_logged || now - *last_logged >= kLogEvery) {
-        std::string line = "accept: " + ec.message() + "; retrying every 50 ms";
-        if (not_logged > 0) line += " (" + std::to_string(not_logged) + " more failures since the last line)";
-        log::write(LogLevel::warn, line);
-        last_logged = now;
-        not_logged = 0;
-      } else {
-        ++not_logged;
-      }
-      // Out of file descriptors, mostly: wait a little instead of spinning.
-      backoff.expires_after(std::chrono::milliseconds(50));
+      failures.record(ec);
+      backoff.expires_after(AcceptFailures::kRetryAfter);
       co_await backoff.async_wait(with(ec));
       continue;
     }
@@ -455,11 +475,16 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
 }
 
 Task<void> Gateway::Impl::admin_loop() {
+  asio::steady_timer backoff(io0());
+  AcceptFailures failures("admin", workers.front()->metrics.accept_errors);
   for (;;) {
     beast::error_code ec;
     Socket socket = co_await admin->async_accept(with(ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !admin->is_open()) co_return;
+      failures.record(ec);
+      backoff.expires_after(AcceptFailures::kRetryAfter);
+      co_await backoff.async_wait(with(ec));
       continue;
     }
     asio::co_spawn(io0(), admin_session(std::move(socket)), LogFailure{"admin session"});

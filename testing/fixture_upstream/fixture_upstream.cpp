@@ -338,6 +338,8 @@ net::awaitable<void> listen(tcp::acceptor& acceptor) {
     tcp::socket socket = co_await acceptor.async_accept(net::redirect_error(net::use_awaitable, ec));
     if (ec) {
       if (ec == net::error::operation_aborted) co_return;
+      net::steady_timer pause(acceptor.get_executor(), std::chrono::milliseconds(50));  // EMFILE: no spin
+      co_await pause.async_wait(net::redirect_error(net::use_awaitable, ec));
       continue;
     }
     net::co_spawn(acceptor.get_executor(), session(std::move(socket)), net::detached);

@@ -163,6 +163,10 @@ asio::awaitable<void> Service::Impl::accept_loop() {
     tcp::socket socket = co_await acceptor.async_accept(with(ec));
     if (ec) {
       if (!acceptor.is_open()) co_return;
+      // Out of file descriptors, mostly: the connection stays queued, so accepting again at once
+      // would fail at once, in a loop that takes a core. Wait a little first.
+      asio::steady_timer pause(io, std::chrono::milliseconds(50));
+      co_await pause.async_wait(with(ec));
       continue;
     }
     asio::co_spawn(io, session(std::move(socket)), asio::detached);

@@ -421,5 +421,17 @@ TEST(RedisStoreOpen, UnreachableClusterSeeds) {
   EXPECT_EQ(c.error().code, StoreErrc::unavailable);
 }
 
+TEST(RedisStoreOpen, AClusterUrlNamingAStandaloneRedisSaysWhatEachSeedAnswered) {
+  const std::string standalone = redis_test::standalone_url().substr(std::string("redis://").size());
+  const std::string dead = "127.0.0.1:" + std::to_string(dead_port());
+  RedisOptions options;
+  options.url = "redis+cluster://" + standalone + "," + dead;
+  auto opened = RedisStore::open(options);
+  ASSERT_FALSE(opened);
+  const std::string& why = opened.error().message;
+  EXPECT_NE(why.find(standalone + ": ERR This instance has cluster support disabled"), std::string::npos) << why;
+  EXPECT_NE(why.find(dead + ": "), std::string::npos) << why;
+}
+
 }  // namespace
 }  // namespace idem

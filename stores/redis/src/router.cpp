@@ -60,8 +60,9 @@ Router::~Router() { shutdown(); }
 
 std::expected<void, Failure> Router::start() {
   if (url_.cluster) {
-    if (refresh_once()) return {};
-    return std::unexpected(Failure{Failure::Kind::connect, "no seed node answered CLUSTER SLOTS", ""});
+    std::string why;
+    if (refresh_once(&why)) return {};
+    return std::unexpected(Failure{Failure::Kind::connect, "no seed node answered CLUSTER SLOTS (" + why + ")", ""});
   }
   auto conn = Connection::open(url_.nodes.front(), settings_.connect, /*nonblocking=*/false);
   if (!conn) return std::unexpected(conn.error());
@@ -195,7 +196,7 @@ void Router::request_refresh() {
   refresh_cv_.notify_one();
 }
 
-bool Router::refresh_once() {
+bool Router::refresh_once(std::string* why) {
   // Ask the nodes we route to first (they know best), then the seeds, then everyone else seen;
   // nodes that were unreachable lately come last (see suspect_until_).
   std::vector<Address> all = masters();
@@ -215,12 +216,32 @@ bool Router::refresh_once() {
   std::set<Address> tried;
   for (const auto& address : candidates) {
     if (!tried.insert(address).second) continue;
+    // What this node said, for `why`: a seed that is a standalone Redis answers "ERR This
+    // instance has cluster support disabled", which tells the operator to use redis://.
+    const auto note = [&](const std::string& what) {
+      if (!why) return;
+      if (!why->empty()) *why += "; ";
+      *why += address.str() + ": " + what;
+    };
     auto conn = Connection::open(address, settings_.connect, /*nonblocking=*/false);
-    if (!conn) continue;
+    if (!conn) {
+      note(conn.error().detail.empty() ? std::string("cannot connect") : conn.error().detail);
+      continue;
+    }
     auto reply = conn->call({"CLUSTER", "SLOTS"});
-    if (!reply || reply->is_error()) continue;
+    if (!reply) {
+      note(reply.error().detail.empty() ? std::string("no answer") : reply.error().detail);
+      continue;
+    }
+    if (reply->is_error()) {
+      note(reply->str);
+      continue;
+    }
     auto ranges = parse_cluster_slots(*reply, address);
-    if (!ranges || ranges->empty()) continue;
+    if (!ranges || ranges->empty()) {
+      note("no slot is served yet (cluster not created, or still forming)");
+      continue;
+    }
     std::array<Node*, kSlots> fresh{};
     {
       std::lock_guard lock(mutex_);

@@ -51,7 +51,8 @@ class Router final : public Dispatcher {
 
  private:
   Node* node_locked(const Address& address);  // requires mutex_; nullptr once shutting down
-  bool refresh_once();
+  /// `why`, when given and no node answered, says what each node said (for start-up errors).
+  bool refresh_once(std::string* why = nullptr);
   void refresher();
   void timer();
   void fail(Op& op, const Failure& why);

@@ -218,28 +218,28 @@ bool Router::refresh_once(std::string* why) {
     if (!tried.insert(address).second) continue;
     // What this node said, for `why`: a seed that is a standalone Redis answers "ERR This
     // instance has cluster support disabled", which tells the operator to use redis://.
-    const auto note = [&](const std::string& what) {
+    const auto note = [&](const std::string& said) {
       if (!why) return;
       if (!why->empty()) *why += "; ";
-      *why += address.str() + ": " + what;
+      *why += said;
     };
     auto conn = Connection::open(address, settings_.connect, /*nonblocking=*/false);
     if (!conn) {
-      note(conn.error().detail.empty() ? std::string("cannot connect") : conn.error().detail);
+      note(map_error(conn.error()).message);
       continue;
     }
     auto reply = conn->call({"CLUSTER", "SLOTS"});
     if (!reply) {
-      note(reply.error().detail.empty() ? std::string("no answer") : reply.error().detail);
+      note(map_error(reply.error()).message);
       continue;
     }
     if (reply->is_error()) {
-      note(reply->str);
+      note(address.str() + ": " + reply->str);
       continue;
     }
     auto ranges = parse_cluster_slots(*reply, address);
     if (!ranges || ranges->empty()) {
-      note("no slot is served yet (cluster not created, or still forming)");
+      note(address.str() + ": no slot is served yet (cluster not created, or still forming)");
       continue;
     }
     std::array<Node*, kSlots> fresh{};

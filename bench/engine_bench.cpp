@@ -2,6 +2,8 @@
 // and finish (completion with a stored response), through the memory and the SQLite store
 // (synchronous = FULL), from 1 and 8 threads. The baseline of the same run is the store alone
 // (claim + complete with a precomputed request), so the ratio shows what the engine adds.
+// Message consumers (idem::Consumer::process_once, and process_once_in_transaction on SQLite)
+// are measured the same way: one message processed per iteration, against the same baseline.
 //
 // SQLite files go to $IDEM_BENCH_DIR, else the system temporary directory: put it on the disk
 // you mean to measure.
@@ -13,8 +15,10 @@
 #include <string>
 #include <string_view>
 
+#include "idem/consumer.hpp"
 #include "idem/engine.hpp"
 #include "idem/memory_store.hpp"
+#include "idem/sqlite_consumer.hpp"
 #include "idem/sqlite_store.hpp"
 #include "idem/testing/bench_store.hpp"
 
@@ -92,6 +96,45 @@ void store_claim_complete(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+idem::Consumer bench_consumer() {
+  auto consumer = idem::Consumer::create(*g_run->store, {.name = "bench"});
+  if (!consumer) throw std::runtime_error(consumer.error());
+  return std::move(*consumer);
+}
+
+// One message per iteration, through process_once; the handler does nothing but return a result.
+void consumer_process_once(benchmark::State& state) {
+  idem::Consumer consumer = bench_consumer();
+  const std::string prefix = "bench-msg-" + std::to_string(state.thread_index()) + "-";
+  std::uint64_t i = 0;
+  for (auto _ : state) {
+    auto outcome = consumer.process_once(prefix + std::to_string(i++), kBody,
+                                         []() -> std::expected<std::string, std::string> { return "done"; });
+    if (!outcome || outcome->status != idem::MessageStatus::processed) {
+      state.SkipWithError("a message was not processed");
+      break;
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// The same through process_once_in_transaction on SQLite (the work runs no SQL of its own).
+void consumer_in_transaction(benchmark::State& state) {
+  idem::Consumer consumer = bench_consumer();
+  auto& store = static_cast<idem::SqliteStore&>(*g_run->store);
+  const std::string prefix = "bench-txmsg-" + std::to_string(state.thread_index()) + "-";
+  std::uint64_t i = 0;
+  for (auto _ : state) {
+    auto outcome = idem::process_once_in_transaction(consumer, store, prefix + std::to_string(i++), kBody,
+                                                     [](sqlite3*, std::string&) { return true; });
+    if (!outcome || outcome->status != idem::MessageStatus::processed) {
+      state.SkipWithError("a message was not processed");
+      break;
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 BENCHMARK(engine_begin_finish)->Name("engine_begin_finish/memory")->Setup(start_memory)->Teardown(stop)
     ->Threads(1)->Threads(8)->UseRealTime();
 BENCHMARK(store_claim_complete)->Name("store_claim_complete/memory")->Setup(start_memory)->Teardown(stop)
@@ -99,6 +142,12 @@ BENCHMARK(store_claim_complete)->Name("store_claim_complete/memory")->Setup(star
 BENCHMARK(engine_begin_finish)->Name("engine_begin_finish/sqlite")->Setup(start_sqlite)->Teardown(stop)
     ->Threads(1)->Threads(8)->UseRealTime()->MinTime(2.0);
 BENCHMARK(store_claim_complete)->Name("store_claim_complete/sqlite")->Setup(start_sqlite)->Teardown(stop)
+    ->Threads(1)->Threads(8)->UseRealTime()->MinTime(2.0);
+BENCHMARK(consumer_process_once)->Name("consumer_process_once/memory")->Setup(start_memory)->Teardown(stop)
+    ->Threads(1)->Threads(8)->UseRealTime();
+BENCHMARK(consumer_process_once)->Name("consumer_process_once/sqlite")->Setup(start_sqlite)->Teardown(stop)
+    ->Threads(1)->Threads(8)->UseRealTime()->MinTime(2.0);
+BENCHMARK(consumer_in_transaction)->Name("consumer_in_transaction/sqlite")->Setup(start_sqlite)->Teardown(stop)
     ->Threads(1)->Threads(8)->UseRealTime()->MinTime(2.0);
 
 }  // namespace

@@ -100,6 +100,7 @@ int run_list(StoreAdmin& admin, const ListArgs& args, TimePoint now, const Outpu
   ListQuery query;
   query.state = args.state;
   query.after = args.after;
+  query.tenant = args.tenant;
   query.limit = std::max<std::size_t>(1, args.limit);
   std::vector<Record> shown;
   bool full_page = false;
@@ -245,6 +246,7 @@ struct StoreArgs {
   std::string state;
   std::size_t limit = 100;
   std::vector<std::string> after;
+  std::optional<std::string> only_tenant;
   bool all = false;
   // purge
   std::size_t batch = 1000;
@@ -327,11 +329,14 @@ void register_store(CLI::App& app) {
   list->add_option("--after", args->after, "start after this record (the previous page's last)")
       ->expected(2)
       ->type_name("TENANT KEY");
+  list->add_option("--tenant", args->only_tenant, "only this tenant's records ('' for no tenant)")
+      ->type_name("TENANT");
   list->add_flag("--all", args->all, "every record, page after page");
   list->callback([args, output, now] {
     ListArgs l;
     if (!args->state.empty()) l.state = parse_record_state(args->state);
     if (args->after.size() == 2) l.after = RecordId{args->after[0], args->after[1]};
+    l.tenant = args->only_tenant;
     l.limit = args->limit;
     l.all = args->all;
     OpenedStore s = open_or_fail(args->url);

@@ -118,6 +118,14 @@ run list --store "$store" --limit 2
 [ "$(grep -c key- "$tmp/out")" -eq 2 ] || fail "list --limit 2: $(cat "$tmp/out")"
 grep -qF -- "--after '' 'key-failed-0000001'" "$tmp/err" || fail "list --limit: no next-page hint: $(cat "$tmp/err")"
 
+run list --store "$store" --tenant acme --json
+expect_ok "list --tenant"
+json "list --tenant" 'len(j["records"]) == 3 and all(r["tenant"] == "acme" for r in j["records"])'
+
+run list --store "$store" --tenant '' --json
+expect_ok "list --tenant ''"
+json "list --tenant ''" '[r["key"] for r in j["records"]] == ["key-expired-000001", "key-failed-0000001"]'
+
 run list --store "$store" --limit 2 --after '' key-failed-0000001 --json
 expect_ok "list --after"
 json "list --after" '[r["key"] for r in j["records"]] == ["key-completed-00001", "key-running-000001"]'

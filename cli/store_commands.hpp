@@ -22,6 +22,7 @@ int run_get(Store& store, const RecordId& id, bool body_only, TimePoint now, con
 struct ListArgs {
   std::optional<RecordState> state;  ///< only this state
   std::optional<RecordId> after;     ///< start after this record (paging)
+  std::optional<std::string> tenant; ///< only this tenant's records
   std::size_t limit = 100;           ///< records per page
   bool all = false;                  ///< keep paging until the end
 };

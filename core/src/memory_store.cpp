@@ -227,6 +227,7 @@ void MemoryStore::list(ListQuery query, Callback<std::vector<Record>> done) {
     shard.records.for_each([&](const Record& record) {
       if (query.after && std::tie(record.tenant, record.key) <= std::tie(query.after->tenant, query.after->key)) return;
       if (query.state && record.state != *query.state) return;
+      if (query.tenant && record.tenant != *query.tenant) return;
       if (best.size() < query.limit) {
         best.push_back(&record);
         std::push_heap(best.begin(), best.end(), by_key_ptr);

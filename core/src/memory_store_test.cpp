@@ -13,6 +13,9 @@ namespace {
 INSTANTIATE_TEST_SUITE_P(Memory, StoreConformance,
                          ::testing::Values(StoreFactory{"memory", [] { return std::make_unique<MemoryStore>(); }, nullptr}),
                          StoreConformance::name_of);
+INSTANTIATE_TEST_SUITE_P(Memory, ConsumerConformance,
+                         ::testing::Values(StoreFactory{"memory", [] { return std::make_unique<MemoryStore>(); }, nullptr}),
+                         ConsumerConformance::name_of);
 
 // The memory store's expiry index keeps one bucket per second and may hold stale entries; these
 // cases aim at its edges, which the conformance suite's whole-hour steps do not reach.

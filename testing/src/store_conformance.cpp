@@ -504,6 +504,34 @@ STORE_TEST(AdminListsRecordsByStateInKeyOrderWithPaging) {
   EXPECT_EQ(counts.completed + counts.in_progress, 0u);
 }
 
+STORE_TEST(AdminListsOneTenantsRecords) {
+  Fixture f(GetParam());
+  StoreAdmin& admin = admin_of(*f.store);
+  for (const char* tenant : {"", "acme", "acme-2", "consumer billing", "zeta"}) {
+    for (int i = 0; i < 3; ++i) f.h->claim(tenant, numbered("key-tenant", i), "h");
+  }
+  auto of = [&](const std::string& tenant, std::optional<RecordId> after, std::size_t limit) {
+    ListQuery q;
+    q.tenant = tenant;
+    q.after = std::move(after);
+    q.limit = limit;
+    return admin_wait<std::vector<Record>>([&](auto cb) { admin.list(q, std::move(cb)); });
+  };
+  for (const char* tenant : {"", "acme", "consumer billing"}) {
+    auto records = of(tenant, std::nullopt, 100);
+    ASSERT_EQ(records.size(), 3u) << tenant;
+    for (const Record& r : records) EXPECT_EQ(r.tenant, tenant);
+  }
+  // Paging within the tenant.
+  auto page1 = of("acme", std::nullopt, 2);
+  ASSERT_EQ(page1.size(), 2u);
+  auto page2 = of("acme", RecordId{page1.back().tenant, page1.back().key}, 2);
+  ASSERT_EQ(page2.size(), 1u);
+  EXPECT_EQ(page2[0].tenant, "acme");
+  EXPECT_EQ(page2[0].key, numbered("key-tenant", 2));
+  EXPECT_TRUE(of("nobody", std::nullopt, 100).empty());
+}
+
 STORE_TEST(AdminMarkRetryableUnsticksAKeyAndFencesItsHolder) {
   Fixture f(GetParam());
   StoreAdmin& admin = admin_of(*f.store);

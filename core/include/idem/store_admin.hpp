@@ -14,6 +14,7 @@ struct ListQuery {
   std::optional<RecordState> state;  ///< only this state; all when empty
   std::optional<RecordId> after;     ///< resume after this record (paging)
   std::size_t limit = 100;
+  std::optional<std::string> tenant;  ///< only this tenant's records; all when empty
 };
 
 /// How many records a store holds, by state. Expired records still stored are counted apart.

@@ -7,8 +7,10 @@
 #include <deque>
 #include <exception>
 #include <future>
+#include <initializer_list>
 #include <limits>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -36,10 +38,13 @@ std::int64_t limit_to_db(std::size_t limit) {
 StoreError internal_error(std::string message) { return StoreError{StoreErrc::internal, std::move(message)}; }
 
 // Text the server would refuse (invalid UTF-8, NUL) is turned away before it can abort a batch.
-std::optional<StoreError> unstorable(const RecordId& id) {
-  if (pd::valid_text(id.tenant) && pd::valid_text(id.key)) return std::nullopt;
-  return internal_error("postgres: tenant and key must be valid UTF-8 without NUL bytes");
+std::optional<StoreError> unstorable(std::initializer_list<std::string_view> texts) {
+  for (std::string_view text : texts) {
+    if (!pd::valid_text(text)) return internal_error("postgres: tenant and key must be valid UTF-8 without NUL bytes");
+  }
+  return std::nullopt;
 }
+std::optional<StoreError> unstorable(const RecordId& id) { return unstorable({id.tenant, id.key}); }
 
 // ---- reading results ------------------------------------------------------------------------
 
@@ -1019,6 +1024,9 @@ void PostgresStore::list(ListQuery query, Callback<std::vector<Record>> done) {
   if (query.after) {
     if (auto bad = unstorable(*query.after)) return done(std::unexpected(*bad));
   }
+  if (query.tenant) {
+    if (auto bad = unstorable({*query.tenant})) return done(std::unexpected(*bad));
+  }
   const Stmt stmt = query.after ? Stmt::list_after : Stmt::list_all;
   impl_->submit(statement_op<std::vector<Record>, ListQuery>(
       OpMode::batched, false, stmt, std::move(query),
@@ -1032,6 +1040,11 @@ void PostgresStore::list(ListQuery query, Callback<std::vector<Record>> done) {
         if (q.after) {
           p.text(q.after->tenant);
           p.text(q.after->key);
+        }
+        if (q.tenant) {
+          p.text(*q.tenant);
+        } else {
+          p.null();
         }
       },
       [](const ListQuery&, const PGresult* r) -> StoreResult<std::vector<Record>> {

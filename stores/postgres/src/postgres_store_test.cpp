@@ -23,6 +23,7 @@ using namespace std::chrono_literals;
 using pgtest::fresh_schema;
 using pgtest::open_store;
 using pgtest::options_for;
+using pgtest::qualified;
 using pgtest::RawConn;
 using testing::ManualClock;
 using SteadyClock = std::chrono::steady_clock;
@@ -45,6 +46,9 @@ namespace testing {
 INSTANTIATE_TEST_SUITE_P(Postgres, StoreConformance,
                          ::testing::Values(StoreFactory{"postgres", make_conformance_store, share_conformance_store}),
                          StoreConformance::name_of);
+INSTANTIATE_TEST_SUITE_P(Postgres, ConsumerConformance,
+                         ::testing::Values(StoreFactory{"postgres", make_conformance_store, share_conformance_store}),
+                         ConsumerConformance::name_of);
 }  // namespace testing
 
 namespace {
@@ -83,7 +87,6 @@ Millis elapsed_since(SteadyClock::time_point start) {
   return std::chrono::duration_cast<Millis>(SteadyClock::now() - start);
 }
 
-std::string qualified(const std::string& schema, const std::string& table) { return "\"" + schema + "\"." + table; }
 
 // ---- migrations ---------------------------------------------------------------------------------
 

@@ -318,13 +318,14 @@ std::string statement_sql(Stmt stmt, const std::string& schema) {
     case Stmt::list_all:
       sql = "SELECT tenant_id, key, state, request_hash, fencing_token, lease_expires_ms, response_status, "
             "response_headers, response_body, created_ms, completed_ms, expires_ms FROM @S.idempotency_keys "
-            "WHERE ($1::text IS NULL OR state = $1::text) ORDER BY tenant_id, key LIMIT $2::bigint";
+            "WHERE ($1::text IS NULL OR state = $1::text) AND ($3::text IS NULL OR tenant_id = $3::text) "
+            "ORDER BY tenant_id, key LIMIT $2::bigint";
       break;
     case Stmt::list_after:
       sql = "SELECT tenant_id, key, state, request_hash, fencing_token, lease_expires_ms, response_status, "
             "response_headers, response_body, created_ms, completed_ms, expires_ms FROM @S.idempotency_keys "
             "WHERE ($1::text IS NULL OR state = $1::text) AND (tenant_id, key) > ($3::text, $4::text) "
-            "ORDER BY tenant_id, key LIMIT $2::bigint";
+            "AND ($5::text IS NULL OR tenant_id = $5::text) ORDER BY tenant_id, key LIMIT $2::bigint";
       break;
     case Stmt::count:
       sql = "SELECT count(*) FILTER (WHERE expires_ms > $1::bigint AND state = 'in_progress'), "

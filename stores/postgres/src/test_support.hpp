@@ -32,6 +32,11 @@ PostgresOptions options_for(const std::string& schema, const std::string& url = 
 /// Opens a store or throws.
 std::unique_ptr<PostgresStore> open_store(PostgresOptions options);
 
+/// "schema".table, for the tests' own SQL on a store's schema.
+inline std::string qualified(const std::string& schema, const std::string& table) {
+  return "\"" + schema + "\"." + table;
+}
+
 /// A blocking libpq connection for the tests' own SQL; throws on errors.
 class RawConn {
  public:

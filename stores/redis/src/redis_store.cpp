@@ -413,6 +413,7 @@ class RedisStore::Impl {
         auto id = redis_detail::parse_record_key(options.key_prefix, k);
         if (!id) continue;  // not ours
         if (query.after && std::tie(id->tenant, id->key) <= std::tie(query.after->tenant, query.after->key)) continue;
+        if (query.tenant && id->tenant != *query.tenant) continue;
         ids.emplace_back(std::move(*id), std::move(k));
       }
       return true;

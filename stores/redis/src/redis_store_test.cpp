@@ -70,6 +70,10 @@ INSTANTIATE_TEST_SUITE_P(Redis, StoreConformance,
                          ::testing::Values(StoreFactory{"redis", make_standalone, share_standalone},
                                            StoreFactory{"redis_cluster", make_cluster, share_cluster}),
                          StoreConformance::name_of);
+INSTANTIATE_TEST_SUITE_P(Redis, ConsumerConformance,
+                         ::testing::Values(StoreFactory{"redis", make_standalone, share_standalone},
+                                           StoreFactory{"redis_cluster", make_cluster, share_cluster}),
+                         ConsumerConformance::name_of);
 }  // namespace testing
 
 namespace {

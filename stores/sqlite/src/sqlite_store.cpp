@@ -335,6 +335,7 @@ StoreResult<std::vector<Record>> run_list(Db& db, const ListQuery& query) {
   std::string sql = "SELECT " + std::string(kRecordColumns) + ", tenant_id, key FROM idempotency_keys WHERE 1";
   if (query.state) sql += " AND state = ?1";
   if (query.after) sql += " AND (tenant_id, key) > (?2, ?3)";
+  if (query.tenant) sql += " AND tenant_id = ?5";
   sql += " ORDER BY tenant_id, key LIMIT ?4";
   auto q = Statement::prepare(db.raw, sql);
   if (!q) return std::unexpected(q.error());
@@ -343,6 +344,7 @@ StoreResult<std::vector<Record>> run_list(Db& db, const ListQuery& query) {
     q->bind_text(2, query.after->tenant);
     q->bind_text(3, query.after->key);
   }
+  if (query.tenant) q->bind_text(5, *query.tenant);
   q->bind(4, static_cast<std::int64_t>(std::min<std::size_t>(query.limit, std::numeric_limits<std::int64_t>::max())));
   std::vector<Record> records;
   int rc;

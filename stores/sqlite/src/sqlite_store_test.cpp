@@ -1,9 +1,11 @@
 #include "idem/sqlite_store.hpp"
+#include "idem/sqlite_consumer.hpp"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <filesystem>
@@ -11,10 +13,12 @@
 #include <future>
 #include <memory>
 #include <stdexcept>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include "idem/testing/manual_clock.hpp"
+#include "idem/testing/redeliveries.hpp"
 #include "idem/testing/store_conformance.hpp"
 
 namespace idem {
@@ -91,6 +95,9 @@ namespace testing {
 INSTANTIATE_TEST_SUITE_P(Sqlite, StoreConformance,
                          ::testing::Values(StoreFactory{"sqlite", make_conformance_store, share_conformance_store}),
                          StoreConformance::name_of);
+INSTANTIATE_TEST_SUITE_P(Sqlite, ConsumerConformance,
+                         ::testing::Values(StoreFactory{"sqlite", make_conformance_store, share_conformance_store}),
+                         ConsumerConformance::name_of);
 }  // namespace testing
 
 namespace {
@@ -704,6 +711,125 @@ TEST_F(SqliteStoreTest, LockHeldPastBusyTimeoutIsUnavailableAndReadsStillWork) {
   other.exec("COMMIT");
   EXPECT_EQ(b.claim(request("key-locked-000002"))->status, ClaimStatus::claimed);
   EXPECT_GE(store->stats().failed_transactions, 2u);
+}
+
+// ---- message consumers: the effect and "processed" in one transaction (SPEC §10) -------------
+
+class SqliteConsumerTest : public SqliteStoreTest {
+ protected:
+  void SetUp() override {
+    store = open_store(path);
+    raw = std::make_unique<RawDb>(path);
+    raw->exec("CREATE TABLE ledger (message_id TEXT NOT NULL, amount INTEGER NOT NULL)");
+  }
+  Consumer consumer_on(SqliteStore& s) {
+    ConsumerOptions options;
+    options.name = "ledger";
+    options.lease = 30s;
+    options.clock = &clock;
+    auto c = Consumer::create(s, std::move(options));
+    if (!c) throw std::runtime_error(c.error());
+    return std::move(*c);
+  }
+  // The consumer's effect: a ledger row for the message, then `succeed` decides.
+  static SqliteWork post(std::string id, bool succeed = true, std::atomic<int>* ran = nullptr) {
+    return [id = std::move(id), succeed, ran](sqlite3* db, std::string& error) {
+      if (ran) ++*ran;
+      const std::string sql = "INSERT INTO ledger (message_id, amount) VALUES ('" + id + "', 100)";
+      if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+        error = sqlite3_errmsg(db);
+        return false;
+      }
+      if (!succeed) error = "account frozen";
+      return succeed;
+    };
+  }
+  std::int64_t rows(const std::string& id) {
+    return raw->scalar("SELECT count(*) FROM ledger WHERE message_id = '" + id + "'");
+  }
+
+  std::unique_ptr<SqliteStore> store;
+  std::unique_ptr<RawDb> raw;
+};
+
+TEST_F(SqliteConsumerTest, TheEffectAndTheProcessedRecordCommitTogether) {
+  auto consumer = consumer_on(*store);
+  auto first = process_once_in_transaction(consumer, *store, "msg-1", "p", post("msg-1"));
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_EQ(first->status, MessageStatus::processed);
+  std::atomic<int> ran{0};
+  auto again = process_once_in_transaction(consumer, *store, "msg-1", "p", post("msg-1", true, &ran));
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again->status, MessageStatus::duplicate);
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_EQ(rows("msg-1"), 1);
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM idempotency_keys WHERE tenant_id = 'consumer ledger' AND state = 'completed'"), 1);
+}
+
+TEST_F(SqliteConsumerTest, DeclinedOrThrowingWorkRollsBackAndTheNextDeliveryApplies) {
+  auto consumer = consumer_on(*store);
+  auto declined = process_once_in_transaction(consumer, *store, "msg-2", "p", post("msg-2", false));
+  ASSERT_TRUE(declined) << declined.error().message;
+  EXPECT_EQ(declined->status, MessageStatus::handler_failed);
+  EXPECT_NE(declined->detail.find("account frozen"), std::string::npos) << declined->detail;
+  EXPECT_EQ(rows("msg-2"), 0) << "the declined work's row must be rolled back";
+
+  auto threw = process_once_in_transaction(consumer, *store, "msg-2", "p", [](sqlite3* db, std::string&) -> bool {
+    sqlite3_exec(db, "INSERT INTO ledger (message_id, amount) VALUES ('msg-2', 1)", nullptr, nullptr, nullptr);
+    throw std::runtime_error("bug in the consumer");
+  });
+  ASSERT_TRUE(threw) << threw.error().message;
+  EXPECT_EQ(threw->status, MessageStatus::handler_failed);
+  EXPECT_NE(threw->detail.find("bug in the consumer"), std::string::npos) << threw->detail;
+  EXPECT_EQ(rows("msg-2"), 0);
+
+  auto applied = process_once_in_transaction(consumer, *store, "msg-2", "p", post("msg-2"));
+  ASSERT_TRUE(applied) << applied.error().message;
+  EXPECT_EQ(applied->status, MessageStatus::processed);
+  EXPECT_EQ(rows("msg-2"), 1);
+}
+
+TEST_F(SqliteConsumerTest, AHolderWhoseLeaseWasTakenOverCommitsNothing) {
+  auto consumer = consumer_on(*store);
+  // A consumer claims and stalls (a GC pause, a hung call) past its lease.
+  auto stalled = consumer.claim("msg-3", "p");
+  ASSERT_TRUE(stalled && std::holds_alternative<Consumer::Held>(*stalled));
+  clock.advance(31s);
+  auto taker = process_once_in_transaction(consumer, *store, "msg-3", "p", post("msg-3"));
+  ASSERT_TRUE(taker) << taker.error().message;
+  EXPECT_EQ(taker->status, MessageStatus::processed);
+  // The stalled one resumes: its transaction finds the fence gone and runs nothing.
+  std::atomic<int> ran{0};
+  auto late = store->complete_in_transaction(consumer.completion(std::get<Consumer::Held>(*stalled), ""),
+                                             post("msg-3", true, &ran));
+  ASSERT_TRUE(late) << late.error().message;
+  EXPECT_EQ(*late, FenceStatus::lost);
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_EQ(rows("msg-3"), 1);
+}
+
+TEST_F(SqliteConsumerTest, AConsumerOfAnotherStoreIsRefused) {
+  auto other = open_store(dir.file("other.db"));
+  auto consumer = consumer_on(*other);
+  auto refused = process_once_in_transaction(consumer, *store, "msg-4", "p", post("msg-4"));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("another store"), std::string::npos);
+  EXPECT_EQ(rows("msg-4"), 0);
+}
+
+// Deliveries of the same messages racing on eight threads through two stores on one file (two
+// consumer processes): every message's ledger row is written exactly once.
+TEST_F(SqliteConsumerTest, ConcurrentRedeliveriesApplyEachEffectExactlyOnce) {
+  auto second = open_store(path);
+  SqliteStore* stores[] = {store.get(), second.get()};
+  std::vector<Consumer> consumers{consumer_on(*store), consumer_on(*second)};
+  constexpr int kMessages = 30, kThreads = 8, kDeliveries = 2;
+  auto tally = testing::redeliver_concurrently(kThreads, kMessages, kDeliveries, [&](int thread, const std::string& id) {
+    return process_once_in_transaction(consumers[thread % 2], *stores[thread % 2], id, "p", post(id));
+  });
+  testing::expect_each_processed_once(tally, kMessages, kThreads * kDeliveries);
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM ledger"), kMessages);
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM (SELECT message_id FROM ledger GROUP BY message_id HAVING count(*) > 1)"), 0);
 }
 
 }  // namespace

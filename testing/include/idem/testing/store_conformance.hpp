@@ -36,4 +36,12 @@ class StoreConformance : public ::testing::TestWithParam<StoreFactory> {
   static std::string name_of(const ::testing::TestParamInfo<StoreFactory>& info) { return info.param.name; }
 };
 
+/// The suite of Consumer::process_once (SPEC §10) on one backend, instantiated the same way:
+///   INSTANTIATE_TEST_SUITE_P(Sqlite, ConsumerConformance, ::testing::Values(StoreFactory{...}),
+///                            ConsumerConformance::name_of);
+class ConsumerConformance : public ::testing::TestWithParam<StoreFactory> {
+ public:
+  static std::string name_of(const ::testing::TestParamInfo<StoreFactory>& info) { return info.param.name; }
+};
+
 }  // namespace idem::testing

@@ -1,0 +1,202 @@
+#include "idem/consumer.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "idem/fingerprint.hpp"
+
+namespace idem {
+namespace {
+
+constexpr std::size_t kMaxName = 128;
+constexpr std::size_t kMaxMessageId = 256;
+
+bool visible_ascii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
+}
+
+// The payload's hash, framed so it can never equal an HTTP request's fingerprint; hashed in
+// place, without copying a large payload.
+std::string payload_hash(std::string_view payload) {
+  Sha256 hash;
+  hash.update("idem message\n");
+  hash.update(payload);
+  return hash.hex_digest();
+}
+
+MessageOutcome invalid_id(std::string_view id) {
+  std::string why = id.empty() ? "is empty"
+                    : id.size() > kMaxMessageId
+                        ? "is longer than " + std::to_string(kMaxMessageId) + " characters"
+                        : "has a character that is not visible ASCII (encode such ids, e.g. in hex)";
+  return MessageOutcome{MessageStatus::invalid_id, std::string(), "the message id " + why + "; nothing was run"};
+}
+
+// The outcome for a held message after its completion was attempted: processed, lost (the
+// fence failed), or the store's error.
+StoreResult<MessageOutcome> completion_outcome(const StoreResult<FenceStatus>& completed, std::string result) {
+  if (!completed) return std::unexpected(completed.error());
+  MessageOutcome outcome;
+  if (*completed == FenceStatus::ok) {
+    outcome.status = MessageStatus::processed;
+    outcome.result = std::move(result);
+  } else {
+    outcome.status = MessageStatus::lost;
+    outcome.detail =
+        "the handler ran, but its lease ran out and another delivery took the message over before it was recorded "
+        "(make the consumer's lease longer than its handler's worst case)";
+  }
+  return outcome;
+}
+
+}  // namespace
+
+std::string_view to_string(MessageStatus status) {
+  switch (status) {
+    case MessageStatus::processed: return "processed";
+    case MessageStatus::duplicate: return "duplicate";
+    case MessageStatus::in_progress: return "in_progress";
+    case MessageStatus::outcome_unknown: return "outcome_unknown";
+    case MessageStatus::conflict: return "conflict";
+    case MessageStatus::handler_failed: return "handler_failed";
+    case MessageStatus::lost: return "lost";
+    case MessageStatus::invalid_id: return "invalid_id";
+  }
+  return "unknown";
+}
+
+std::expected<Consumer, std::string> Consumer::create(Store& store, ConsumerOptions options) {
+  if (options.name.empty() || options.name.size() > kMaxName || !visible_ascii(options.name)) {
+    return std::unexpected("consumer name \"" + options.name + "\": expected 1-" + std::to_string(kMaxName) +
+                           " visible ASCII characters (no spaces)");
+  }
+  if (options.lease <= Millis::zero()) return std::unexpected(std::string("consumer lease: must be positive"));
+  if (options.retention <= Millis::zero()) return std::unexpected(std::string("consumer retention: must be positive"));
+  return Consumer(store, std::move(options));
+}
+
+Consumer::Consumer(Store& store, ConsumerOptions options)
+    : store_(&store), options_(std::move(options)), tenant_("consumer " + options_.name) {}
+
+TimePoint Consumer::now() const {
+  return options_.clock ? options_.clock->now() : SystemClock::instance().now();
+}
+
+StoreResult<std::variant<Consumer::Held, MessageOutcome>> Consumer::claim(std::string_view message_id,
+                                                                          std::string_view payload) {
+  if (message_id.empty() || message_id.size() > kMaxMessageId || !visible_ascii(message_id)) {
+    return invalid_id(message_id);
+  }
+  ClaimRequest request;
+  request.id = RecordId{tenant_, std::string(message_id)};
+  request.request_hash = payload_hash(payload);
+  request.token = new_fencing_token();
+  request.now = now();
+  request.lease_expires = request.now + options_.lease;
+  request.expires = request.now + options_.retention;
+  request.take_over_expired_lease = options_.on_lease_expiry == LeaseExpiry::reexecute;
+  const Fence fence{request.id, request.token};
+  const TimePoint lease_expires = request.lease_expires;
+
+  auto claimed = BlockingStore(*store_).claim(std::move(request));
+  if (!claimed) return std::unexpected(std::move(claimed.error()));
+  MessageOutcome outcome;
+  switch (claimed->status) {
+    case ClaimStatus::claimed:
+      return Held{fence, lease_expires, claimed->kind};
+    case ClaimStatus::completed:
+      outcome.status = MessageStatus::duplicate;
+      if (claimed->record.response) outcome.result = std::move(claimed->record.response->body);
+      outcome.detail = "processed before; the handler did not run";
+      break;
+    case ClaimStatus::in_progress:
+      outcome.status = MessageStatus::in_progress;
+      outcome.detail = "another delivery is processing this message; the handler did not run";
+      break;
+    case ClaimStatus::outcome_unknown:
+      outcome.status = MessageStatus::outcome_unknown;
+      outcome.detail =
+          "the consumer processing this message stopped before recording it and on_lease_expiry is \"unknown\"; "
+          "resolve it with idemctl";
+      break;
+    case ClaimStatus::mismatch:
+      outcome.status = MessageStatus::conflict;
+      outcome.detail = "this message id was used before for a message with another payload; the handler did not run";
+      break;
+  }
+  return outcome;
+}
+
+CompleteRequest Consumer::completion(const Held& held, std::string result) const {
+  CompleteRequest request;
+  request.fence = held.fence;
+  request.response.status = 200;
+  request.response.body = std::move(result);
+  request.now = now();
+  request.expires = request.now + options_.retention;
+  return request;
+}
+
+StoreResult<FenceStatus> Consumer::release(const Held& held) { return BlockingStore(*store_).release(held.fence); }
+
+MessageOutcome Consumer::handler_failed(const Held& held, std::string detail) {
+  MessageOutcome outcome{MessageStatus::handler_failed, std::string(), std::move(detail)};
+  if (auto released = release(held); !released) {
+    outcome.detail += " (forgetting the claim failed: " + released.error().message +
+                      "; the message stays in progress until its lease runs out)";
+  }
+  return outcome;
+}
+
+StoreResult<MessageOutcome> Consumer::process_once(std::string_view message_id, std::string_view payload,
+                                                   MessageHandler handler) {
+  auto claimed = claim(message_id, payload);
+  if (!claimed) return std::unexpected(std::move(claimed.error()));
+  if (auto* outcome = std::get_if<MessageOutcome>(&*claimed)) return std::move(*outcome);
+  const Held held = std::get<Held>(*claimed);
+
+  std::expected<std::string, std::string> ran;
+  try {
+    ran = handler();
+  } catch (...) {
+    (void)release(held);  // best effort: if it fails, the lease runs out instead
+    throw;
+  }
+  if (!ran) return handler_failed(held, std::move(ran.error()));
+  // The effect happened: whatever the store answers now, never release (a retry would run it
+  // again); a failed completion leaves the record as the store has it.
+  std::string result = *ran;
+  auto completed = BlockingStore(*store_).complete(completion(held, std::move(*ran)));
+  return completion_outcome(completed, std::move(result));
+}
+
+StoreResult<MessageOutcome> Consumer::process_once_with(
+    std::string_view message_id, std::string_view payload,
+    std::move_only_function<StoreResult<FenceStatus>(CompleteRequest, bool& declined)> complete) {
+  auto claimed = claim(message_id, payload);
+  if (!claimed) return std::unexpected(std::move(claimed.error()));
+  if (auto* outcome = std::get_if<MessageOutcome>(&*claimed)) return std::move(*outcome);
+  const Held held = std::get<Held>(*claimed);
+
+  bool declined = false;
+  auto completed = complete(completion(held, std::string()), declined);
+  if (declined) return handler_failed(held, completed ? std::string("the handler declined") : completed.error().message);
+  if (!completed) {
+    // Not in doubt: nothing committed, so the next delivery may run it at once.
+    if (!completed.error().in_doubt) (void)release(held);
+    return std::unexpected(std::move(completed.error()));
+  }
+  if (*completed == FenceStatus::lost) {
+    MessageOutcome outcome;
+    outcome.status = MessageStatus::lost;
+    outcome.detail =
+        "the lease ran out and another delivery took the message over before this one committed; nothing of this "
+        "delivery was kept (make the consumer's lease longer than its handler's worst case)";
+    return outcome;
+  }
+  MessageOutcome outcome;
+  outcome.status = MessageStatus::processed;
+  return outcome;
+}
+
+}  // namespace idem

@@ -1,0 +1,200 @@
+// idem-ledger-consumer: an example message consumer (docs/consumers.md). It reads messages, one
+// JSON object a line on stdin, as a queue would deliver them (some twice, some concurrently to
+// several consumer processes), and posts each to an SQLite ledger exactly once: the posting and
+// the "processed" record commit in one transaction (idem::process_once_in_transaction).
+//
+//   idem-ledger-consumer --db PATH [--name NAME] [--lease-ms N] [--frozen ACCOUNT]... [--work-delay-ms N]
+//
+// A message: {"id": "m-1", "account": "acct_1", "amount": 250}. For each line it prints one line
+// on stdout, "ID STATUS", flushed at once: what a real consumer would ack or not. STATUS, the last
+// word, is processed, duplicate, in_progress, handler_failed, lost, conflict, outcome_unknown,
+// invalid_id, rejected or store_error; ID is "-" when the line has no printable id. A line that
+// is not such a message is rejected (nothing changes) and the consumer goes on.
+//
+// Exit codes: 0 at the end of the input, 1 when the ledger cannot be opened, 2 for a bad flag.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "idem/sqlite_consumer.hpp"
+
+namespace {
+
+struct Message {
+  std::string id;
+  std::string account;
+  long long amount = 0;
+};
+
+// Parses one input line; on failure says why in `error`.
+bool parse(const std::string& line, Message& m, std::string& error) {
+  const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    error = "not a JSON object";
+    return false;
+  }
+  const auto id = j.find("id");
+  const auto account = j.find("account");
+  const auto amount = j.find("amount");
+  if (id == j.end() || !id->is_string()) {
+    error = "no string \"id\"";
+    return false;
+  }
+  m.id = id->get<std::string>();
+  if (account == j.end() || !account->is_string() || account->get<std::string>().empty()) {
+    error = "no string \"account\"";
+    return false;
+  }
+  if (amount == j.end() || !amount->is_number_integer()) {
+    error = "no integer \"amount\"";
+    return false;
+  }
+  m.account = account->get<std::string>();
+  m.amount = amount->get<long long>();
+  return true;
+}
+
+// The id as printed: "-" unless it is printable ASCII, so that each message stays one line.
+std::string printable(const std::string& id) {
+  const bool ok = !id.empty() && std::all_of(id.begin(), id.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
+  return ok ? id : "-";
+}
+
+bool exec(sqlite3* db, const char* sql, std::string& error) {
+  char* message = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &message) == SQLITE_OK) return true;
+  error = message ? message : sqlite3_errmsg(db);
+  sqlite3_free(message);
+  return false;
+}
+
+// The ledger's tables, beside the store's in the same file.
+bool create_ledger(const std::string& path, std::string& error) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    error = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return false;
+  }
+  sqlite3_busy_timeout(db, 5000);
+  const bool ok = exec(db,
+                       "CREATE TABLE IF NOT EXISTS postings (message_id TEXT NOT NULL, account TEXT NOT NULL, "
+                       "amount INTEGER NOT NULL);"
+                       "CREATE TABLE IF NOT EXISTS balances (account TEXT PRIMARY KEY, balance INTEGER NOT NULL);",
+                       error);
+  sqlite3_close(db);
+  return ok;
+}
+
+// The effect: a posting and the account's new balance, on the store's connection and transaction.
+bool post(sqlite3* db, const Message& m, std::string& error) {
+  sqlite3_stmt* stmt = nullptr;
+  const char* sql =
+      "INSERT INTO postings (message_id, account, amount) VALUES (?1, ?2, ?3);";
+  bool ok = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) == SQLITE_OK;
+  if (ok) {
+    sqlite3_bind_text(stmt, 1, m.id.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(stmt, 2, m.account.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(stmt, 3, m.amount);
+    ok = sqlite3_step(stmt) == SQLITE_DONE;
+  }
+  sqlite3_finalize(stmt);
+  stmt = nullptr;
+  if (ok) {
+    ok = sqlite3_prepare_v2(db,
+                            "INSERT INTO balances (account, balance) VALUES (?1, ?2) "
+                            "ON CONFLICT (account) DO UPDATE SET balance = balance + excluded.balance",
+                            -1, &stmt, nullptr) == SQLITE_OK;
+    if (ok) {
+      sqlite3_bind_text(stmt, 1, m.account.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int64(stmt, 2, m.amount);
+      ok = sqlite3_step(stmt) == SQLITE_DONE;
+    }
+    sqlite3_finalize(stmt);
+  }
+  if (!ok) error = sqlite3_errmsg(db);
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"idem-ledger-consumer: posts messages from stdin to an SQLite ledger exactly once (docs/consumers.md)",
+               "idem-ledger-consumer"};
+  std::string db_path;
+  std::string name = "ledger-postings";
+  long lease_ms = 30'000;
+  long work_delay_ms = 0;
+  std::vector<std::string> frozen;
+  app.add_option("--db", db_path, "SQLite file holding the ledger and the consumer's records")->required();
+  app.add_option("--name", name, "consumer name (message ids are scoped by it)")->capture_default_str();
+  app.add_option("--lease-ms", lease_ms, "how long a delivery holds a message")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--frozen", frozen, "postings to this account fail (handler_failed); repeatable");
+  app.add_option("--work-delay-ms", work_delay_ms, "sleep inside each posting's transaction (tests)")
+      ->check(CLI::NonNegativeNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  auto store = idem::SqliteStore::open({.path = db_path});
+  if (!store) {
+    std::fprintf(stderr, "idem-ledger-consumer: --db %s: %s\n", db_path.c_str(), store.error().message.c_str());
+    return 1;
+  }
+  std::string error;
+  if (!create_ledger(db_path, error)) {
+    std::fprintf(stderr, "idem-ledger-consumer: --db %s: %s\n", db_path.c_str(), error.c_str());
+    return 1;
+  }
+  auto consumer = idem::Consumer::create(**store, {.name = name, .lease = idem::Millis(lease_ms)});
+  if (!consumer) {
+    std::fprintf(stderr, "idem-ledger-consumer: %s\n", consumer.error().c_str());
+    return 2;
+  }
+
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    Message m;
+    if (!parse(line, m, error)) {
+      std::printf("%s rejected\n", printable(m.id).c_str());
+      std::fprintf(stderr, "idem-ledger-consumer: rejected a message: %s\n", error.c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    const bool is_frozen = std::find(frozen.begin(), frozen.end(), m.account) != frozen.end();
+    // The payload that must match on redelivery: what the message asks for, not its formatting.
+    const std::string payload = m.account + "\n" + std::to_string(m.amount);
+    auto outcome = idem::process_once_in_transaction(
+        *consumer, **store, m.id, payload, [&](sqlite3* db, std::string& work_error) {
+          if (work_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(work_delay_ms));
+          if (is_frozen) {
+            work_error = "account " + m.account + " is frozen";
+            return false;
+          }
+          return post(db, m, work_error);
+        });
+    if (!outcome) {
+      std::printf("%s store_error\n", printable(m.id).c_str());
+      std::fprintf(stderr, "idem-ledger-consumer: %s: %s\n", printable(m.id).c_str(), outcome.error().message.c_str());
+    } else {
+      std::printf("%s %s\n", printable(m.id).c_str(), std::string(idem::to_string(outcome->status)).c_str());
+      if (!outcome->ack()) {
+        std::fprintf(stderr, "idem-ledger-consumer: %s: %s: %s\n", printable(m.id).c_str(),
+                     std::string(idem::to_string(outcome->status)).c_str(), outcome->detail.c_str());
+      }
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -54,6 +54,8 @@ StoreError map_error(const Failure& f) {
       return {StoreErrc::unavailable, "redis cluster: " + f.detail, false};
     case K::closing:
       return {StoreErrc::unavailable, "redis store is closing", false};
+    case K::wrong_kind:
+      return {StoreErrc::unavailable, where(f) + ": " + f.detail, false};
     case K::reply: {
       const auto word = first_word(f.detail);
       if (one_of(word, kUnavailable)) return {StoreErrc::unavailable, where(f) + ": " + f.detail, false};

@@ -26,6 +26,7 @@ struct Failure {
     replication,      ///< WAIT: fewer replicas than wait_replicas acknowledged the write
     no_route,         ///< no node is known to serve the key's slot
     closing,          ///< the store is shutting down
+    wrong_kind,       ///< the URL's kind (redis://, redis+cluster://) does not match the server
   };
   Kind kind = Kind::io;
   std::string detail;  ///< hiredis's or the server's words
@@ -34,6 +35,7 @@ struct Failure {
 
 /// The one mapping from a Redis failure to the store's error model:
 ///   connect / down / io / closing / no_route / retries / redirects  -> unavailable
+///   wrong_kind (redis:// naming a cluster node)                     -> unavailable
 ///   replication (WAIT fell short; the write stands on the master)   -> unavailable, in doubt
 ///   connect_timeout / timeout                                       -> timeout
 ///   reply: LOADING, CLUSTERDOWN, TRYAGAIN, MASTERDOWN, READONLY, BUSY, OOM, NOAUTH,

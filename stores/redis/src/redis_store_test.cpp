@@ -437,5 +437,17 @@ TEST(RedisStoreOpen, AClusterUrlNamingAStandaloneRedisSaysWhatEachSeedAnswered) 
   EXPECT_NE(why.find(dead + ": "), std::string::npos) << why;
 }
 
+TEST(RedisStoreOpen, ARedisUrlNamingAClusterNodeSaysToUseRedisCluster) {
+  const std::string node = redis_test::cluster_url().substr(std::string("redis+cluster://").size());
+  const std::string first = node.substr(0, node.find(','));
+  RedisOptions options;
+  options.url = "redis://" + first;
+  auto opened = RedisStore::open(options);
+  ASSERT_FALSE(opened);
+  EXPECT_EQ(opened.error().code, StoreErrc::unavailable);
+  EXPECT_NE(opened.error().message.find("is a Redis Cluster node: use redis+cluster://" + first), std::string::npos)
+      << opened.error().message;
+}
+
 }  // namespace
 }  // namespace idem

@@ -309,6 +309,7 @@ TEST(Errors, OneMappingForEveryFailure) {
       {{K::redirects, "MOVED 1 h:2", "h:1"}, StoreErrc::unavailable, false},
       {{K::no_route, "slot 7", ""}, StoreErrc::unavailable, false},
       {{K::closing, "", ""}, StoreErrc::unavailable, false},
+      {{K::wrong_kind, "this Redis is a Redis Cluster node", "h:1"}, StoreErrc::unavailable, false},
       {{K::reply, "LOADING Redis is loading the dataset in memory", "h:1"}, StoreErrc::unavailable, false},
       {{K::reply, "OOM command not allowed", "h:1"}, StoreErrc::unavailable, false},
       {{K::reply, "NOAUTH Authentication required.", "h:1"}, StoreErrc::unavailable, false},

@@ -69,6 +69,17 @@ std::expected<void, Failure> Router::start() {
   auto pong = conn->call({"PING"});
   if (!pong) return std::unexpected(pong.error());
   if (pong->is_error()) return std::unexpected(Failure{Failure::Kind::reply, pong->str, url_.nodes.front().str()});
+  // A cluster node named by redis:// would answer most keys with MOVED: every command would take
+  // a detour, and admin scans would see one node's keys only. Say which URL to use instead. A
+  // server that does not answer INFO (a proxy, a restricted user) is taken as standalone.
+  auto info = conn->call({"INFO", "cluster"});
+  if (info && info->type == Reply::Type::string && info->str.find("cluster_enabled:1") != std::string::npos) {
+    const std::string node = url_.nodes.front().str();
+    return std::unexpected(Failure{Failure::Kind::wrong_kind,
+                                   "this Redis is a Redis Cluster node: use redis+cluster://" + node +
+                                       " (more nodes may follow, comma-separated)",
+                                   node});
+  }
   return {};
 }
 

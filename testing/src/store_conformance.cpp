@@ -481,16 +481,16 @@ STORE_TEST(AdminListsRecordsByStateInKeyOrderWithPaging) {
     if (i % 2 == 0) f.h->complete(Harness::fence_of(c), sample_response());
   }
   auto completed = admin_wait<std::vector<Record>>([&](auto cb) {
-    admin.list(ListQuery{RecordState::completed, std::nullopt, 100}, std::move(cb));
+    admin.list(ListQuery{.state = RecordState::completed}, std::move(cb));
   });
   ASSERT_EQ(completed.size(), 4u);
   EXPECT_EQ(completed[0].key, numbered("key-list", 0));
   EXPECT_EQ(completed[3].key, numbered("key-list", 6));
   ASSERT_TRUE(completed[0].response);
-  auto page1 = admin_wait<std::vector<Record>>([&](auto cb) { admin.list(ListQuery{std::nullopt, std::nullopt, 3}, std::move(cb)); });
+  auto page1 = admin_wait<std::vector<Record>>([&](auto cb) { admin.list(ListQuery{.limit = 3}, std::move(cb)); });
   ASSERT_EQ(page1.size(), 3u);
   auto page2 = admin_wait<std::vector<Record>>([&](auto cb) {
-    admin.list(ListQuery{std::nullopt, RecordId{page1.back().tenant, page1.back().key}, 100}, std::move(cb));
+    admin.list(ListQuery{.after = RecordId{page1.back().tenant, page1.back().key}}, std::move(cb));
   });
   ASSERT_EQ(page2.size(), 4u);
   EXPECT_EQ(page2.front().key, numbered("key-list", 3));

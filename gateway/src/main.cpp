@@ -131,7 +131,7 @@ int run(int argc, char** argv) {
     // stop timeout to kill the process mid-exit. The exit frees them at once. A static raw
     // pointer (no destructor to run at exit) keeps the store reachable, so leak checkers do not
     // report it.
-    static Store* kept_until_exit = nullptr;
+    [[maybe_unused]] static Store* kept_until_exit = nullptr;
     kept_until_exit = store.release();
   }
   // The store first: its last callbacks are posted to the (stopped) event loops, which must

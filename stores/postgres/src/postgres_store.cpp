@@ -1027,7 +1027,8 @@ void PostgresStore::list(ListQuery query, Callback<std::vector<Record>> done) {
   if (query.tenant) {
     if (auto bad = unstorable({*query.tenant})) return done(std::unexpected(*bad));
   }
-  const Stmt stmt = query.after ? Stmt::list_after : Stmt::list_all;
+  const Stmt stmt = query.tenant ? (query.after ? Stmt::list_tenant_after : Stmt::list_tenant)
+                                 : (query.after ? Stmt::list_after : Stmt::list_all);
   impl_->submit(statement_op<std::vector<Record>, ListQuery>(
       OpMode::batched, false, stmt, std::move(query),
       [](const ListQuery& q, pd::Params& p) {
@@ -1041,11 +1042,7 @@ void PostgresStore::list(ListQuery query, Callback<std::vector<Record>> done) {
           p.text(q.after->tenant);
           p.text(q.after->key);
         }
-        if (q.tenant) {
-          p.text(*q.tenant);
-        } else {
-          p.null();
-        }
+        if (q.tenant) p.text(*q.tenant);
       },
       [](const ListQuery&, const PGresult* r) -> StoreResult<std::vector<Record>> {
         std::vector<Record> out;

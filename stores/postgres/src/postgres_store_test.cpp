@@ -14,6 +14,7 @@
 #include "idem/store_admin.hpp"
 #include "idem/testing/manual_clock.hpp"
 #include "idem/testing/store_conformance.hpp"
+#include "schema.hpp"
 #include "test_support.hpp"
 
 namespace idem {
@@ -574,6 +575,40 @@ TEST(PostgresReaper, TheBackgroundReaperDeletesExpiredRecordsInBatches) {
   EXPECT_EQ(store->stats().reaped, 30u);
   RawConn raw;
   EXPECT_EQ(raw.exec("SELECT count(*) FROM " + qualified(schema, "idempotency_keys")), "3");
+}
+
+// Listing one tenant must be bounded by the primary key's index even with a generic plan, which
+// the plan cache may pick for a prepared statement after five runs on a connection (paging with
+// `idemctl list --all`). A `$n IS NULL OR tenant_id = $n` test would scan the whole index.
+TEST(PostgresPlans, ListingOneTenantIsBoundedByTheKeyIndexEvenWithAGenericPlan) {
+  const std::string schema = fresh_schema();
+  auto store = open_store(options_for(schema));
+  RawConn raw;
+  raw.exec("INSERT INTO " + qualified(schema, "idempotency_keys") +
+           " (tenant_id, key, state, request_hash, fencing_token, lease_expires_ms, created_ms, expires_ms)"
+           " SELECT 't' || (i % 20), md5(i::text), 'completed', 'h', i, 0, 0, 9000000000000"
+           " FROM generate_series(1, 20000) i");
+  raw.exec("ANALYZE " + qualified(schema, "idempotency_keys"));
+  raw.exec("SET plan_cache_mode = force_generic_plan");
+  const struct {
+    postgres_detail::Stmt stmt;
+    std::string args;
+  } listings[] = {{postgres_detail::Stmt::list_tenant, "(NULL, 100, 't3')"},
+                  {postgres_detail::Stmt::list_tenant_after, "(NULL, 100, 't3', '', 't3')"}};
+  for (const auto& listing : listings) {
+    const std::string name = postgres_detail::statement_name(listing.stmt);
+    raw.exec("PREPARE " + name + " AS " + postgres_detail::statement_sql(listing.stmt, schema));
+    std::string plan;
+    bool bounded = false;  // the tenant is a condition of the index scan, not a filter after it
+    for (const auto& line : raw.column("EXPLAIN EXECUTE " + name + listing.args)) {
+      plan += line + "\n";
+      if (line.find("Index Cond:") != std::string::npos && line.find("tenant_id = $") != std::string::npos) {
+        bounded = true;
+      }
+    }
+    EXPECT_TRUE(bounded) << name << ":\n" << plan;
+    EXPECT_EQ(plan.find("Seq Scan"), std::string::npos) << name << ":\n" << plan;
+  }
 }
 
 }  // namespace

@@ -271,7 +271,8 @@ std::expected<Done, Failure> migrate(PGconn* conn, const std::string& schema, bo
 const char* statement_name(Stmt stmt) {
   static constexpr const char* kNames[kStatementCount] = {
       "idem_claim",       "idem_complete",   "idem_fail",  "idem_release",        "idem_get",
-      "idem_ping",        "idem_purge",      "idem_list_all", "idem_list_after",  "idem_count",
+      "idem_ping",        "idem_purge",      "idem_list_all", "idem_list_after",  "idem_list_tenant",
+      "idem_list_tenant_after", "idem_count",
       "idem_lock_fenced", "idem_lock_record", "idem_mark_retryable", "idem_resolve",
   };
   return kNames[static_cast<int>(stmt)];
@@ -315,17 +316,32 @@ std::string statement_sql(Stmt stmt, const std::string& schema) {
             "SELECT ctid FROM @S.idempotency_keys WHERE expires_ms <= $1::bigint "
             "LIMIT $2::bigint FOR UPDATE SKIP LOCKED)) AND expires_ms <= $1::bigint";
       break;
+    // Listing one tenant has statements of its own: in a `$n IS NULL OR tenant_id = $n` test the
+    // tenant cannot bound the index scan, and once the plan cache turns generic (after five runs on
+    // a connection, as when paging with --all) such a listing read the whole index (250 ms for
+    // 500k records against 0.1 ms).
     case Stmt::list_all:
       sql = "SELECT tenant_id, key, state, request_hash, fencing_token, lease_expires_ms, response_status, "
             "response_headers, response_body, created_ms, completed_ms, expires_ms FROM @S.idempotency_keys "
-            "WHERE ($1::text IS NULL OR state = $1::text) AND ($3::text IS NULL OR tenant_id = $3::text) "
-            "ORDER BY tenant_id, key LIMIT $2::bigint";
+            "WHERE ($1::text IS NULL OR state = $1::text) ORDER BY tenant_id, key LIMIT $2::bigint";
       break;
     case Stmt::list_after:
       sql = "SELECT tenant_id, key, state, request_hash, fencing_token, lease_expires_ms, response_status, "
             "response_headers, response_body, created_ms, completed_ms, expires_ms FROM @S.idempotency_keys "
             "WHERE ($1::text IS NULL OR state = $1::text) AND (tenant_id, key) > ($3::text, $4::text) "
-            "AND ($5::text IS NULL OR tenant_id = $5::text) ORDER BY tenant_id, key LIMIT $2::bigint";
+            "ORDER BY tenant_id, key LIMIT $2::bigint";
+      break;
+    case Stmt::list_tenant:
+      sql = "SELECT tenant_id, key, state, request_hash, fencing_token, lease_expires_ms, response_status, "
+            "response_headers, response_body, created_ms, completed_ms, expires_ms FROM @S.idempotency_keys "
+            "WHERE ($1::text IS NULL OR state = $1::text) AND tenant_id = $3::text "
+            "ORDER BY tenant_id, key LIMIT $2::bigint";
+      break;
+    case Stmt::list_tenant_after:
+      sql = "SELECT tenant_id, key, state, request_hash, fencing_token, lease_expires_ms, response_status, "
+            "response_headers, response_body, created_ms, completed_ms, expires_ms FROM @S.idempotency_keys "
+            "WHERE ($1::text IS NULL OR state = $1::text) AND tenant_id = $5::text "
+            "AND (tenant_id, key) > ($3::text, $4::text) ORDER BY tenant_id, key LIMIT $2::bigint";
       break;
     case Stmt::count:
       sql = "SELECT count(*) FILTER (WHERE expires_ms > $1::bigint AND state = 'in_progress'), "

@@ -30,6 +30,8 @@ enum class Stmt : unsigned char {
   purge,
   list_all,
   list_after,
+  list_tenant,
+  list_tenant_after,
   count,
   lock_fenced,
   lock_record,

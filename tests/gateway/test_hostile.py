@@ -7,7 +7,10 @@ serves a normal request.
     python3 test_hostile.py --gateway PATH --upstream-bin PATH [--store memory|sqlite]
 """
 
+import collections
 import os
+import random
+import re
 import resource
 import socket
 import sys
@@ -364,6 +367,87 @@ class HostileTest(GatewayTestCase):
                 self.assertEqual(r.json()["key"], k)
         finally:
             c.close()
+
+    def test_random_mutations_of_requests_never_crash_or_hang_it(self):
+        """1,500 requests mutated at random (seeded): bytes flipped, inserted and deleted, lines
+        repeated, framing headers given odd values, cut short. Each gets well-formed HTTP answers
+        or a close once the client stops sending; the gateway stays up and serves normally."""
+        rng = random.Random(2026)
+        status_line = re.compile(rb"HTTP/1\.[01] [1-5][0-9][0-9] ")
+
+        def base():
+            key = new_key("fuzz").encode()
+            body = b'{"amount":100,"currency":"EUR","note":"fuzz"}'
+            framing = rng.choice([
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body),
+                b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body),
+            ])
+            key_header = rng.choice([b"Idempotency-Key: " + key, b'Idempotency-Key: "' + key + b'"'])
+            return (rng.choice([b"POST", b"PATCH", b"GET", b"PUT"]) + b" /echo/fuzz?x=1 HTTP/1.1\r\nHost: x\r\n" +
+                    key_header + b"\r\nContent-Type: application/json\r\nX-Tenant-Id: t1\r\n" + framing)
+
+        odd_values = [b"-1", b"99999999999999999999", b"0x10", b" 5", b"5, 5", b"", b"\x00", b"chunked, chunked",
+                      b"gzip", b"\xff\xfe", b"1e3", b"+5"]
+
+        def mutate(raw):
+            for _ in range(rng.randint(1, 4)):
+                op = rng.randrange(7)
+                at = rng.randrange(len(raw) + 1)
+                if op == 0 and raw:    # flip a byte
+                    at = min(at, len(raw) - 1)
+                    raw = raw[:at] + bytes([rng.randrange(256)]) + raw[at + 1:]
+                elif op == 1:          # insert a byte that means something to a parser
+                    raw = raw[:at] + rng.choice([b"\r", b"\n", b"\x00", b" ", b":", b"\t", b"\x80", b";"]) + raw[at:]
+                elif op == 2:          # delete a span
+                    raw = raw[:at] + raw[at + rng.randint(1, 16):]
+                elif op == 3:          # repeat a line
+                    lines = raw.split(b"\r\n")
+                    i = rng.randrange(len(lines))
+                    raw = b"\r\n".join(lines[:i + 1] + [lines[i]] + lines[i + 1:])
+                elif op == 4:          # an odd framing value
+                    name = rng.choice([b"Content-Length", b"Transfer-Encoding"])
+                    raw = raw.replace(b"\r\n", b"\r\n" + name + b": " + rng.choice(odd_values) + b"\r\n", 1)
+                elif op == 5:          # cut short
+                    raw = raw[:at]
+                else:                  # a second request behind it on the connection
+                    raw = raw + base()
+            return raw
+
+        outcomes = collections.Counter()
+        for n in range(1500):
+            raw = mutate(base())
+            c = RawClient(self.gateway.port, timeout=5)
+            received = b""
+            try:
+                try:
+                    c.send(raw)
+                    c.sock.shutdown(socket.SHUT_WR)  # no more bytes: the gateway must answer or close
+                    deadline = time.monotonic() + 10
+                    while True:
+                        c.sock.settimeout(max(0.01, deadline - time.monotonic()))
+                        data = c.sock.recv(65536)
+                        if not data:
+                            break
+                        received += data
+                except (ConnectionResetError, BrokenPipeError):
+                    pass
+                except (socket.timeout, TimeoutError):
+                    self.fail("case %d: neither answered nor closed within 10 s: %r" % (n, raw[:200]))
+            finally:
+                c.close()
+            if received:
+                self.assertRegex(received[:16], status_line, "case %d: %r -> %r" % (n, raw[:200], received[:200]))
+                outcomes[received[9:10] + b"xx"] += 1
+            else:
+                outcomes[b"closed"] += 1
+            if n % 100 == 0:
+                self.assertTrue(self.gateway.alive(), "gateway died at case %d: %r" % (n, raw[:200]))
+        print("\nfirst answers: %s" % dict(outcomes), file=sys.stderr)
+        # The mutations must reach past the parser as well as be refused by it.
+        self.assertGreater(outcomes[b"2xx"], 100, outcomes)
+        self.assertGreater(outcomes[b"4xx"], 100, outcomes)
+        self.assertStillServing()
+        self.assertEqual(self.gateway.admin("/readyz").status, 200)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ serves a normal request.
 """
 
 import collections
+import hashlib
 import os
 import random
 import re
@@ -454,6 +455,206 @@ class HostileTest(GatewayTestCase):
         self.assertGreater(outcomes[b"4xx"], 100, outcomes)
         self.assertStillServing()
         self.assertEqual(self.gateway.admin("/readyz").status, 200)
+
+
+# ---- an upstream that answers garbage ----------------------------------------------------------
+
+# Problem codes the gateway answers with when the upstream misbehaves.
+UPSTREAM_PROBLEMS = {502: "upstream_unreachable", 504: "upstream_timeout"}
+RELEASED = {408, 409, 425, 429}  # SPEC §4.3: these release the key
+
+
+class MutatingUpstream:
+    """A loopback HTTP/1.1 server that reads each request and answers a randomly mutated
+    response, chosen by the request's Idempotency-Key (so a retry of a key gets the same one) and
+    marked with it (X-For-Key), then usually closes the connection."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.executions = collections.Counter()
+        self.lock = threading.Lock()
+        self.stopping = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def stop(self):
+        self.stopping = True
+        self.listener.close()
+
+    def _accept(self):
+        while not self.stopping:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        buf = b""
+        conn.settimeout(10)
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                fields = dict((k.strip().lower(), v.strip()) for k, _, v in
+                              (line.partition(b":") for line in head.split(b"\r\n")[1:]))
+                length = int(fields.get(b"content-length", b"0"))
+                while len(buf) < length:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                buf = buf[length:]
+                key = fields.get(b"idempotency-key", b"").decode()
+                with self.lock:
+                    self.executions[key] += 1
+                rng = random.Random(key)
+                # Most answers end the connection, so none waits for a body never sent; half of
+                # those say so, the others close unannounced (a request the gateway sends on such
+                # a connection meanwhile is reset: the upstream never saw it).
+                close = rng.random() < 0.85
+                conn.sendall(self._response(rng, key, announce_close=close and rng.random() < 0.5))
+                if close:
+                    return
+        except OSError:
+            return
+        finally:
+            conn.close()
+
+    @staticmethod
+    def for_key(key):
+        """The X-For-Key value of the response to `key`'s request: the key and a checksum, so
+        that a mutation cannot turn it into another key's."""
+        return "%s %s" % (key, hashlib.sha1(key.encode()).hexdigest()[:8])
+
+    @staticmethod
+    def _response(rng, key, announce_close):
+        body = b'{"id":"pay_%d","status":"succeeded"}' % rng.randrange(10**6)
+        status = rng.choice([b"200 OK", b"201 Created", b"400 Bad Request", b"404 Not Found", b"409 Conflict",
+                             b"500 Internal Server Error", b"503 Service Unavailable"])
+        framing = rng.choice([b"Content-Length: %d\r\n\r\n%s" % (len(body), body),
+                              b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)])
+        raw = (b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\nX-For-Key: " +
+               MutatingUpstream.for_key(key).encode() + b"\r\n" +
+               (b"Connection: close\r\n" if announce_close else b"") + framing)
+        if rng.random() < 0.2:
+            return raw  # some answers are well-formed
+        for _ in range(rng.randint(1, 3)):
+            op = rng.randrange(6)
+            at = rng.randrange(len(raw) + 1)
+            if op == 0 and raw:
+                at = min(at, len(raw) - 1)
+                raw = raw[:at] + bytes([rng.randrange(256)]) + raw[at + 1:]
+            elif op == 1:
+                raw = raw[:at] + rng.choice([b"\r", b"\n", b"\x00", b" ", b":", b"\x80"]) + raw[at:]
+            elif op == 2:
+                raw = raw[:at] + raw[at + rng.randint(1, 16):]
+            elif op == 3:
+                lines = raw.split(b"\r\n")
+                i = rng.randrange(len(lines))
+                raw = b"\r\n".join(lines[:i + 1] + [lines[i]] + lines[i + 1:])
+            elif op == 4:
+                raw = raw[:at]
+            else:  # bytes after the response: a gateway that reused the connection would read
+                # them as the next request's answer
+                raw = raw + rng.choice([b"garbage", b"\r\n", b"HTTP/1.1 200 OK\r\nX-For-Key: " +
+                                        MutatingUpstream.for_key(key).encode() + b"\r\nContent-Length: 0\r\n\r\n"])
+        return raw
+
+
+class HostileUpstreamTest(GatewayTestCase):
+    """Whatever the upstream answers, a client gets a well-formed answer, and the key's record
+    follows SPEC §4.3: a stored response replays byte for byte; a response the gateway could not
+    read leaves the key in progress (504), never executed twice."""
+
+    CONFIG = None
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        try:
+            cls.mutating = MutatingUpstream()
+            cls.gateway = cls.start_gateway(
+                'upstream_timeout = "1s"\n\n[idempotency]\nlease = "60s"\n\n[[route]]\nmethod = "POST"\n'
+                'path = "/pay"\n', upstream_url=cls.mutating.url)
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        if getattr(cls, "mutating", None):
+            cls.mutating.stop()
+        super().tearDownClass()
+
+    def test_mutated_upstream_responses_are_answered_and_recorded_by_the_rules(self):
+        keys = [new_key("up-fuzz") for _ in range(400)]
+        failures = []
+        outcomes = collections.Counter()
+        lock = threading.Lock()
+
+        def check(key):
+            first = self.gateway.request("POST", "/pay", '{"amount":1}', key=key, timeout=15)
+            second = self.gateway.request("POST", "/pay", '{"amount":1}', key=key, timeout=15)
+            problem = first.header("Content-Type", "").startswith("application/problem+json")
+            code = first.json().get("code") if problem else None
+            gateway_failed = code is not None and code == UPSTREAM_PROBLEMS.get(first.status)
+            why = None
+            if gateway_failed and first.status == 504:
+                # The request reached the upstream: outcome unknown, the key stays in progress.
+                if (second.status, second.header("Content-Type", "").startswith("application/problem+json") and
+                        second.json().get("code")) != (409, "idempotency_key_in_use"):
+                    why = "a 504 must leave the key in progress, got %r" % second
+            elif gateway_failed:
+                why = "502 after the request was sent: %r" % first
+            elif first.status < 500 and first.status not in RELEASED:
+                if not second.replayed or (second.status, second.body) != (first.status, first.body):
+                    why = "a stored %d must replay byte for byte, got %r" % (first.status, second)
+            elif second.replayed:
+                why = "a %d must not be stored, but was replayed: %r" % (first.status, second)
+            # Never another request's response (a connection reused out of step).
+            for answer in (first, second):
+                mark = answer.header("X-For-Key", "")
+                other = mark.split(" ")[0]
+                if not why and other != key and mark == MutatingUpstream.for_key(other):
+                    why = "answered with the response to %s: %r" % (other, answer)
+            # Stored: executed once. In doubt (504): at most once (a request sent on a connection
+            # the upstream had just closed never reached it), and the retry did not execute it.
+            executions = self.mutating.executions[key]
+            if not why and not gateway_failed and first.status < 500 and first.status not in RELEASED:
+                if executions != 1:
+                    why = "a stored response, executed %d times" % executions
+            elif not why and gateway_failed and executions > 1:
+                why = "a 504 (in doubt), then executed %d times" % executions
+            with lock:
+                outcomes["504" if gateway_failed else "%dxx passed on" % (first.status // 100)] += 1
+                if why:
+                    failures.append((key, why))
+
+        def checker(share):
+            for key in share:
+                try:
+                    check(key)
+                except Exception as e:  # a malformed answer or a close: report it with its key
+                    with lock:
+                        failures.append((key, repr(e)))
+
+        threads = [threading.Thread(target=checker, args=(keys[t::4],)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        print("\nfirst answers: %s" % dict(outcomes), file=sys.stderr)
+        self.assertEqual(failures[:5], [])
+        self.assertEqual(sum(outcomes.values()), len(keys))
+        self.assertTrue(self.gateway.alive())
+        self.assertGreater(outcomes["504"], 50, outcomes)
+        self.assertGreater(outcomes["2xx passed on"], 20, outcomes)
 
 
 if __name__ == "__main__":

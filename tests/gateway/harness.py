@@ -51,6 +51,23 @@ def free_port():
         return s.getsockname()[1]
 
 
+# The environment scripts/test exports for the shared stores (scripts/lib/servers.sh).
+SHARED_STORE_ENV = {
+    "postgres": "IDEM_TEST_POSTGRES_URL",
+    "redis": "IDEM_TEST_REDIS_URL",
+    "redis_cluster": "IDEM_TEST_REDIS_CLUSTER_URL",
+}
+
+
+def shared_store_url(store=None):
+    """The URL of the shared store under test (--store unless given), from the environment."""
+    var = SHARED_STORE_ENV[store or ARGS.store]
+    url = os.environ.get(var)
+    if not url:
+        raise RuntimeError("%s is not set: run through scripts/test, which starts the servers" % var)
+    return url
+
+
 def new_key(prefix="k"):
     """A fresh, valid Idempotency-Key (>= 16 visible ASCII characters)."""
     return "%s-%s" % (prefix, uuid.uuid4().hex)

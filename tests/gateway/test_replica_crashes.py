@@ -25,11 +25,10 @@ import random
 import sys
 import threading
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import GatewayTestCase, new_key  # noqa: E402
+from harness import GatewayTestCase, new_key, shared_store_url  # noqa: E402
 
 SECONDS = float(os.environ.get("IDEM_CRASH_SECONDS", "20"))
 CLIENTS = 6
@@ -49,12 +48,6 @@ on_lease_expiry = "unknown"
 method = "POST"
 path = "/slow"
 """ % LEASE_S
-
-ENV_OF_STORE = {
-    "postgres": "IDEM_TEST_POSTGRES_URL",
-    "redis": "IDEM_TEST_REDIS_URL",
-    "redis_cluster": "IDEM_TEST_REDIS_CLUSTER_URL",
-}
 
 
 def post(port, key, timeout=30.0):
@@ -84,14 +77,8 @@ class ReplicaCrashes(GatewayTestCase):
     def setUpClass(cls):
         super().setUpClass()
         try:
-            store = harness.ARGS.store
-            if store == "sqlite":
-                url = cls.store_url("shared.db")  # one file, three processes
-            else:
-                url = os.environ.get(ENV_OF_STORE[store])
-                if not url:
-                    raise RuntimeError("%s is not set: run through scripts/test, which starts the servers"
-                                       % ENV_OF_STORE[store])
+            # SQLite: one file, three processes.
+            url = cls.store_url("shared.db") if harness.ARGS.store == "sqlite" else shared_store_url()
             cls.gateways = [cls.start_gateway(CONFIG, store=url) for _ in range(3)]
         except BaseException:
             cls.tearDownClass()

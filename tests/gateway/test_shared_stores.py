@@ -15,18 +15,11 @@ import subprocess
 import sys
 import threading
 import time
-import unittest
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import GatewayTestCase, new_key, run_concurrently  # noqa: E402
-
-ENV_OF_STORE = {
-    "postgres": "IDEM_TEST_POSTGRES_URL",
-    "redis": "IDEM_TEST_REDIS_URL",
-    "redis_cluster": "IDEM_TEST_REDIS_CLUSTER_URL",
-}
+from harness import GatewayTestCase, new_key, run_concurrently, shared_store_url  # noqa: E402
 
 CONFIG = """
 upstream_timeout = "30s"
@@ -43,14 +36,6 @@ path = "/slow"
 method = "POST"
 path = "/echo"
 """
-
-
-def shared_store_url():
-    var = ENV_OF_STORE[harness.ARGS.store]
-    url = os.environ.get(var)
-    if not url:
-        raise RuntimeError("%s is not set: run through scripts/test, which starts the servers" % var)
-    return url
 
 
 class KeepAliveClient:

@@ -1,19 +1,15 @@
 #include "idem/consumer.hpp"
 
-#include <algorithm>
 #include <utility>
 
 #include "idem/fingerprint.hpp"
+#include "idem/key.hpp"
 
 namespace idem {
 namespace {
 
 constexpr std::size_t kMaxName = 128;
 constexpr std::size_t kMaxMessageId = 256;
-
-bool visible_ascii(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
-}
 
 // The payload's hash, framed so it can never equal an HTTP request's fingerprint; hashed in
 // place, without copying a large payload.
@@ -32,9 +28,19 @@ MessageOutcome invalid_id(std::string_view id) {
   return MessageOutcome{MessageStatus::invalid_id, std::string(), "the message id " + why + "; nothing was run"};
 }
 
+// Why a held message was lost: its handler's effect happened outside the store (process_once),
+// or was rolled back with the completion (the transactional forms).
+constexpr std::string_view kLostAfterEffect =
+    "the handler ran, but its lease ran out and another delivery took the message over before it was recorded "
+    "(make the consumer's lease longer than its handler's worst case)";
+constexpr std::string_view kLostRolledBack =
+    "the lease ran out and another delivery took the message over before this one committed; nothing of this "
+    "delivery was kept (make the consumer's lease longer than its handler's worst case)";
+
 // The outcome for a held message after its completion was attempted: processed, lost (the
-// fence failed), or the store's error.
-StoreResult<MessageOutcome> completion_outcome(const StoreResult<FenceStatus>& completed, std::string result) {
+// fence failed; `lost_detail` says what became of the effect), or the store's error.
+StoreResult<MessageOutcome> completion_outcome(const StoreResult<FenceStatus>& completed, std::string result,
+                                               std::string_view lost_detail) {
   if (!completed) return std::unexpected(completed.error());
   MessageOutcome outcome;
   if (*completed == FenceStatus::ok) {
@@ -42,9 +48,7 @@ StoreResult<MessageOutcome> completion_outcome(const StoreResult<FenceStatus>& c
     outcome.result = std::move(result);
   } else {
     outcome.status = MessageStatus::lost;
-    outcome.detail =
-        "the handler ran, but its lease ran out and another delivery took the message over before it was recorded "
-        "(make the consumer's lease longer than its handler's worst case)";
+    outcome.detail = lost_detail;
   }
   return outcome;
 }
@@ -66,7 +70,7 @@ std::string_view to_string(MessageStatus status) {
 }
 
 std::expected<Consumer, std::string> Consumer::create(Store& store, ConsumerOptions options) {
-  if (options.name.empty() || options.name.size() > kMaxName || !visible_ascii(options.name)) {
+  if (options.name.empty() || options.name.size() > kMaxName || !all_visible_ascii(options.name)) {
     return std::unexpected("consumer name \"" + options.name + "\": expected 1-" + std::to_string(kMaxName) +
                            " visible ASCII characters (no spaces)");
   }
@@ -84,7 +88,7 @@ TimePoint Consumer::now() const {
 
 StoreResult<std::variant<Consumer::Held, MessageOutcome>> Consumer::claim(std::string_view message_id,
                                                                           std::string_view payload) {
-  if (message_id.empty() || message_id.size() > kMaxMessageId || !visible_ascii(message_id)) {
+  if (message_id.empty() || message_id.size() > kMaxMessageId || !all_visible_ascii(message_id)) {
     return invalid_id(message_id);
   }
   ClaimRequest request;
@@ -167,7 +171,7 @@ StoreResult<MessageOutcome> Consumer::process_once(std::string_view message_id, 
   // again); a failed completion leaves the record as the store has it.
   std::string result = *ran;
   auto completed = BlockingStore(*store_).complete(completion(held, std::move(*ran)));
-  return completion_outcome(completed, std::move(result));
+  return completion_outcome(completed, std::move(result), kLostAfterEffect);
 }
 
 StoreResult<MessageOutcome> Consumer::process_once_with(
@@ -186,17 +190,7 @@ StoreResult<MessageOutcome> Consumer::process_once_with(
     if (!completed.error().in_doubt) (void)release(held);
     return std::unexpected(std::move(completed.error()));
   }
-  if (*completed == FenceStatus::lost) {
-    MessageOutcome outcome;
-    outcome.status = MessageStatus::lost;
-    outcome.detail =
-        "the lease ran out and another delivery took the message over before this one committed; nothing of this "
-        "delivery was kept (make the consumer's lease longer than its handler's worst case)";
-    return outcome;
-  }
-  MessageOutcome outcome;
-  outcome.status = MessageStatus::processed;
-  return outcome;
+  return completion_outcome(completed, std::string(), kLostRolledBack);
 }
 
 }  // namespace idem

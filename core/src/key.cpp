@@ -1,11 +1,10 @@
 #include "idem/key.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace idem {
 namespace {
-
-bool is_visible_ascii(char c) { return c >= 0x21 && c <= 0x7e; }
 
 std::string_view trim_ows(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -47,6 +46,10 @@ std::expected<std::string, KeyError> unquote_sf_string(std::string_view s) {
 
 }  // namespace
 
+bool all_visible_ascii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
+}
+
 std::expected<std::string, KeyError> parse_key(std::span<const std::string_view> header_values,
                                                const KeyRules& rules) {
   if (header_values.empty()) {
@@ -68,10 +71,8 @@ std::expected<std::string, KeyError> parse_key(std::span<const std::string_view>
   }
 
   if (key.empty()) return invalid("the key is empty");
-  for (char c : key) {
-    if (!is_visible_ascii(c)) {
-      return invalid("the key may contain only visible ASCII characters (0x21-0x7E), no spaces");
-    }
+  if (!all_visible_ascii(key)) {
+    return invalid("the key may contain only visible ASCII characters (0x21-0x7E), no spaces");
   }
   if (key.size() < rules.min_length || key.size() > rules.max_length) {
     return invalid("the key must be " + std::to_string(rules.min_length) + " to " +

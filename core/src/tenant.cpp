@@ -1,10 +1,10 @@
 #include "idem/tenant.hpp"
 
-#include <algorithm>
 #include <optional>
 #include <string_view>
 
 #include "idem/fingerprint.hpp"
+#include "idem/key.hpp"
 
 namespace idem {
 namespace {
@@ -12,8 +12,7 @@ namespace {
 constexpr std::size_t kMaxVerbatimTenant = 128;
 
 bool is_safe_identifier(std::string_view s) {
-  return !s.empty() && s.size() <= kMaxVerbatimTenant &&
-         std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
+  return !s.empty() && s.size() <= kMaxVerbatimTenant && all_visible_ascii(s);
 }
 
 // The value of the one header `name`; "" when absent; nullopt when it appears more than once.

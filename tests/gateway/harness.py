@@ -116,6 +116,7 @@ class Process:
             os.kill(self.pid, signal.SIGKILL)
         self.proc.wait()
         self._finish()
+        self._finish()
         return self.proc.returncode
 
     def _finish(self):
@@ -243,9 +244,12 @@ class Gateway:
     def stop(self):
         return self.process.stop() if self.process else None
 
-    def restart(self):
-        """Stops and starts again on the same ports and store."""
-        self.stop()
+    def restart(self, crash=False):
+        """Stops (SIGTERM, or SIGKILL when `crash`) and starts again on the same ports and store."""
+        if crash:
+            self.process.kill()
+        else:
+            self.stop()
         fixed_port, fixed_admin = self.port, self.admin_port
         for _ in range(50):  # the old listener may linger a moment
             try:

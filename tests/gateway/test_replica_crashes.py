@@ -84,18 +84,6 @@ class ReplicaCrashes(GatewayTestCase):
             cls.tearDownClass()
             raise
 
-    def crash_and_restart(self, g):
-        g.process.kill()
-        port, admin = g.port, g.admin_port
-        for _ in range(50):  # the old listener may linger a moment
-            try:
-                g.port, g.admin_port = port, admin
-                g.start()
-                return
-            except RuntimeError:
-                time.sleep(0.1)
-        self.fail("replica did not start again on its ports")
-
     def test_no_key_executes_twice_while_replicas_are_killed_and_restarted(self):
         # A rolling pool: each key is sent ANSWERS_PER_KEY times (its retries, spread over the
         # replicas and the clients, often at once), then a fresh key takes its place, so the kills
@@ -136,7 +124,7 @@ class ReplicaCrashes(GatewayTestCase):
         try:
             while time.monotonic() < deadline:
                 time.sleep(rng.uniform(0.3, 1.0))
-                self.crash_and_restart(rng.choice(self.gateways))
+                rng.choice(self.gateways).restart(crash=True)
                 kills[0] += 1
         finally:
             stop.set()

@@ -8,6 +8,10 @@
 
 namespace idem {
 
+/// Whether every character is visible ASCII (0x21-0x7E): the character rule for keys (SPEC §2),
+/// verbatim tenants and message ids. True for an empty string; callers bound the length.
+bool all_visible_ascii(std::string_view s);
+
 /// Length bounds for keys after unquoting (SPEC §2).
 struct KeyRules {
   std::size_t min_length = 16;

@@ -124,3 +124,34 @@ all_executed() {
     return 1
   fi
 }
+
+# settle [MAX_SECONDS]: waits (at most MAX_SECONDS, default 20) until the machine's CPUs are
+# less than 10 % busy over half a second, so that a case does not pay for background work the
+# previous one left behind: a Redis AOF rewrite in a forked child, PostgreSQL's checkpointer and
+# autovacuum, a gateway still closing connections. Prints how long it waited when it did.
+settle() {
+  local max=${1:-20}
+  "$py" - "$max" <<'PY' >&2
+import sys, time
+def busy_idle():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]  # idle + iowait
+    return sum(v) - idle, idle
+start = time.monotonic()
+deadline = start + float(sys.argv[1])
+while True:
+    b0, i0 = busy_idle()
+    time.sleep(0.5)
+    b1, i1 = busy_idle()
+    share = (b1 - b0) / max(1, (b1 - b0) + (i1 - i0))
+    waited = time.monotonic() - start
+    if share < 0.10:
+        if waited > 1.0:
+            print("  settled after %.1f s" % waited)
+        break
+    if time.monotonic() >= deadline:
+        print("  not settled after %.0f s (CPUs still %.0f %% busy); measuring anyway" % (waited, share * 100))
+        break
+PY
+}

@@ -189,6 +189,7 @@ server_pids() {
 # between wrk and the upstream (none for (a)).
 bench() {
   local label=$1 url=$2 proxy_pid=$3 store_pids=${4:-} out="$work/wrk.$RANDOM.txt"
+  settle
   if ((warmup > 0)); then
     IDEM_BENCH_INVOCATION=$((IDEM_BENCH_INVOCATION + 1))
     wrk -t"$threads" -c"$connections" -d"${warmup}s" -s "$here/post.lua" "$url" >/dev/null
@@ -259,8 +260,12 @@ for round in $(seq "$rounds"); do
   for c in "${cases[@]}"; do
     IFS='|' read -r name label url <<<"$c"
     bench "$label" "http://127.0.0.1:${gw_port[$name]}/" "${pid_of[gw-$name]}" "$(server_pids "$name")"
-    # Right after (f), against the same server and with (f)'s rows in it.
-    if [ "$name" = postgres ]; then pgbench_ceiling; fi
+    # Right after (f), against the same server and with (f)'s rows in it. Then a checkpoint,
+    # so that writing out (f)'s and pgbench's pages does not land in the next case.
+    if [ "$name" = postgres ]; then
+      pgbench_ceiling
+      psql -Atq "$IDEM_TEST_POSTGRES_URL" -c checkpoint >/dev/null
+    fi
   done
 done
 

@@ -45,6 +45,9 @@ constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 constexpr auto kCheckAfterIdle = std::chrono::milliseconds(20);
 
+constexpr std::string_view kForwardedFor = "X-Forwarded-For";
+constexpr std::string_view kForwardedProto = "X-Forwarded-Proto";
+
 auto with(beast::error_code& ec) { return asio::redirect_error(kAwait, ec); }
 
 // Whether a pooled socket is still open: nothing to read yet (EAGAIN) means alive; EOF, an
@@ -379,21 +382,35 @@ Task<FinishResult> Handler::release(const Ticket& ticket) {
 
 void Handler::prepare_forward(Request& req) {
   http::strip_hop_by_hop(req.base());
-  req.erase(bhttp::field::expect);  // answered (100 Continue) and the body already read
+  // One scan for the fields rewritten below: each lookup by name would be a case-insensitive
+  // tree search, and most requests carry none of them but Host.
+  bool has_host = false, has_expect = false, has_xff = false, has_xfp = false;
+  for (const auto& f : req) {
+    switch (f.name()) {
+      case bhttp::field::host: has_host = true; break;
+      case bhttp::field::expect: has_expect = true; break;
+      default:
+        if (iequals(f.name_string(), kForwardedFor)) has_xff = true;
+        if (iequals(f.name_string(), kForwardedProto)) has_xfp = true;
+        break;
+    }
+  }
+  if (has_expect) req.erase(bhttp::field::expect);  // answered (100 Continue) and the body already read
   // X-Forwarded-For: the client's own chain, then the client.
-  if (req.find("X-Forwarded-For") == req.end()) {
-    req.set("X-Forwarded-For", s_.client_ip);
+  if (!has_xff) {
+    req.insert(kForwardedFor, s_.client_ip);
   } else {
     std::string xff;
-    for (auto [it, end] = req.equal_range("X-Forwarded-For"); it != end; ++it) {
+    for (auto [it, end] = req.equal_range(kForwardedFor); it != end; ++it) {
       xff += it->value();
       xff += ", ";
     }
     xff += s_.client_ip;
-    req.set("X-Forwarded-For", xff);
+    req.set(kForwardedFor, xff);
   }
-  req.set("X-Forwarded-Proto", "http");
-  if (req.find(bhttp::field::host) == req.end()) req.set(bhttp::field::host, cfg_.upstream.authority);
+  if (has_xfp) req.erase(kForwardedProto);
+  req.insert(kForwardedProto, "http");
+  if (!has_host) req.insert(bhttp::field::host, cfg_.upstream.authority);
   req.version(11);
   // The body was read whole; send it with a Content-Length (never chunked). Requests without a
   // body keep no framing header, except methods whose body is expected.

@@ -1,5 +1,6 @@
 #include "idem/http/beast.hpp"
 
+#include <iterator>
 #include <string>
 
 #include "idem/http/message.hpp"
@@ -7,10 +8,15 @@
 namespace idem::http {
 namespace {
 
-ConnectionTokens connection_tokens(const bhttp::fields& fields) {
+// The tokens of every Connection field; `found` says whether there was one. A scan comparing
+// field codes: for the handful of fields a message has it is cheaper than the field set's
+// case-insensitive tree lookup.
+ConnectionTokens connection_tokens(const bhttp::fields& fields, bool* found = nullptr) {
   ConnectionTokens tokens;
-  for (auto [it, end] = fields.equal_range(bhttp::field::connection); it != end; ++it) {
-    tokens.add(it->value());
+  for (const auto& f : fields) {
+    if (f.name() != bhttp::field::connection) continue;
+    tokens.add(f.value());
+    if (found) *found = true;
   }
   return tokens;
 }
@@ -108,6 +114,7 @@ StoredResponse to_stored_response(const bhttp::fields& fields, unsigned status, 
   StoredResponse stored;
   stored.status = static_cast<int>(status);
   const ConnectionTokens tokens = connection_tokens(fields);
+  stored.headers.reserve(static_cast<std::size_t>(std::distance(fields.begin(), fields.end())));
   for (const auto& f : fields) {
     if (is_stored(f.name_string(), tokens)) {
       stored.headers.push_back(Header{std::string(f.name_string()), std::string(f.value())});
@@ -120,16 +127,16 @@ StoredResponse to_stored_response(const bhttp::fields& fields, unsigned status, 
 void strip_hop_by_hop(bhttp::fields& fields) {
   // The tokens borrow the Connection values: erase everything else first, Connection last.
   // No allocation: this runs on every forwarded request and response.
-  const ConnectionTokens tokens = connection_tokens(fields);
+  bool has_connection = false;
+  const ConnectionTokens tokens = connection_tokens(fields, &has_connection);
   for (auto it = fields.begin(); it != fields.end();) {
-    const auto name = it->name_string();
-    if (!iequals(name, "Connection") && !is_forwarded(name, tokens)) {
+    if (it->name() != bhttp::field::connection && !is_forwarded(it->name_string(), tokens)) {
       it = fields.erase(it);
     } else {
       ++it;
     }
   }
-  fields.erase(bhttp::field::connection);
+  if (has_connection) fields.erase(bhttp::field::connection);
 }
 
 }  // namespace idem::http

@@ -1,18 +1,11 @@
 #include "idem/http/message.hpp"
 
-#include <array>
 #include <string>
 
 #include "idem/http_view.hpp"
 
 namespace idem::http {
 namespace {
-
-constexpr std::array<std::string_view, 9> kHopByHop = {
-    "Connection", "Keep-Alive",          "Transfer-Encoding",   "TE",
-    "Trailer",    "Upgrade",             "Proxy-Authenticate",  "Proxy-Authorization",
-    "Proxy-Connection",
-};
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -25,12 +18,15 @@ std::string_view trim(std::string_view s) {
 bool is_hop_by_hop(std::string_view name) {
   // Every Proxy-* header (the rule), not only the RFC's Proxy-Authenticate/Authorization.
   if (name.size() >= 6 && iequals(name.substr(0, 6), "Proxy-")) return true;
-  // Cheap pre-filter on length: most headers are longer or shorter than every hop-by-hop name.
-  if (name.size() < 2 || name.size() > 19) return false;
-  for (const auto h : kHopByHop) {
-    if (iequals(name, h)) return true;
+  // By length first: this runs for every header of every forwarded message, and most names
+  // match no hop-by-hop name's length.
+  switch (name.size()) {
+    case 2: return iequals(name, "TE");
+    case 7: return iequals(name, "Trailer") || iequals(name, "Upgrade");
+    case 10: return iequals(name, "Connection") || iequals(name, "Keep-Alive");
+    case 17: return iequals(name, "Transfer-Encoding");
+    default: return false;
   }
-  return false;
 }
 
 void ConnectionTokens::add(std::string_view value) {

@@ -357,6 +357,22 @@ class MethodsAndRoutesTest(GatewayTestCase):
         self.assertNotIn("websocket", ",".join(seen.get("connection", [])))
         self.assertEqual(seen.get("idempotency-key"), [key])
 
+    def test_forwarded_headers_from_the_client_are_extended_or_replaced(self):
+        # The client's own X-Forwarded-For chain (two fields, odd case) is kept and the client
+        # appended, in one field; its X-Forwarded-Proto is replaced by the scheme the gateway
+        # was reached by; an Expect it sent is not forwarded.
+        r = self.gateway.request("POST", "/echo", "{}", [
+            ("X-Forwarded-For", "203.0.113.7"), ("x-forwarded-for", "198.51.100.2"),
+            ("X-FORWARDED-PROTO", "https"), ("Expect", "100-continue")], key=new_key())
+        self.assertExecuted(r)
+        seen = {}
+        for name, value in r.json()["headers"]:
+            seen.setdefault(name.lower(), []).append(value)
+        self.assertEqual(seen.get("x-forwarded-for"), ["203.0.113.7, 198.51.100.2, 127.0.0.1"], seen)
+        self.assertEqual(seen.get("x-forwarded-proto"), ["http"], seen)
+        self.assertNotIn("expect", seen)
+        self.assertEqual(len(seen.get("host", [])), 1, seen)
+
     def test_connection_close_and_http10_requests_get_their_answer(self):
         key = new_key()
         cases = [

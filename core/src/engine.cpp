@@ -1,7 +1,9 @@
 #include "idem/engine.hpp"
 
 #include <algorithm>
+#include <array>
 #include <future>
+#include <span>
 #include <vector>
 
 namespace idem {
@@ -62,12 +64,13 @@ struct Terms {
   bool store_server_errors;
 };
 
-Decision decision_from_claim(const Terms& policy, const ClaimRequest& request, ClaimResult claim) {
+// Consumes `request`: the ticket takes its id and fingerprint.
+Decision decision_from_claim(const Terms& policy, ClaimRequest&& request, ClaimResult claim) {
   switch (claim.status) {
     case ClaimStatus::claimed: {
       Decision d;
       d.verdict = Verdict::execute;
-      d.ticket = Ticket{Fence{request.id, request.token}, request.request_hash, claim.kind,
+      d.ticket = Ticket{Fence{std::move(request.id), request.token}, std::move(request.request_hash), claim.kind,
                         request.lease_expires, policy.retention, policy.store_server_errors};
       return d;
     }
@@ -103,13 +106,15 @@ void Engine::begin(const Policy& policy, const RequestView& request, std::string
                    std::move_only_function<void(Decision)> done) {
   if (is_safe_method(request.method)) return done(Decision{});
 
-  std::vector<std::string_view> key_values;
+  // Two values are enough to refuse a repeated key header: no allocation for the usual one.
+  std::array<std::string_view, 2> key_values;
+  std::size_t key_count = 0;
   for (const auto& h : request.headers) {
-    if (iequals(h.name, policy.key_header)) key_values.push_back(h.value);
+    if (key_count < key_values.size() && iequals(h.name, policy.key_header)) key_values[key_count++] = h.value;
   }
-  if (key_values.empty() && !policy.key_required) return done(Decision{});
+  if (key_count == 0 && !policy.key_required) return done(Decision{});
 
-  auto key = parse_key(key_values, policy.key);
+  auto key = parse_key(std::span<const std::string_view>(key_values.data(), key_count), policy.key);
   if (!key) {
     const auto verdict = key.error().code == KeyErrc::missing ? Verdict::key_missing : Verdict::key_invalid;
     return done(refuse(verdict, std::move(key.error().detail)));
@@ -136,7 +141,7 @@ void Engine::begin(const Policy& policy, const RequestView& request, std::string
       d.store_error = std::move(result.error());
       return done(std::move(d));
     }
-    done(decision_from_claim(terms, copy, std::move(*result)));
+    done(decision_from_claim(terms, std::move(copy), std::move(*result)));
   });
 }
 

@@ -127,7 +127,7 @@ void MemoryStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
     result.status = decision.status;
     result.kind = decision.kind;
     if (decision.status == ClaimStatus::claimed) {
-      Record fresh = claimed_record(request, current);
+      Record fresh = claimed_record(std::move(request), current);  // `request` is not read again
       result.record = fresh;
       shard.index_expiry(hash, fresh.expires);
       if (existing) {

@@ -114,7 +114,10 @@ TEST_F(MemoryStoreExpiry, ListPagesInKeyOrderWhateverTheInsertionOrder) {
   q.limit = 7;
   for (;;) {
     std::vector<Record> page;
-    store.list(q, [&](StoreResult<std::vector<Record>> r) { page = std::move(*r); });
+    store.list(q, [&](StoreResult<std::vector<Record>>&& r) {
+      ASSERT_TRUE(r.has_value()) << r.error().message;
+      page = std::move(r.value());
+    });
     if (page.empty()) break;
     ASSERT_LE(page.size(), 7u);
     for (const auto& r : page) seen.push_back(r.key);

@@ -9,6 +9,7 @@
 #include <future>
 #include <mutex>
 #include <stdexcept>
+#include <utility>
 
 namespace idem {
 StoreResult<ClaimResult> BlockingStore::claim(ClaimRequest request) {
@@ -89,19 +90,33 @@ std::uint64_t new_fencing_token() {
   }
 }
 
-Record claimed_record(const ClaimRequest& request, const std::optional<Record>& previous) {
+namespace {
+
+// Copies or moves (when `request` is an rvalue) the request's strings into the record.
+template <class Request>
+Record make_claimed_record(Request&& request, const std::optional<Record>& previous) {
   Record r;
-  r.tenant = request.id.tenant;
-  r.key = request.id.key;
   r.state = RecordState::in_progress;
-  r.request_hash = request.request_hash;
   r.fencing_token = request.token;
   r.lease_expires = request.lease_expires;
   // A takeover continues the same operation, so it keeps the first attempt's creation time.
   const bool takeover = previous && previous->expires > request.now;
   r.created = takeover ? previous->created : request.now;
   r.expires = request.expires;
+  r.tenant = std::forward<Request>(request).id.tenant;
+  r.key = std::forward<Request>(request).id.key;
+  r.request_hash = std::forward<Request>(request).request_hash;
   return r;
+}
+
+}  // namespace
+
+Record claimed_record(const ClaimRequest& request, const std::optional<Record>& previous) {
+  return make_claimed_record(request, previous);
+}
+
+Record claimed_record(ClaimRequest&& request, const std::optional<Record>& previous) {
+  return make_claimed_record(std::move(request), previous);
 }
 
 }  // namespace idem

@@ -59,8 +59,10 @@ class Sha256 {
   Sha256& operator=(const Sha256&) = delete;
   /// Adds bytes to the hash.
   void update(std::string_view data);
-  /// Lowercase hex digest; the object must not be updated afterwards.
+  /// Lowercase hex digest; the object must not be updated afterwards, until reset().
   std::string hex_digest();
+  /// Starts a new hash, reusing OpenSSL's context (no allocation).
+  void reset();
 
  private:
   void* ctx_;  // EVP_MD_CTX*, kept opaque so OpenSSL stays out of public headers

@@ -148,5 +148,7 @@ std::uint64_t new_fencing_token();
 
 /// The record a winning claim writes.
 Record claimed_record(const ClaimRequest& request, const std::optional<Record>& previous);
+/// The same, taking the request's tenant, key and fingerprint instead of copying them.
+Record claimed_record(ClaimRequest&& request, const std::optional<Record>& previous);
 
 }  // namespace idem

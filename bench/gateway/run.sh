@@ -425,7 +425,9 @@ lines.append("- Command: `%s` (%s round(s) of wrk `-t%s -c%s -d%ss --latency`, %
              "`--quick` for one 2 s smoke round)." % (cmd, rounds, threads, conns, dur, warm))
 lines.append("- Machine: %s cores (%s), load average %s when the run started. wrk, both nginx processes, "
              "the gateway and the store servers share the cores, so every case pays for its load generator; "
-             "read the ratios, not the absolute numbers." % (cores, cpu, load))
+             "read the ratios, not the absolute numbers. Each case starts once the CPUs are idle (less than "
+             "10 %% busy, waiting at most 20 s), so that none pays for the background work of the one "
+             "before." % (cores, cpu, load))
 gateways = [k for k in ("(c)", "(d)", "(e)", "(f)", "(g)") if k in by]
 note = ("- (b) nginx `worker_processes auto`, `proxy_http_version 1.1`, upstream `keepalive 64`. "
         "%s idem-gateway with no `[[route]]` (every POST handled), `log_level = \"warn\"` (nginx has "

@@ -246,7 +246,7 @@ std::string fingerprint(const RequestView& request, const FingerprintOptions& op
   append_field_prefix(head, body.size());
 
   // One context per thread, started over for each request: creating and freeing one costs two
-  // allocations and more than the hash of a small request itself.
+  // allocations and about as much as hashing a small request.
   thread_local Sha256 hash;
   hash.reset();
   hash.update(head);

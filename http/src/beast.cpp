@@ -1,6 +1,6 @@
 #include "idem/http/beast.hpp"
 
-#include <iterator>
+#include <algorithm>
 #include <string>
 
 #include "idem/http/message.hpp"
@@ -114,7 +114,10 @@ StoredResponse to_stored_response(const bhttp::fields& fields, unsigned status, 
   StoredResponse stored;
   stored.status = static_cast<int>(status);
   const ConnectionTokens tokens = connection_tokens(fields);
-  stored.headers.reserve(static_cast<std::size_t>(std::distance(fields.begin(), fields.end())));
+  // Counted first: the vector is kept for as long as the record, at exactly its size.
+  const auto kept = std::count_if(fields.begin(), fields.end(),
+                                  [&](const auto& f) { return is_stored(f.name_string(), tokens); });
+  stored.headers.reserve(static_cast<std::size_t>(kept));
   for (const auto& f : fields) {
     if (is_stored(f.name_string(), tokens)) {
       stored.headers.push_back(Header{std::string(f.name_string()), std::string(f.value())});

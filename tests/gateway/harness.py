@@ -445,9 +445,16 @@ class GatewayTestCase(unittest.TestCase):
             cls.gateway = None
             if cls.CONFIG is not None:
                 cls.gateway = cls.start_gateway(cls.CONFIG)
+            cls.start_class_processes()
         except BaseException:
             cls.tearDownClass()
             raise
+
+    @classmethod
+    def start_class_processes(cls):
+        """What a test class starts besides the upstream and CONFIG's gateway: its gateways and
+        servers, each added to cls._owned (start_gateway does that) so that they are stopped at
+        the end, or at once if one of them fails to start."""
 
     @classmethod
     def tearDownClass(cls):

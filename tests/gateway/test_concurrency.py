@@ -82,15 +82,10 @@ class TwoGatewaysOneSqliteFile(OneKeyManyClients):
     CONFIG = None
 
     @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
+    def start_class_processes(cls):
         if harness.ARGS.store == "sqlite":
-            try:
-                store = cls.store_url("shared.db")
-                cls.gateways = [cls.start_gateway(CONFIG, store=store), cls.start_gateway(CONFIG, store=store)]
-            except BaseException:
-                cls.tearDownClass()
-                raise
+            store = cls.store_url("shared.db")
+            cls.gateways = [cls.start_gateway(CONFIG, store=store), cls.start_gateway(CONFIG, store=store)]
 
     def setUp(self):
         if harness.ARGS.store != "sqlite":

@@ -575,22 +575,12 @@ class HostileUpstreamTest(GatewayTestCase):
     CONFIG = None
 
     @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        try:
-            cls.mutating = MutatingUpstream()
-            cls.gateway = cls.start_gateway(
-                'upstream_timeout = "1s"\n\n[idempotency]\nlease = "60s"\n\n[[route]]\nmethod = "POST"\n'
-                'path = "/pay"\n', upstream_url=cls.mutating.url)
-        except BaseException:
-            cls.tearDownClass()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        if getattr(cls, "mutating", None):
-            cls.mutating.stop()
-        super().tearDownClass()
+    def start_class_processes(cls):
+        cls.mutating = MutatingUpstream()
+        cls._owned.append(cls.mutating)  # stopped after the gateway in front of it
+        cls.gateway = cls.start_gateway(
+            'upstream_timeout = "1s"\n\n[idempotency]\nlease = "60s"\n\n[[route]]\nmethod = "POST"\n'
+            'path = "/pay"\n', upstream_url=cls.mutating.url)
 
     def test_mutated_upstream_responses_are_answered_and_recorded_by_the_rules(self):
         keys = [new_key("up-fuzz") for _ in range(400)]

@@ -74,15 +74,10 @@ class ReplicaCrashes(GatewayTestCase):
     CONFIG = None
 
     @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        try:
-            # SQLite: one file, three processes.
-            url = cls.store_url("shared.db") if harness.ARGS.store == "sqlite" else shared_store_url()
-            cls.gateways = [cls.start_gateway(CONFIG, store=url) for _ in range(3)]
-        except BaseException:
-            cls.tearDownClass()
-            raise
+    def start_class_processes(cls):
+        # SQLite: one file, three processes.
+        url = cls.store_url("shared.db") if harness.ARGS.store == "sqlite" else shared_store_url()
+        cls.gateways = [cls.start_gateway(CONFIG, store=url) for _ in range(3)]
 
     def test_no_key_executes_twice_while_replicas_are_killed_and_restarted(self):
         # A rolling pool: each key is sent ANSWERS_PER_KEY times (its retries, spread over the

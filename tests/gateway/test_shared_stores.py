@@ -68,13 +68,8 @@ class ThreeReplicas(GatewayTestCase):
     CONFIG = None
 
     @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        try:
-            cls.gateways = [cls.start_gateway(CONFIG, store=shared_store_url()) for _ in range(3)]
-        except BaseException:
-            cls.tearDownClass()
-            raise
+    def start_class_processes(cls):
+        cls.gateways = [cls.start_gateway(CONFIG, store=shared_store_url()) for _ in range(3)]
 
 
 class ThreeGatewaysOneStore(ThreeReplicas):

@@ -18,9 +18,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+
+from scratch import run_in_scratch_dir
 
 BIN = os.environ["IDEM_LEDGER_CONSUMER_BIN"]
 ACCOUNTS = ["acct_%d" % i for i in range(8)]
@@ -198,8 +199,7 @@ def _feed(proc, lines):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="idem-consumer-")
-    {"storm": storm, "crash": crash}[sys.argv[1]](tmp)
+    run_in_scratch_dir("idem-consumer-", {"storm": storm, "crash": crash}[sys.argv[1]])
 
 
 if __name__ == "__main__":

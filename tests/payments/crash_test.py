@@ -10,11 +10,11 @@ import os
 import random
 import signal
 import sys
-import tempfile
 import threading
 import time
 
 import harness as h
+from scratch import run_in_scratch_dir
 
 KILLS = int(os.environ.get("IDEM_PAYMENTS_KILLS", "100"))
 CLIENTS = 4
@@ -22,9 +22,12 @@ ACCOUNTS = 8
 
 
 def main():
+    run_in_scratch_dir("idem-crash-", run)
+
+
+def run(tmp):
     mode = sys.argv[1]
     random.seed(66)
-    tmp = tempfile.mkdtemp(prefix="idem-crash-")
     db = os.path.join(tmp, "payments.db")
     svc_log, gw_log = os.path.join(tmp, "svc.log"), os.path.join(tmp, "gw.log")
     svc_port = h.free_port()

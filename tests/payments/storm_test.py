@@ -7,19 +7,22 @@ concurrently) -> exactly 1,000 payments, and every answer for a key names the sa
 import os
 import random
 import sys
-import tempfile
 import threading
 import time
 
 import harness as h
+from scratch import run_in_scratch_dir
 
 CLIENTS, PAYMENTS, COPIES = 50, 20, 3
 
 
 def main():
+    run_in_scratch_dir("idem-storm-", run)
+
+
+def run(tmp):
     mode = sys.argv[1]
     random.seed(6)
-    tmp = tempfile.mkdtemp(prefix="idem-storm-")
     db = os.path.join(tmp, "payments.db")
     svc_port = h.free_port()
     procs = []

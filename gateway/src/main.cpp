@@ -146,6 +146,10 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);  // a vanished peer is an error code, not a fatal signal
+  // A file-size limit (ulimit -f, systemd's LimitFSIZE) reached by the SQLite store or the log
+  // is a failed write, which the store reports (503, nothing executes) and recovers from once
+  // the limit is raised, not a reason to kill every request in flight.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

@@ -116,7 +116,6 @@ class Process:
             os.kill(self.pid, signal.SIGKILL)
         self.proc.wait()
         self._finish()
-        self._finish()
         return self.proc.returncode
 
     def _finish(self):

@@ -1,5 +1,8 @@
 #include "idem/sqlite_store.hpp"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -535,6 +538,7 @@ class SqliteStore::Impl {
 
  private:
   void writer_loop() {
+    block_file_size_signal();
     std::vector<std::unique_ptr<Op>> ops;
     ops.reserve(batch_limit());
     for (;;) {
@@ -543,7 +547,7 @@ class SqliteStore::Impl {
         cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
         if (queue_.empty()) {  // stopping, and everything queued is done
           closed_ = true;
-          return;
+          break;
         }
         ops.push_back(std::move(queue_.front()));
         queue_.pop_front();
@@ -553,6 +557,22 @@ class SqliteStore::Impl {
       for (auto& op : ops) op->deliver();  // after the commit, with no lock held
       ops.clear();
     }
+    // Closed here rather than by the destructor's thread: closing checkpoints the WAL into the
+    // database file, a write like the others (see block_file_size_signal).
+    st_ = Statements{};
+    db_.reset();
+  }
+
+  // The store writes on this thread (all but the schema's creation in open). A write past the
+  // process's file-size limit (ulimit -f, systemd's LimitFSIZE) raises SIGXFSZ at the writing
+  // thread, and its default action kills the whole process. Blocked here, it stays pending on
+  // this thread and the write fails with EFBIG: an I/O error the operations report as
+  // unavailable, like a full disk, and the store writes again once the limit is raised.
+  static void block_file_size_signal() {
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGXFSZ);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   }
 
   std::size_t batch_limit() const { return std::max<std::size_t>(options_.max_batch, 1); }

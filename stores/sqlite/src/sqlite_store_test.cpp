@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -711,6 +712,51 @@ TEST_F(SqliteStoreTest, LockHeldPastBusyTimeoutIsUnavailableAndReadsStillWork) {
   other.exec("COMMIT");
   EXPECT_EQ(b.claim(request("key-locked-000002"))->status, ClaimStatus::claimed);
   EXPECT_GE(store->stats().failed_transactions, 2u);
+}
+
+// The disk fills up (here: the process's file-size limit, RLIMIT_FSIZE, is reached) under a running
+// store. Claims and completions fail as unavailable and lose nothing, reads go on, and the same
+// store object writes again once there is room. The limit's SIGXFSZ, which kills a process by
+// default, must not: the store's thread blocks it, so the write fails with EFBIG instead.
+TEST_F(SqliteStoreTest, WritesBeyondTheFileSizeLimitFailAsUnavailableAndResumeOnceThereIsRoom) {
+  constexpr std::uintmax_t kWalBefore = 512 * 1024;
+  auto store = open_store(path);
+  BlockingStore b(*store);
+  // Grown past the limit set below, the WAL takes its next frames beyond it (no checkpoint yet).
+  for (int n = 0; std::filesystem::file_size(path + "-wal") < kWalBefore; ++n) {
+    const auto c = claim_ok(*store, "key-fill-" + std::to_string(n) + "-000000");
+    ASSERT_EQ(b.complete(completion(fence_of(c))), FenceStatus::ok);
+  }
+  const auto held = claim_ok(*store, "key-held-across-limit");  // claimed before, completed during
+
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  rlimit limited = saved;
+  limited.rlim_cur = kWalBefore / 2;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+  auto claimed = b.claim(request("key-during-limit"));
+  auto completed = b.complete(completion(fence_of(held)));
+  auto read = b.get(RecordId{"t", "key-fill-0-000000"});
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
+
+  ASSERT_FALSE(claimed);
+  EXPECT_EQ(claimed.error().code, StoreErrc::unavailable) << claimed.error().message;
+  EXPECT_TRUE(claimed.error().retryable());
+  ASSERT_FALSE(completed);
+  EXPECT_EQ(completed.error().code, StoreErrc::unavailable) << completed.error().message;
+  ASSERT_TRUE(read) << read.error().message;
+  ASSERT_TRUE(*read);
+  EXPECT_EQ((*read)->state, RecordState::completed);
+
+  // Room again: the failed claim left nothing behind, the held key is still in progress under its
+  // token, and the same store records both.
+  EXPECT_EQ(b.claim(request("key-during-limit"))->status, ClaimStatus::claimed);
+  EXPECT_EQ(b.complete(completion(fence_of(held))), FenceStatus::ok);
+  auto replayed = b.get(RecordId{"t", "key-held-across-limit"});
+  ASSERT_TRUE(replayed && *replayed);
+  EXPECT_EQ((*replayed)->state, RecordState::completed);
+  RawDb raw(path);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM pragma_integrity_check WHERE integrity_check != 'ok'"), 0);
 }
 
 // ---- message consumers: the effect and "processed" in one transaction (SPEC §10) -------------

@@ -21,7 +21,8 @@ import sys
 import threading
 import time
 
-from scratch import run_in_scratch_dir
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from scratch import run_in_scratch_dir  # noqa: E402
 
 BIN = os.environ["IDEM_LEDGER_CONSUMER_BIN"]
 ACCOUNTS = ["acct_%d" % i for i in range(8)]

@@ -14,7 +14,9 @@ import threading
 import time
 
 import harness as h
-from scratch import run_in_scratch_dir
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from scratch import run_in_scratch_dir  # noqa: E402
 
 KILLS = int(os.environ.get("IDEM_PAYMENTS_KILLS", "100"))
 CLIENTS = 4

@@ -9,8 +9,12 @@ namespace {
 std::string_view first_word(std::string_view text) { return text.substr(0, text.find(' ')); }
 
 // Error replies that mean "this server cannot serve you now", not "your command is wrong".
-constexpr std::array<std::string_view, 10> kUnavailable = {
-    "LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "BUSY", "OOM", "NOAUTH", "WRONGPASS", "NOPERM"};
+// NOREPLICAS: `min-replicas-to-write` with too few replicas connected; MISCONF: Redis cannot
+// persist (an RDB save or an AOF write failed: a full disk, say). Both refuse a write before
+// making it.
+constexpr std::array<std::string_view, 12> kUnavailable = {
+    "LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "BUSY",
+    "OOM", "NOAUTH", "WRONGPASS", "NOPERM", "NOREPLICAS", "MISCONF"};
 
 // Of those, the ones worth retrying after a short delay (a failover or a load in progress).
 constexpr std::array<std::string_view, 5> kRetry = {"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY"};

@@ -378,6 +378,58 @@ TEST(RedisFaults, StandaloneRestartFailsFastThenRecoversByItself) {
   expect_every_server_up();
 }
 
+// A Redis that refuses writes it could not make safe: `min-replicas-to-write` with fewer replicas
+// connected, as a primary answers when its replica is gone (NOREPLICAS). That is the server being
+// unavailable, not a bug in the request: claims and completions fail at once, retryable and not in
+// doubt (Redis refuses before writing), reads go on, and writes succeed once it accepts them again.
+TEST(RedisFaults, ARedisRefusingWritesForWantOfReplicasIsUnavailableThenRecovers) {
+  RawRedis admin(standalone_address());
+  const std::string saved = admin.config("min-replicas-to-write");
+  auto store = open_store(fast_options(redis_test::standalone_url(), "noreplicas"));
+  BlockingStore b(*store);
+  ManualClock clock;
+  std::uint64_t token = 1;
+  auto claim = [&](const std::string& key) {
+    ClaimRequest r;
+    r.id = RecordId{"t", key};
+    r.request_hash = "h";
+    r.token = token++;
+    r.now = clock.now();
+    r.lease_expires = r.now + kLease;
+    r.expires = r.now + 24h;
+    return b.claim(r);
+  };
+  auto complete = [&](const ClaimResult& c) {
+    return b.complete(CompleteRequest{Fence{RecordId{c.record.tenant, c.record.key}, c.record.fencing_token},
+                                      StoredResponse{201, {}, "ok"}, clock.now(), clock.now() + 24h});
+  };
+  const auto held = claim("held-across-refusal");
+  ASSERT_TRUE(held && held->status == ClaimStatus::claimed);
+
+  admin.call({"CONFIG", "SET", "min-replicas-to-write", "1"});
+  const auto refused_claim = claim("claimed-during-refusal");
+  const auto refused_completion = complete(*held);
+  const auto read = b.get(RecordId{"t", "held-across-refusal"});
+  admin.call({"CONFIG", "SET", "min-replicas-to-write", saved});
+
+  ASSERT_FALSE(refused_claim);
+  EXPECT_EQ(refused_claim.error().code, StoreErrc::unavailable) << refused_claim.error().message;
+  EXPECT_FALSE(refused_claim.error().in_doubt) << refused_claim.error().message;
+  EXPECT_NE(refused_claim.error().message.find("NOREPLICAS"), std::string::npos) << refused_claim.error().message;
+  ASSERT_FALSE(refused_completion);
+  EXPECT_EQ(refused_completion.error().code, StoreErrc::unavailable) << refused_completion.error().message;
+  EXPECT_FALSE(refused_completion.error().in_doubt) << refused_completion.error().message;
+  ASSERT_TRUE(read && *read);
+  EXPECT_EQ((*read)->state, RecordState::in_progress);
+
+  // Writes accepted again: the refused claim left nothing behind, and the held key completes.
+  const auto again = claim("claimed-during-refusal");
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again->status, ClaimStatus::claimed);
+  EXPECT_EQ(complete(*held), FenceStatus::ok);
+  expect_every_server_up();
+}
+
 TEST(RedisFaults, ClusterFailoverMidRunExecutesEveryKeyOnce) {
   // A master and its replica.
   auto topology = cluster_topology();

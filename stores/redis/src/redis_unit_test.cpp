@@ -313,6 +313,8 @@ TEST(Errors, OneMappingForEveryFailure) {
       {{K::reply, "LOADING Redis is loading the dataset in memory", "h:1"}, StoreErrc::unavailable, false},
       {{K::reply, "OOM command not allowed", "h:1"}, StoreErrc::unavailable, false},
       {{K::reply, "NOAUTH Authentication required.", "h:1"}, StoreErrc::unavailable, false},
+      {{K::reply, "NOREPLICAS Not enough good replicas to write.", "h:1"}, StoreErrc::unavailable, false},
+      {{K::reply, "MISCONF Errors writing to the AOF file: No space left on device", "h:1"}, StoreErrc::unavailable, false},
       {{K::reply, "WRONGTYPE Operation against a key holding the wrong kind of value", "h:1"}, StoreErrc::corrupt, false},
       {{K::reply, "IDEMCORRUPT unknown state", "h:1"}, StoreErrc::corrupt, false},
       {{K::reply, "ERR Error running script (call to f_x): @user_script:1: oops", "h:1"}, StoreErrc::internal, false},

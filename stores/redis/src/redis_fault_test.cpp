@@ -37,6 +37,19 @@ using testing::ManualClock;
 
 constexpr Millis kLease = 60s;
 
+// A claim of `key` for tenant "t" with this token, at the clock's time: the test lease, a day's
+// retention.
+ClaimRequest claim_request(const std::string& key, std::uint64_t token, const ManualClock& clock) {
+  ClaimRequest r;
+  r.id = RecordId{"t", key};
+  r.request_hash = "h";
+  r.token = token;
+  r.now = clock.now();
+  r.lease_expires = r.now + kLease;
+  r.expires = r.now + 24h;
+  return r;
+}
+
 std::unique_ptr<RedisStore> open_store(RedisOptions options) {
   auto store = RedisStore::open(std::move(options));
   if (!store) throw std::runtime_error("RedisStore::open: " + store.error().message);
@@ -104,13 +117,7 @@ Outcome drive(Store& store, ManualClock& clock, std::atomic<std::uint64_t>& toke
               const std::string& key, std::chrono::steady_clock::time_point deadline) {
   BlockingStore b(store);
   while (std::chrono::steady_clock::now() < deadline) {
-    ClaimRequest r;
-    r.id = RecordId{"t", key};
-    r.request_hash = "h";
-    r.token = tokens++;
-    r.now = clock.now();
-    r.lease_expires = r.now + kLease;
-    r.expires = r.now + 24h;
+    const ClaimRequest r = claim_request(key, tokens++, clock);
     auto c = b.claim(r);
     ledger.note(key, "claim token " + std::to_string(r.token) + ": " +
                          (c ? std::string(status_name(c->status)) : "error " + c.error().message +
@@ -336,13 +343,7 @@ TEST(RedisFaults, StandaloneRestartFailsFastThenRecoversByItself) {
   {
     BlockingStore b(*store);
     for (int i = 0; i < 20; ++i) {
-      ClaimRequest r;
-      r.id = RecordId{"t", "while-down-" + std::to_string(i)};
-      r.request_hash = "h";
-      r.token = tokens++;
-      r.now = clock.now();
-      r.lease_expires = r.now + kLease;
-      r.expires = r.now + 24h;
+      const ClaimRequest r = claim_request("while-down-" + std::to_string(i), tokens++, clock);
       const auto start = std::chrono::steady_clock::now();
       auto c = b.claim(r);
       const auto took = std::chrono::steady_clock::now() - start;
@@ -361,14 +362,7 @@ TEST(RedisFaults, StandaloneRestartFailsFastThenRecoversByItself) {
   hammer.stop_and_finish();
 
   BlockingStore b(*store);
-  ClaimRequest replay;
-  replay.id = RecordId{"t", "before-restart"};
-  replay.request_hash = "h";
-  replay.token = tokens++;
-  replay.now = clock.now();
-  replay.lease_expires = replay.now + kLease;
-  replay.expires = replay.now + 24h;
-  auto c = b.claim(replay);
+  auto c = b.claim(claim_request("before-restart", tokens++, clock));
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(c->status, ClaimStatus::completed) << "a completed record did not survive the restart";
   const auto stats = store->stats();
@@ -389,16 +383,7 @@ TEST(RedisFaults, ARedisRefusingWritesForWantOfReplicasIsUnavailableThenRecovers
   BlockingStore b(*store);
   ManualClock clock;
   std::uint64_t token = 1;
-  auto claim = [&](const std::string& key) {
-    ClaimRequest r;
-    r.id = RecordId{"t", key};
-    r.request_hash = "h";
-    r.token = token++;
-    r.now = clock.now();
-    r.lease_expires = r.now + kLease;
-    r.expires = r.now + 24h;
-    return b.claim(r);
-  };
+  auto claim = [&](const std::string& key) { return b.claim(claim_request(key, token++, clock)); };
   auto complete = [&](const ClaimResult& c) {
     return b.complete(CompleteRequest{Fence{RecordId{c.record.tenant, c.record.key}, c.record.fencing_token},
                                       StoredResponse{201, {}, "ok"}, clock.now(), clock.now() + 24h});
@@ -630,16 +615,7 @@ TEST(RedisFaults, StalledServerTimesOutInDoubtThenRecovers) {
   auto store = open_store(options);
   BlockingStore b(*store);
   ManualClock clock;
-  auto request = [&](const std::string& key) {
-    ClaimRequest r;
-    r.id = RecordId{"t", key};
-    r.request_hash = "h";
-    r.token = 7;
-    r.now = clock.now();
-    r.lease_expires = r.now + kLease;
-    r.expires = r.now + 24h;
-    return r;
-  };
+  auto request = [&](const std::string& key) { return claim_request(key, 7, clock); };
   ASSERT_TRUE(b.claim(request("before-stall")));
   RawRedis admin(standalone_address());
   ASSERT_EQ(admin.text({"CLIENT", "PAUSE", "1000", "ALL"}), "OK");

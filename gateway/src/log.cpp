@@ -5,19 +5,104 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <mutex>
+#include <thread>
+#include <utility>
 
 namespace idem::gateway::log {
 namespace {
 
+using namespace std::chrono_literals;
+
 std::atomic<int> g_level{static_cast<int>(LogLevel::info)};
 
-struct ThreadBuffer {
-  bool buffered = false;
-  std::string data;
-  ~ThreadBuffer() { flush(); }
-  void flush() {
+void append_timestamp(std::string& out);
+
+// Every line reaches stderr through one writer thread, so that a reader that stops reading
+// (a stalled journald, a pipe into a stuck process) never blocks an event loop: the loops only
+// append to a bounded queue. When the queue is full, lines are dropped and counted; the writer
+// says how many once stderr takes lines again.
+class Sink {
+ public:
+  static Sink& instance() {
+    // Never destroyed: the writer may be blocked in write() at exit, and the process ends
+    // without waiting for it.
+    static Sink* sink = new Sink;
+    return *sink;
+  }
+
+  // Queues `text` (whole lines); returns the sequence number that wait_written() takes.
+  std::uint64_t submit(std::string& text) {
+    std::uint64_t seq;
+    {
+      std::lock_guard lock(mutex_);
+      if (pending_.size() + text.size() > kMaxPending) {
+        std::uint64_t lines = 0;
+        for (const char c : text) lines += c == '\n';
+        dropped_ += lines;
+        dropped_total_.fetch_add(lines, std::memory_order_relaxed);
+      } else {
+        pending_ += text;
+      }
+      seq = ++submitted_;
+    }
+    text.clear();
+    wake_.notify_one();
+    return seq;
+  }
+
+  // Waits until what submit() numbered `seq` has been written (or dropped), at most `timeout`.
+  void wait_written(std::uint64_t seq, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    written_cv_.wait_for(lock, timeout, [&] { return written_ >= seq; });
+  }
+
+  std::uint64_t last_submitted() {
+    std::lock_guard lock(mutex_);
+    return submitted_;
+  }
+
+  std::uint64_t dropped_total() const { return dropped_total_.load(std::memory_order_relaxed); }
+
+ private:
+  // Lines waiting for stderr; beyond this, new lines are dropped.
+  static constexpr std::size_t kMaxPending = 4 * 1024 * 1024;
+
+  Sink() { std::thread([this] { run(); }).detach(); }
+
+  void run() {
+    std::string batch;
+    for (;;) {
+      std::uint64_t upto, dropped;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return !pending_.empty() || dropped_ > 0; });
+        batch.swap(pending_);
+        upto = submitted_;
+        dropped = std::exchange(dropped_, 0);
+      }
+      if (dropped > 0) {
+        std::string note;
+        append_timestamp(note);
+        note += "warn log: " + std::to_string(dropped) +
+                " lines dropped: stderr was not being read (see idem_log_lines_dropped_total)\n";
+        write_all(note);
+      }
+      write_all(batch);
+      batch.clear();
+      {
+        std::lock_guard lock(mutex_);
+        written_ = upto;
+      }
+      written_cv_.notify_all();
+    }
+  }
+
+  static void write_all(const std::string& data) {
     std::size_t off = 0;
     while (off < data.size()) {
       const ssize_t n = ::write(STDERR_FILENO, data.data() + off, data.size() - off);
@@ -25,8 +110,27 @@ struct ThreadBuffer {
       if (n <= 0) break;  // stderr is gone; nothing better to do with a log line
       off += static_cast<std::size_t>(n);
     }
-    data.clear();
   }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, written_cv_;
+  std::string pending_;          // guarded by mutex_
+  std::uint64_t submitted_ = 0;  // guarded by mutex_: submit() calls so far
+  std::uint64_t written_ = 0;    // guarded by mutex_: submit() calls written (or dropped)
+  std::uint64_t dropped_ = 0;    // guarded by mutex_: lines dropped since the last note
+  std::atomic<std::uint64_t> dropped_total_{0};
+};
+
+// How long a warning, an error or a notice waits for its line to reach stderr: long enough that
+// lines come out in order and before the event they announce, short enough that a stalled
+// reader costs a request no more than that.
+constexpr std::chrono::milliseconds kWaitForUrgentLines = 100ms;
+
+struct ThreadBuffer {
+  bool buffered = false;
+  std::string data;
+  ~ThreadBuffer() { flush(); }
+  std::uint64_t flush() { return data.empty() ? 0 : Sink::instance().submit(data); }
 };
 
 thread_local ThreadBuffer t_buffer;
@@ -60,7 +164,11 @@ void emit(LogLevel level, std::string_view message, bool now) {
   b.data += ' ';
   b.data += message;
   b.data += '\n';
-  if (now || !b.buffered || level <= LogLevel::warn || b.data.size() >= 16 * 1024) b.flush();
+  if (now || level <= LogLevel::warn) {
+    Sink::instance().wait_written(b.flush(), kWaitForUrgentLines);
+  } else if (!b.buffered || b.data.size() >= 16 * 1024) {
+    b.flush();
+  }
 }
 
 }  // namespace
@@ -78,6 +186,13 @@ void notice(std::string_view message) { emit(LogLevel::info, message, true); }
 void buffer_this_thread() { t_buffer.buffered = true; }
 
 void flush() { t_buffer.flush(); }
+
+void drain(std::chrono::milliseconds timeout) {
+  t_buffer.flush();
+  Sink::instance().wait_written(Sink::instance().last_submitted(), timeout);
+}
+
+std::uint64_t dropped_lines() { return Sink::instance().dropped_total(); }
 
 void append_quoted(std::string& out, std::string_view s) {
   out += '"';

@@ -28,6 +28,7 @@ using namespace idem;
 using namespace idem::gateway;
 
 int fail(int code, const std::string& message) {
+  log::drain(std::chrono::seconds(2));  // the lines logged before this one come first
   std::fprintf(stderr, "idem-gateway: %s\n", message.c_str());
   return code;
 }
@@ -138,7 +139,7 @@ int run(int argc, char** argv) {
   // still exist; then the loops, with whatever they still hold.
   store.reset();
   gateway.reset();
-  log::flush();
+  log::drain(std::chrono::seconds(2));
   return 0;
 }
 

@@ -1,5 +1,7 @@
 #include "idem/gateway/metrics.hpp"
 
+#include "idem/gateway/log.hpp"
+
 #include <cstdio>
 
 namespace idem::gateway {
@@ -212,6 +214,10 @@ std::string Metrics::render() const {
          "Failed accepts on the client and admin listeners (out of file descriptors, mostly); retried every 50 ms.");
   sample(out, "idem_accept_errors_total", "",
          std::to_string(sum([](const MetricsShard& s) -> auto& { return s.accept_errors; })));
+
+  header(out, "idem_log_lines_dropped_total", "counter",
+         "Log lines dropped because stderr was not being read (more than 4 MiB waiting).");
+  sample(out, "idem_log_lines_dropped_total", "", std::to_string(log::dropped_lines()));
 
   header(out, "idem_requests_in_flight", "gauge", "Requests being handled.");
   sample(out, "idem_requests_in_flight", "",

@@ -6,6 +6,7 @@ and one clear line).
     python3 test_lifecycle.py --gateway PATH --upstream-bin PATH [--store memory|sqlite]
 """
 
+import http.client
 import os
 import resource
 import signal
@@ -189,6 +190,77 @@ class OpenFilesLimitTest(GatewayTestCase):
                                            r"max_connections = 10000000 needs" % hard)
         self.assertExecuted(gw.request("POST", "/echo", "{}", key=new_key()))
 
+
+
+class StalledLogReaderTest(GatewayTestCase):
+    """A gateway whose stderr nobody reads (a stalled journald, a pipe into a stuck process) keeps
+    serving and still stops on SIGTERM: its lines wait in a bounded queue, then are dropped,
+    counted in idem_log_lines_dropped_total, and reported once stderr is read again."""
+
+    CONFIG = None
+    # Each keyed request logs a line that carries its key: ~380 bytes with a 250-character key.
+    # The pipe holds 64 KiB; the gateway queues 4 MiB more before it drops lines.
+    KEY_LENGTH = 250
+
+    def setUp(self):
+        if harness.ARGS.store != "memory":
+            self.skipTest("the log does not depend on the store; runs under --store memory")
+
+    def start_with_unread_stderr(self):
+        port, admin = free_port(), free_port()
+        config = os.path.join(self.workdir, "stalled-log.toml")
+        with open(config, "w") as f:
+            f.write(CONFIG)
+        proc = subprocess.Popen([harness.ARGS.gateway, "--config", config,
+                                 "--listen", "127.0.0.1:%d" % port, "--admin-listen", "127.0.0.1:%d" % admin,
+                                 "--upstream", self.upstream.url, "--store", "memory:"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.addCleanup(lambda: (proc.kill(), proc.wait(), proc.stderr.close()))
+        self.eventually(lambda: can_connect(admin) and harness.request(admin, "GET", "/healthz").status == 200,
+                        harness.STARTUP_TIMEOUT, msg="the gateway did not start")
+        return proc, port, admin
+
+    def send_keyed(self, port, count):
+        """Sends `count` keyed POSTs on one connection; each must be answered within 5 s."""
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            for i in range(count):
+                key = new_key("log").ljust(self.KEY_LENGTH, "x")
+                conn.request("POST", "/echo", body="{}", headers={"Idempotency-Key": key})
+                r = conn.getresponse()
+                r.read()
+                self.assertEqual(r.status, 200, "request %d" % i)
+        finally:
+            conn.close()
+
+    def test_requests_go_on_and_dropped_lines_are_counted_then_reported(self):
+        proc, port, admin = self.start_with_unread_stderr()
+        self.send_keyed(port, 12000)  # ~4.5 MiB of lines: fills the pipe and the queue
+        dropped = harness.parse_metrics(harness.request(admin, "GET", "/metrics").body.decode()).get(
+            "idem_log_lines_dropped_total", 0)
+        self.assertGreater(dropped, 0)
+
+        seen = threading.Event()
+        text = bytearray()
+
+        def read_stderr():
+            for line in proc.stderr:
+                text.extend(line)
+                if b"lines dropped: stderr was not being read" in line:
+                    seen.set()
+
+        threading.Thread(target=read_stderr, daemon=True).start()
+        self.assertTrue(seen.wait(20), "no line said how many lines were dropped")
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(20), 0)
+
+    def test_sigterm_stops_it_while_nobody_reads(self):
+        proc, port, _ = self.start_with_unread_stderr()
+        self.send_keyed(port, 1000)  # ~380 KiB: the pipe is full, the writer blocked
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(20), 0)
+        self.assertLess(time.monotonic() - started, 10)
 
 if __name__ == "__main__":
     harness.main()

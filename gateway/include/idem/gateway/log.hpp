@@ -1,5 +1,7 @@
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -15,17 +17,29 @@ bool enabled(LogLevel level);
 
 /// Writes one line "2024-05-01T12:00:00.123Z info message" to stderr. On a thread that called
 /// buffer_this_thread(), info and debug lines are buffered (flushed at 16 KiB and by flush());
-/// warnings and errors are written at once, after what was buffered.
+/// warnings and errors are passed on at once, after what was buffered.
+///
+/// Lines reach stderr through a writer thread of their own: no caller ever blocks on a reader
+/// that stopped reading. A warning or an error waits up to 100 ms for its line to be written, so
+/// that lines keep their order with the events they announce. While stderr takes nothing, up to
+/// 4 MiB of lines wait; beyond that, lines are dropped and counted (dropped_lines()).
 void write(LogLevel level, std::string_view message);
 
-/// Writes an info line whatever the level (start-up and shutdown milestones), unbuffered.
+/// Writes an info line whatever the level (start-up and shutdown milestones), like a warning.
 void notice(std::string_view message);
 
 /// Makes this thread buffer its info/debug lines; it must call flush() periodically.
 void buffer_this_thread();
 
-/// Writes what this thread has buffered.
+/// Passes on what this thread has buffered (without waiting for it to be written).
 void flush();
+
+/// Passes on what this thread has buffered, then waits until every line passed on so far has been
+/// written, at most `timeout` (before the process exits).
+void drain(std::chrono::milliseconds timeout);
+
+/// Lines dropped so far because stderr was not being read (idem_log_lines_dropped_total).
+std::uint64_t dropped_lines();
 
 /// Appends `s` to `out` as a double-quoted string, escaping '"', '\\' and non-printable bytes.
 void append_quoted(std::string& out, std::string_view s);

@@ -191,7 +191,6 @@ class OpenFilesLimitTest(GatewayTestCase):
         self.assertExecuted(gw.request("POST", "/echo", "{}", key=new_key()))
 
 
-
 class StalledLogReaderTest(GatewayTestCase):
     """A gateway whose stderr nobody reads (a stalled journald, a pipe into a stuck process) keeps
     serving and still stops on SIGTERM: its lines wait in a bounded queue, then are dropped,
@@ -241,11 +240,9 @@ class StalledLogReaderTest(GatewayTestCase):
         self.assertGreater(dropped, 0)
 
         seen = threading.Event()
-        text = bytearray()
 
         def read_stderr():
             for line in proc.stderr:
-                text.extend(line)
                 if b"lines dropped: stderr was not being read" in line:
                     seen.set()
 
@@ -261,6 +258,7 @@ class StalledLogReaderTest(GatewayTestCase):
         proc.send_signal(signal.SIGTERM)
         self.assertEqual(proc.wait(20), 0)
         self.assertLess(time.monotonic() - started, 10)
+
 
 if __name__ == "__main__":
     harness.main()

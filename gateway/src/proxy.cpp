@@ -713,6 +713,10 @@ void Handler::log_key(const Decision& d, const Policy& policy, const std::string
     line += " upstream=";
     line += kNames[static_cast<std::size_t>(*ex.upstream_error)];
   }
+  if (d.store_error) {  // why the claim failed (503): the only place an operator can read it
+    line += " store_error=";
+    log::append_quoted(line, d.store_error->message);
+  }
   char ms[32];
   std::snprintf(ms, sizeof ms, " ms=%.2f",
                 std::chrono::duration<double, std::milli>(Clock::now() - start).count());

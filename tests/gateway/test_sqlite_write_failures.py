@@ -103,7 +103,10 @@ class SqliteWriteFailuresTest(GatewayTestCase):
         self.assertEqual(self.gateway.request("GET", "/echo").status, 200)
         self.assertTrue(self.gateway.alive(), "the gateway died at the file-size limit")
         self.assertEqual(self.metric(unavailable) - unavailable_before, refused)
-        self.assertIn("sqlite:", self.gateway.process.log(), "the store's error is not in the log")
+        # The per-key line says why the store refused (info lines are flushed every 250 ms).
+        self.eventually(lambda: any("verdict=store_unavailable" in l and 'store_error="sqlite:' in l
+                                    for l in self.gateway.process.log().splitlines()),
+                        5, msg="no per-key line gives the store's error")
 
         self.lift_limit()
         for key in keys:

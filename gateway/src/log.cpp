@@ -121,9 +121,9 @@ class Sink {
   std::atomic<std::uint64_t> dropped_total_{0};
 };
 
-// How long a warning, an error or a notice waits for its line to reach stderr: long enough that
-// lines come out in order and before the event they announce, short enough that a stalled
-// reader costs a request no more than that.
+// How long a warning, an error or a notice from a thread that serves no requests (start-up,
+// shutdown, the store's threads) waits for its line to reach stderr, so that it is written before
+// what it announces happens. Event loops never wait: the queue already keeps every line in order.
 constexpr std::chrono::milliseconds kWaitForUrgentLines = 100ms;
 
 struct ThreadBuffer {
@@ -165,7 +165,8 @@ void emit(LogLevel level, std::string_view message, bool now) {
   b.data += message;
   b.data += '\n';
   if (now || level <= LogLevel::warn) {
-    Sink::instance().wait_written(b.flush(), kWaitForUrgentLines);
+    const auto seq = b.flush();
+    if (!b.buffered) Sink::instance().wait_written(seq, kWaitForUrgentLines);
   } else if (!b.buffered || b.data.size() >= 16 * 1024) {
     b.flush();
   }

@@ -19,10 +19,11 @@ bool enabled(LogLevel level);
 /// buffer_this_thread(), info and debug lines are buffered (flushed at 16 KiB and by flush());
 /// warnings and errors are passed on at once, after what was buffered.
 ///
-/// Lines reach stderr through a writer thread of their own: no caller ever blocks on a reader
-/// that stopped reading. A warning or an error waits up to 100 ms for its line to be written, so
-/// that lines keep their order with the events they announce. While stderr takes nothing, up to
-/// 4 MiB of lines wait; beyond that, lines are dropped and counted (dropped_lines()).
+/// Lines reach stderr, in order, through a writer thread of their own: no caller ever blocks on
+/// a reader that stopped reading. On a thread that does not buffer (not an event loop), a warning
+/// or an error waits up to 100 ms for its line to be written, so that it comes out before what it
+/// announces. While stderr takes nothing, up to 4 MiB of lines wait; beyond that, lines are
+/// dropped and counted (dropped_lines()).
 void write(LogLevel level, std::string_view message);
 
 /// Writes an info line whatever the level (start-up and shutdown milestones), like a warning.

@@ -297,12 +297,12 @@ OpenedStore open_or_fail(const std::string& url) {
   if (const auto path = sqlite_path_of(url)) {
     std::error_code ec;
     if (!std::filesystem::exists(*path, ec)) {
-      fail(kExitFailure, "cannot open store " + url + ": " + *path +
+      fail(kExitFailure, "cannot open store " + redact_url(url) + ": " + *path +
                              " does not exist (idemctl never creates a store: give the path the gateway uses)");
     }
   }
   auto opened = open_store(url);
-  if (!opened) fail(kExitFailure, "cannot open store " + redact_store_url(url) + ": " + opened.error().message);
+  if (!opened) fail(kExitFailure, "cannot open store " + redact_url(url) + ": " + opened.error().message);
   return std::move(*opened);
 }
 

@@ -427,7 +427,7 @@ void apply_overrides(const Overrides& o, Config& config) {
       return parse(text);
     } catch (const ConfigError& e) {
       // Store URLs may carry a password: echo them redacted.
-      throw ConfigError(std::string(name) + " " + quoted(redact_store_url(text)) + ": " + e.what());
+      throw ConfigError(std::string(name) + " " + quoted(redact_url(text)) + ": " + e.what());
     }
   };
   if (o.listen) config.listen = flag("--listen", *o.listen, parse_listen_address);

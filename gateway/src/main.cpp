@@ -42,7 +42,7 @@ std::unique_ptr<Store> open_configured_store(const StoreUrl& url, std::string& e
       std::error_code ec;
       std::filesystem::create_directories(path.parent_path(), ec);
       if (ec) {
-        error = "store " + url.text + ": cannot create directory " + path.parent_path().string() + ": " + ec.message();
+        error = "store " + redact_url(url.text) + ": cannot create directory " + path.parent_path().string() + ": " + ec.message();
         return nullptr;
       }
     }
@@ -51,7 +51,7 @@ std::unique_ptr<Store> open_configured_store(const StoreUrl& url, std::string& e
   options.reaper_interval = Millis{0};  // the gateway runs its own reaper for every store
   auto opened = open_store(url.text, options);
   if (!opened) {
-    error = "store " + redact_store_url(url.text) + ": " + opened.error().message;
+    error = "store " + redact_url(url.text) + ": " + opened.error().message;
     return nullptr;
   }
   return std::move(opened->store);

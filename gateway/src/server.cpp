@@ -23,6 +23,7 @@
 #include "idem/gateway/log.hpp"
 #include "idem/http/async.hpp"
 #include "idem/http/message.hpp"
+#include "idem/redact.hpp"
 
 namespace idem::gateway {
 namespace {
@@ -185,7 +186,7 @@ void Gateway::Impl::run() {
   arm();
 
   std::string line = "listening on " + describe(acceptor->local_endpoint()) + ", upstream http://" +
-                     config.upstream.authority + ", store " + config.store.text + ", " +
+                     config.upstream.authority + ", store " + redact_url(config.store.text) + ", " +
                      std::to_string(workers.size()) + " threads";
   if (admin) line += ", admin on " + describe(admin->local_endpoint());
   log::notice(line);

@@ -24,18 +24,6 @@ StoreError bad_url(std::string message) { return StoreError{StoreErrc::internal,
 
 }  // namespace
 
-std::string redact_store_url(std::string_view url) {
-  const auto scheme_end = url.find("://");
-  if (scheme_end == std::string_view::npos) return std::string(url);
-  const auto authority = scheme_end + 3;
-  const auto at = url.find('@', authority);
-  const auto slash = url.find('/', authority);
-  if (at == std::string_view::npos || (slash != std::string_view::npos && at > slash)) return std::string(url);
-  const auto colon = url.find(':', authority);
-  if (colon == std::string_view::npos || colon > at) return std::string(url);
-  return std::string(url.substr(0, colon + 1)) + "***" + std::string(url.substr(at));
-}
-
 std::optional<std::string> check_store_url(std::string_view url) {
   switch (scheme_of(url)) {
     case Scheme::memory:
@@ -56,7 +44,7 @@ std::optional<std::string> check_store_url(std::string_view url) {
            ") is not supported: Debian's hiredis 0.14 has no TLS. Reach a TLS-only Redis through a local TLS "
            "tunnel (stunnel, spiped) and name the tunnel's end: redis://127.0.0.1:PORT";
   }
-  return "unknown store URL \"" + redact_store_url(url) +
+  return "unknown store URL \"" + redact_url(url) +
          "\"; expected memory:, sqlite:PATH, postgres://..., redis://HOST:PORT or redis+cluster://HOST:PORT,...";
 }
 
@@ -72,9 +60,14 @@ namespace {
 // A store that is also its own operator interface (every backend is), as OpenedStore.
 template <class Backend>
 StoreResult<OpenedStore> opened(std::string_view url, StoreResult<std::unique_ptr<Backend>> store) {
-  if (!store) return std::unexpected(std::move(store.error()));
+  if (!store) {
+    // A library's message may quote the part of the URL it could not parse, password included.
+    StoreError error = std::move(store.error());
+    error.message = scrub_secrets(error.message, url);
+    return std::unexpected(std::move(error));
+  }
   OpenedStore out;
-  out.name = redact_store_url(url);
+  out.name = redact_url(url);
   out.admin = store->get();
   out.store = std::move(*store);
   return out;

@@ -97,9 +97,9 @@ TEST(OpenStore, TheSqlitePathOfAUrlLeavesItsOptionsOut) {
 }
 
 TEST(OpenStore, PasswordsNeverAppearInNames) {
-  EXPECT_EQ(redact_store_url("postgres://idem:s3cret@db:5432/idem"), "postgres://idem:***@db:5432/idem");
-  EXPECT_EQ(redact_store_url("postgres://idem@db/idem"), "postgres://idem@db/idem");
-  EXPECT_EQ(redact_store_url("redis://h:6379"), "redis://h:6379");
+  EXPECT_EQ(redact_url("postgres://idem:s3cret@db:5432/idem"), "postgres://idem:***@db:5432/idem");
+  EXPECT_EQ(redact_url("postgres://idem@db/idem"), "postgres://idem@db/idem");
+  EXPECT_EQ(redact_url("redis://h:6379"), "redis://h:6379");
   EXPECT_EQ(check_store_url("mysql://u:pw@h/db")->find("pw"), std::string::npos);
 }
 

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "idem/clock.hpp"
+#include "idem/redact.hpp"  // redact_url, for printing a store URL
 #include "idem/store.hpp"
 #include "idem/store_admin.hpp"
 
@@ -43,8 +44,5 @@ std::optional<std::string> check_store_url(std::string_view url);
 /// The database file a valid `sqlite:` URL names (its options left out); nullopt for any other
 /// URL.
 std::optional<std::string> sqlite_path_of(std::string_view url);
-
-/// The URL with any password replaced by "***", safe to log.
-std::string redact_store_url(std::string_view url);
 
 }  // namespace idem

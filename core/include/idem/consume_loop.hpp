@@ -1,0 +1,213 @@
+#pragma once
+
+// The consume loop (SPEC §10): receive from a broker, decide (process_once or a handler of the
+// caller's), act on the outcome: ack, retry with backoff, or dead-letter; one direction, outcomes
+// as values. It is what examples/ledger_consumer, examples/notifier and idem-consume run, on
+// any MessageSource (brokers/amqp, brokers/redis_streams).
+//
+// The one rule: a delivery is acknowledged only after its outcome is durable, either its record
+// in the store (processed, duplicate) or its copy in the dead-letter queue (the source's
+// dead_letter acks only after the broker confirmed the copy). A consumer that dies at any point
+// leaves its unacknowledged deliveries to the broker, which delivers them again; the store's
+// record makes the second delivery a duplicate.
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "idem/broker.hpp"
+#include "idem/consumer.hpp"
+
+namespace idem {
+
+/// What the loop does with one delivery once it has been processed.
+struct MessageDisposition {
+  enum class Action : std::uint8_t {
+    ack,          ///< done with (processed, or processed before): acknowledge it
+    retry,        ///< try it again in this process after a delay (handler failed, store down, held elsewhere)
+    dead_letter,  ///< move it to the dead-letter queue with `reason` and acknowledge it
+  };
+  Action action = Action::ack;
+  /// dead_letter: one word (`DeadLetterReason::reason`); retry: why, for the log.
+  std::string reason;
+  /// A sentence for the log and the dead letter: the handler's error, the store's, ...
+  std::string detail;
+  /// retry: wait at least this long (a handler's Retry-After), else the loop's backoff.
+  std::optional<Millis> retry_after;
+  /// retry: whether this try counts toward max_attempts. A handler that ran and failed counts;
+  /// a message held by another delivery, or a store that could not be reached, does not.
+  bool counts_as_attempt = true;
+
+  static MessageDisposition ack_it(std::string reason = {}) { return {Action::ack, std::move(reason), {}, {}, false}; }
+  static MessageDisposition retry_it(std::string reason, std::string detail, bool counts, std::optional<Millis> after = {}) {
+    return {Action::retry, std::move(reason), std::move(detail), after, counts};
+  }
+  static MessageDisposition dead_letter_it(std::string reason, std::string detail) {
+    return {Action::dead_letter, std::move(reason), std::move(detail), {}, false};
+  }
+};
+
+/// What a processor is told about the delivery besides the message.
+struct DeliveryAttempt {
+  /// 1 for the first try of this message known here; counts the broker's earlier deliveries
+  /// and this process's earlier failed tries.
+  std::uint32_t number = 1;
+  /// The last failure's detail, if this is a retry.
+  std::string last_error;
+};
+
+/// Processes one delivery: blocking, on one of the loop's worker threads. Must not throw
+/// (a throw is taken as a failed try with its message).
+using DeliveryProcessor = std::function<MessageDisposition(const Delivery&, const DeliveryAttempt&)>;
+
+/// The disposition of a process_once / process_once_in_transaction answer:
+///   processed, duplicate                      -> ack
+///   handler_failed                            -> retry, counted
+///   in_progress, lost, a retryable store error -> retry, not counted (the record decides next time)
+///   conflict, invalid_id                      -> dead_letter
+///   outcome_unknown                           -> dead_letter "outcome_unknown": parked for an
+///                                                operator (idemctl resolve), never run again here
+///   a store error that is not retryable       -> retry, counted (a corrupt record is not lost:
+///                                                after max_attempts it is dead-lettered)
+MessageDisposition disposition_of(const StoreResult<MessageOutcome>& outcome);
+
+/// Counters of one loop, for /metrics. All monotonic except in_flight.
+struct ConsumeStats {
+  std::atomic<std::uint64_t> received{0};
+  std::atomic<std::uint64_t> processed{0};         ///< acked after a successful try
+  std::atomic<std::uint64_t> duplicates{0};        ///< acked because they were processed before
+  std::atomic<std::uint64_t> retried{0};           ///< tries scheduled again
+  std::atomic<std::uint64_t> dead_lettered{0};
+  std::atomic<std::uint64_t> stale{0};             ///< deliveries of a lost connection, left to the broker
+  std::atomic<std::uint64_t> broker_errors{0};
+  std::atomic<std::int64_t> in_flight{0};          ///< held: received, not yet acked or dead-lettered
+  /// Processor latency histogram: counts of tries that took at most kLatencyBounds[i] seconds,
+  /// the last bucket being +Inf; and the sum of all, in nanoseconds.
+  static constexpr std::array<double, 12> kLatencyBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                             0.1,   0.25,   0.5,   1.0,  2.5,   10.0};
+  std::array<std::atomic<std::uint64_t>, kLatencyBounds.size() + 1> latency_buckets{};
+  std::atomic<std::uint64_t> latency_sum_ns{0};
+  std::atomic<std::uint64_t> latency_count{0};
+  /// Dead letters by reason ("missing_id", "poison", ...), under its own lock.
+  std::map<std::string, std::uint64_t> dead_letters_by_reason() const;
+
+  void observe_latency(std::chrono::nanoseconds took);
+  void count_dead_letter(const std::string& reason);
+
+ private:
+  mutable std::mutex reasons_mutex_;
+  std::map<std::string, std::uint64_t> reasons_;
+};
+
+/// How the loop runs; defaults suit handlers that take milliseconds to seconds.
+struct ConsumeLoopOptions {
+  /// Threads running the processor. Deliveries beyond them wait (up to the source's prefetch).
+  std::size_t workers = 8;
+  /// Most deliveries held at once (received, not yet acked); at most the source's prefetch.
+  std::size_t max_in_flight = 64;
+  /// A message body larger than this is dead-lettered ("too_large") without being processed.
+  std::size_t max_message_bytes = 1024 * 1024;
+  /// Tries before a failing message is dead-lettered ("poison") with its last error; the
+  /// broker's earlier deliveries count too, so a message that kills its consumer each time is
+  /// caught as well.
+  std::uint32_t max_attempts = 5;
+  /// Backoff between tries of one message: doubles from retry_min up to retry_max, with full
+  /// jitter (a random delay between half and all of it), or the processor's retry_after.
+  Millis retry_min = std::chrono::milliseconds(200);
+  Millis retry_max = std::chrono::seconds(30);
+  /// On stop(): how long tries already running may take to finish; deliveries not done by then
+  /// are left unacknowledged, and the broker delivers them again.
+  Millis drain_timeout = std::chrono::seconds(30);
+  /// How long one receive waits when nothing is held (bounds how quickly stop() is seen if wake
+  /// is lost; normally stop() wakes it at once).
+  Millis idle_wait = std::chrono::seconds(1);
+  /// Told every delivery's outcome: final ones ("processed", "duplicate", "dead_letter:poison",
+  /// "stale", "requeued") on the receiving thread, retries ("retry:handler_failed", ...) on a
+  /// worker; so it must be thread-safe. For logs and tests. Optional.
+  std::function<void(const Delivery&, std::string_view outcome, std::string_view detail)> on_outcome;
+  /// Told about broker trouble (a lost connection, a failed ack), once per event. Optional.
+  std::function<void(std::string_view line)> on_warning;
+};
+
+/// Runs a DeliveryProcessor over every delivery of a source until stopped.
+///
+/// Before the processor runs, the loop itself dead-letters what must never be processed: a
+/// message without an id ("missing_id"), an id breaking SPEC §2's rules ("invalid_id"), a body
+/// over max_message_bytes ("too_large"), and a message the broker has delivered more than
+/// max_attempts times ("poison"). Thread-safe: stop() and ready() from any thread.
+class ConsumeLoop {
+ public:
+  ConsumeLoop(MessageSource& source, DeliveryProcessor processor, ConsumeLoopOptions options = {});
+  ~ConsumeLoop();
+  ConsumeLoop(const ConsumeLoop&) = delete;
+  ConsumeLoop& operator=(const ConsumeLoop&) = delete;
+
+  /// Receives and processes until stop(); then drains (see drain_timeout) and returns. Blocks the
+  /// calling thread, which is the only one that touches the source. Returns an error only when the
+  /// broker refused us (credentials, permissions: an operator must act); a broker that cannot be
+  /// reached is retried, with ready() false meanwhile.
+  BrokerResult<Done> run();
+
+  /// Asks run() to stop receiving, finish what is running and return. Any thread; not from a
+  /// signal handler (use a thread that waits for signals).
+  void stop();
+
+  /// Whether the last receive reached the broker (for /readyz).
+  bool ready() const { return ready_.load(std::memory_order_relaxed); }
+
+  /// The loop's counters.
+  const ConsumeStats& stats() const { return stats_; }
+
+  /// After run(): whether every delivery held was settled within drain_timeout. When not, some
+  /// processor is still running: the destructor waits for it, so a process that must exit now
+  /// should exit without destroying the loop (the broker redelivers what was not acked).
+  bool drained() const { return drained_.load(); }
+
+ private:
+  struct Task;
+  void worker();
+  void handle_received(std::vector<Delivery> deliveries);
+  // The receiving thread's side: acts on finished tasks (ack, dead-letter), batched.
+  void settle_finished();
+  std::optional<MessageDisposition> screen(const Delivery& d) const;
+  void finish(std::unique_ptr<Task> task, MessageDisposition disposition);
+  void tell(const Delivery& d, std::string_view outcome, std::string_view detail) const;
+  void schedule(std::unique_ptr<Task> task, std::chrono::steady_clock::time_point at);
+  Millis backoff(std::uint32_t failures);
+
+  MessageSource& source_;
+  DeliveryProcessor processor_;
+  ConsumeLoopOptions options_;
+  ConsumeStats stats_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> drained_{false};
+
+  std::mutex mutex_;
+  std::condition_variable work_ready_;  // workers: a task is waiting, or they must stop
+  std::condition_variable settled_;     // the receiving thread: a task finished, or stop()
+  // Tasks waiting to run, soonest first; tasks whose processor returned, for the receiving thread.
+  std::vector<std::unique_ptr<Task>> waiting_;
+  std::vector<std::pair<std::unique_ptr<Task>, MessageDisposition>> finished_;
+  std::size_t held_ = 0;     // deliveries received and not yet settled
+  std::size_t running_ = 0;  // tasks a worker is processing now
+  bool workers_stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+/// Whether a message id is usable as a dedupe key (SPEC §2's rules for ids: 1-256 visible ASCII
+/// characters); nullopt when it is, else a sentence saying why not.
+std::optional<std::string> message_id_problem(std::string_view id);
+
+}  // namespace idem

@@ -1,0 +1,425 @@
+#include "idem/consume_loop.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <random>
+
+namespace idem {
+namespace {
+
+using Steady = std::chrono::steady_clock;
+
+constexpr std::size_t kMaxMessageId = 256;
+
+std::string attempts_text(std::uint32_t n) { return std::to_string(n) + (n == 1 ? " try" : " tries"); }
+
+}  // namespace
+
+std::optional<std::string> message_id_problem(std::string_view id) {
+  if (id.empty()) return "the message id is empty";
+  if (id.size() > kMaxMessageId) return "the message id is longer than " + std::to_string(kMaxMessageId) + " characters";
+  if (!all_visible_ascii(id)) return "the message id has a character that is not visible ASCII (encode such ids, e.g. in hex)";
+  return std::nullopt;
+}
+
+MessageDisposition disposition_of(const StoreResult<MessageOutcome>& outcome) {
+  if (!outcome) {
+    const StoreError& e = outcome.error();
+    std::string detail = "store " + std::string(to_string(e.code)) + ": " + e.message;
+    return MessageDisposition::retry_it("store_error", std::move(detail), /*counts=*/!e.retryable());
+  }
+  switch (outcome->status) {
+    case MessageStatus::processed:
+      return MessageDisposition::ack_it("processed");
+    case MessageStatus::duplicate:
+      return MessageDisposition::ack_it("duplicate");
+    case MessageStatus::handler_failed:
+      return MessageDisposition::retry_it("handler_failed", outcome->detail, /*counts=*/true);
+    case MessageStatus::in_progress:
+    case MessageStatus::lost:
+      return MessageDisposition::retry_it(std::string(to_string(outcome->status)), outcome->detail, /*counts=*/false);
+    case MessageStatus::conflict:
+      return MessageDisposition::dead_letter_it("conflict", outcome->detail);
+    case MessageStatus::invalid_id:
+      return MessageDisposition::dead_letter_it("invalid_id", outcome->detail);
+    case MessageStatus::outcome_unknown:
+      return MessageDisposition::dead_letter_it("outcome_unknown", outcome->detail);
+  }
+  return MessageDisposition::retry_it("internal", "unknown message status", true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// ConsumeStats
+
+void ConsumeStats::observe_latency(std::chrono::nanoseconds took) {
+  const double seconds = std::chrono::duration<double>(took).count();
+  std::size_t i = 0;
+  while (i < kLatencyBounds.size() && seconds > kLatencyBounds[i]) ++i;
+  latency_buckets[i].fetch_add(1, std::memory_order_relaxed);
+  latency_sum_ns.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(took.count(), 0)),
+                           std::memory_order_relaxed);
+  latency_count.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ConsumeStats::count_dead_letter(const std::string& reason) {
+  dead_lettered.fetch_add(1, std::memory_order_relaxed);
+  const std::lock_guard lock(reasons_mutex_);
+  ++reasons_[reason];
+}
+
+std::map<std::string, std::uint64_t> ConsumeStats::dead_letters_by_reason() const {
+  const std::lock_guard lock(reasons_mutex_);
+  return reasons_;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ConsumeLoop
+
+struct ConsumeLoop::Task {
+  Delivery delivery;
+  DeliveryAttempt attempt;
+  std::uint32_t tries = 0;     // processor runs so far, counted or not (for the backoff)
+  std::uint32_t failures = 0;  // counted failures so far in this process
+  Steady::time_point ready_at{};
+  // A dead letter that could not be written yet: written again when the task comes round,
+  // without running the processor again.
+  std::optional<MessageDisposition> pending;
+  // Set when the loop stops before this task ran again: hand it back to the broker.
+  bool requeue = false;
+};
+
+ConsumeLoop::ConsumeLoop(MessageSource& source, DeliveryProcessor processor, ConsumeLoopOptions options)
+    : source_(source), processor_(std::move(processor)), options_(std::move(options)) {
+  options_.workers = std::max<std::size_t>(options_.workers, 1);
+  options_.max_in_flight = std::max<std::size_t>(options_.max_in_flight, 1);
+  options_.max_attempts = std::max<std::uint32_t>(options_.max_attempts, 1);
+}
+
+ConsumeLoop::~ConsumeLoop() {
+  {
+    const std::lock_guard lock(mutex_);
+    workers_stop_ = true;
+  }
+  work_ready_.notify_all();
+  for (auto& t : workers_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+void ConsumeLoop::stop() {
+  stopping_.store(true);
+  {
+    const std::lock_guard lock(mutex_);  // so a receiving thread about to wait sees it
+  }
+  settled_.notify_all();
+  work_ready_.notify_all();
+  source_.wake();
+}
+
+void ConsumeLoop::tell(const Delivery& d, std::string_view outcome, std::string_view detail) const {
+  if (options_.on_outcome) options_.on_outcome(d, outcome, detail);
+}
+
+Millis ConsumeLoop::backoff(std::uint32_t tries) {
+  thread_local std::minstd_rand random{std::random_device{}()};
+  Millis base = options_.retry_min;
+  for (std::uint32_t i = 1; i < tries && base < options_.retry_max; ++i) base *= 2;
+  base = std::min(base, options_.retry_max);
+  std::uniform_int_distribution<std::int64_t> jitter(base.count() / 2, std::max<std::int64_t>(base.count(), 1));
+  return Millis{jitter(random)};
+}
+
+std::optional<MessageDisposition> ConsumeLoop::screen(const Delivery& d) const {
+  if (!d.has_message_id) {
+    return MessageDisposition::dead_letter_it("missing_id",
+                                       "the message has no message id, so it cannot be processed once; nothing was run");
+  }
+  if (auto problem = message_id_problem(d.message_id)) {
+    return MessageDisposition::dead_letter_it("invalid_id", *problem + "; nothing was run");
+  }
+  if (d.body.size() > options_.max_message_bytes) {
+    return MessageDisposition::dead_letter_it("too_large", "the message body is " + std::to_string(d.body.size()) +
+                                                        " bytes, over the limit of " +
+                                                        std::to_string(options_.max_message_bytes) + "; nothing was run");
+  }
+  if (d.delivery_count > options_.max_attempts) {
+    return MessageDisposition::dead_letter_it(
+        "poison", "the broker delivered this message " + std::to_string(d.delivery_count) + " times, more than the " +
+                      attempts_text(options_.max_attempts) +
+                      " allowed (a consumer may have died processing it each time); it was not run again");
+  }
+  return std::nullopt;
+}
+
+void ConsumeLoop::handle_received(std::vector<Delivery> deliveries) {
+  const auto now = Steady::now();
+  std::vector<std::unique_ptr<Task>> runnable;
+  {
+    const std::lock_guard lock(mutex_);
+    for (Delivery& d : deliveries) {
+      stats_.received.fetch_add(1, std::memory_order_relaxed);
+      stats_.in_flight.fetch_add(1, std::memory_order_relaxed);
+      ++held_;
+      auto task = std::make_unique<Task>();
+      task->attempt.number = std::max<std::uint32_t>(d.delivery_count, 1);
+      task->delivery = std::move(d);
+      task->ready_at = now;
+      if (auto screened = screen(task->delivery)) {
+        finished_.emplace_back(std::move(task), std::move(*screened));
+      } else {
+        waiting_.push_back(std::move(task));
+      }
+    }
+  }
+  work_ready_.notify_all();
+}
+
+void ConsumeLoop::schedule(std::unique_ptr<Task> task, Steady::time_point at) {
+  task->ready_at = at;
+  {
+    const std::lock_guard lock(mutex_);
+    waiting_.push_back(std::move(task));
+  }
+  work_ready_.notify_one();
+}
+
+void ConsumeLoop::finish(std::unique_ptr<Task> task, MessageDisposition disposition) {
+  {
+    const std::lock_guard lock(mutex_);
+    finished_.emplace_back(std::move(task), std::move(disposition));
+  }
+  settled_.notify_all();
+  source_.wake();
+}
+
+void ConsumeLoop::worker() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    if (workers_stop_) return;
+    // The task that is due soonest.
+    auto soonest = std::min_element(waiting_.begin(), waiting_.end(),
+                                    [](const auto& a, const auto& b) { return a->ready_at < b->ready_at; });
+    if (soonest == waiting_.end()) {
+      work_ready_.wait(lock);
+      continue;
+    }
+    if ((*soonest)->ready_at > Steady::now() && !stopping_.load()) {
+      work_ready_.wait_until(lock, (*soonest)->ready_at);
+      continue;
+    }
+    std::unique_ptr<Task> task = std::move(*soonest);
+    waiting_.erase(soonest);
+    if (stopping_.load()) {
+      // Not started again once stopping: the broker gives it to whoever runs next.
+      task->requeue = true;
+      finished_.emplace_back(std::move(task), MessageDisposition{});
+      lock.unlock();
+      settled_.notify_all();
+      source_.wake();
+      lock.lock();
+      continue;
+    }
+    ++running_;
+    lock.unlock();
+
+    MessageDisposition disposition;
+    if (task->pending) {
+      disposition = *task->pending;
+    } else {
+      const auto t0 = Steady::now();
+      try {
+        disposition = processor_(task->delivery, task->attempt);
+      } catch (const std::exception& e) {
+        disposition = MessageDisposition::retry_it("handler_failed", std::string("the processor threw: ") + e.what(), true);
+      } catch (...) {
+        disposition = MessageDisposition::retry_it("handler_failed", "the processor threw", true);
+      }
+      stats_.observe_latency(Steady::now() - t0);
+      ++task->tries;
+    }
+
+    if (disposition.action == MessageDisposition::Action::retry) {
+      if (disposition.counts_as_attempt) {
+        ++task->failures;
+        task->attempt.last_error = disposition.detail;
+      }
+      if (disposition.counts_as_attempt && task->attempt.number >= options_.max_attempts) {
+        std::string detail = "failed " + attempts_text(task->attempt.number) + ", the limit; last error: " +
+                             task->attempt.last_error;
+        finish(std::move(task), MessageDisposition::dead_letter_it("poison", std::move(detail)));
+      } else {
+        if (disposition.counts_as_attempt) ++task->attempt.number;
+        stats_.retried.fetch_add(1, std::memory_order_relaxed);
+        Millis delay = backoff(task->tries);
+        if (disposition.retry_after) delay = std::clamp(*disposition.retry_after, delay, options_.retry_max);
+        tell(task->delivery, "retry:" + disposition.reason, disposition.detail);
+        schedule(std::move(task), Steady::now() + delay);
+      }
+    } else {
+      finish(std::move(task), std::move(disposition));
+    }
+
+    lock.lock();
+    --running_;
+    if (running_ == 0) settled_.notify_all();
+  }
+}
+
+void ConsumeLoop::settle_finished() {
+  std::vector<std::pair<std::unique_ptr<Task>, MessageDisposition>> done;
+  {
+    const std::lock_guard lock(mutex_);
+    done.swap(finished_);
+  }
+  if (done.empty()) return;
+
+  std::size_t settled = 0;
+  std::vector<Delivery> acks;
+  std::vector<std::pair<Delivery, std::string>> acked_outcomes;
+  auto warn = [&](const std::string& line) {
+    if (options_.on_warning) options_.on_warning(line);
+  };
+
+  for (auto& [task, disposition] : done) {
+    const Delivery& d = task->delivery;
+    if (task->requeue) {
+      if (auto r = source_.requeue(d); !r && r.error().code != BrokerErrc::stale) {
+        warn("requeue of message " + d.message_id + " failed: " + r.error().message +
+             " (the broker delivers it again once this connection closes)");
+      }
+      tell(d, "requeued", "the consumer is stopping");
+      ++settled;
+      continue;
+    }
+    switch (disposition.action) {
+      case MessageDisposition::Action::ack:
+        acks.push_back(d);
+        acked_outcomes.emplace_back(d, disposition.reason);
+        if (disposition.reason == "duplicate") {
+          stats_.duplicates.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          stats_.processed.fetch_add(1, std::memory_order_relaxed);
+        }
+        ++settled;
+        break;
+      case MessageDisposition::Action::dead_letter: {
+        DeadLetterReason why{disposition.reason, disposition.detail, task->attempt.last_error, task->attempt.number};
+        auto written = source_.dead_letter(d, why);
+        if (written) {
+          stats_.count_dead_letter(disposition.reason);
+          tell(d, "dead_letter:" + disposition.reason, disposition.detail);
+          ++settled;
+        } else if (written.error().code == BrokerErrc::stale) {
+          stats_.stale.fetch_add(1, std::memory_order_relaxed);
+          tell(d, "stale", "the connection it came on was lost; the broker delivers it again");
+          ++settled;
+        } else {
+          // Not written: keep holding it and write it again later, without processing it again.
+          stats_.broker_errors.fetch_add(1, std::memory_order_relaxed);
+          warn("dead-lettering message " + d.message_id + " failed: " + written.error().message + "; trying again");
+          task->pending = disposition;
+          ++task->tries;
+          const auto delay = backoff(task->tries);
+          schedule(std::move(task), Steady::now() + delay);
+        }
+        break;
+      }
+      case MessageDisposition::Action::retry:
+        break;  // workers schedule retries themselves; never here
+    }
+  }
+
+  if (!acks.empty()) {
+    auto acked = source_.ack(acks);
+    if (!acked) {
+      // The records are durable: an unacknowledged message comes back and is a duplicate then.
+      if (acked.error().code == BrokerErrc::stale) {
+        stats_.stale.fetch_add(acks.size(), std::memory_order_relaxed);
+      } else {
+        stats_.broker_errors.fetch_add(1, std::memory_order_relaxed);
+        warn("ack failed: " + acked.error().message + " (the broker delivers those messages again; they are duplicates then)");
+      }
+    }
+    for (const auto& [d, outcome] : acked_outcomes) tell(d, outcome, {});
+  }
+
+  if (settled > 0) {
+    {
+      const std::lock_guard lock(mutex_);
+      held_ -= settled;
+    }
+    stats_.in_flight.fetch_sub(static_cast<std::int64_t>(settled), std::memory_order_relaxed);
+    settled_.notify_all();
+  }
+}
+
+BrokerResult<Done> ConsumeLoop::run() {
+  for (std::size_t i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker(); });
+  bool ever_ready = false;
+  bool outage_told = false;
+  std::uint32_t failures_in_a_row = 0;
+  std::optional<BrokerError> refused;
+
+  while (!stopping_.load()) {
+    settle_finished();
+    std::size_t room = 0;
+    {
+      std::unique_lock lock(mutex_);
+      if (held_ >= options_.max_in_flight) {
+        // Full: wait for a task to finish instead of receiving.
+        settled_.wait_for(lock, options_.idle_wait, [&] { return !finished_.empty() || stopping_.load(); });
+        continue;
+      }
+      room = options_.max_in_flight - held_;
+    }
+    auto received = source_.receive(room, options_.idle_wait);
+    if (!received) {
+      ready_.store(false);
+      stats_.broker_errors.fetch_add(1, std::memory_order_relaxed);
+      const BrokerError& e = received.error();
+      if (e.code == BrokerErrc::refused && !ever_ready) {
+        refused = e;  // wrong credentials or permissions from the start: say so and stop
+        break;
+      }
+      if (!outage_told && options_.on_warning) options_.on_warning("broker: " + e.message);
+      outage_told = true;
+      // The source backs off between its reconnects; this only keeps a refusing broker from
+      // being asked in a tight loop.
+      ++failures_in_a_row;
+      std::unique_lock lock(mutex_);
+      settled_.wait_for(lock, std::min(backoff(failures_in_a_row), options_.idle_wait),
+                        [&] { return stopping_.load(); });
+      continue;
+    }
+    if (outage_told && options_.on_warning) options_.on_warning("broker: reachable again");
+    outage_told = false;
+    failures_in_a_row = 0;
+    ever_ready = true;
+    ready_.store(true);
+    if (!received->empty()) handle_received(std::move(*received));
+  }
+
+  // Drain: waiting tasks go back to the broker; running ones may finish within drain_timeout.
+  stopping_.store(true);
+  work_ready_.notify_all();
+  const auto deadline = Steady::now() + options_.drain_timeout;
+  while (true) {
+    settle_finished();
+    std::unique_lock lock(mutex_);
+    if (held_ == 0) break;
+    // Anything still waiting is requeued by a worker (they see stopping_); running ones finish.
+    if (running_ == 0 && finished_.empty() && waiting_.empty()) break;  // held by nobody: cannot happen
+    if (Steady::now() >= deadline) break;
+    settled_.wait_until(lock, std::min(deadline, Steady::now() + std::chrono::milliseconds(50)),
+                        [&] { return !finished_.empty(); });
+  }
+  {
+    const std::lock_guard lock(mutex_);
+    drained_.store(held_ == 0);
+  }
+  ready_.store(false);
+  if (refused) return std::unexpected(std::move(*refused));
+  return Done{};
+}
+
+}  // namespace idem

@@ -1,0 +1,403 @@
+#include "idem/consume_loop.hpp"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <set>
+
+#include "idem/memory_store.hpp"
+
+namespace idem {
+namespace {
+
+using namespace std::chrono_literals;
+
+// An in-memory broker queue for the loop's unit tests (the real brokers have their own tests
+// and the broker conformance suite): deliveries held until acked, requeued or dead-lettered;
+// close() gives every held one back, as a broker does when a consumer's connection goes.
+class FakeSource final : public MessageSource {
+ public:
+  void publish(std::string id, std::string body, bool with_id = true) {
+    Delivery d;
+    d.message_id = std::move(id);
+    d.has_message_id = with_id;
+    d.body = std::move(body);
+    const std::lock_guard lock(mutex_);
+    d.handle = ++next_handle_;
+    queue_.push_back(std::move(d));
+    cv_.notify_all();
+  }
+
+  BrokerResult<std::vector<Delivery>> receive(std::size_t max, Millis wait) override {
+    std::unique_lock lock(mutex_);
+    if (refuse_) return std::unexpected(BrokerError{BrokerErrc::refused, "login refused", false});
+    cv_.wait_for(lock, wait, [&] { return !queue_.empty() || woken_; });
+    woken_ = false;
+    std::vector<Delivery> out;
+    while (!queue_.empty() && out.size() < max) {
+      Delivery d = std::move(queue_.front());
+      queue_.pop_front();
+      d.connection = connection_;
+      held_[d.handle] = d;
+      out.push_back(std::move(d));
+    }
+    max_held_ = std::max(max_held_, held_.size());
+    return out;
+  }
+
+  void wake() override {
+    const std::lock_guard lock(mutex_);
+    woken_ = true;
+    cv_.notify_all();
+  }
+
+  BrokerResult<Done> ack(std::span<const Delivery> deliveries) override {
+    const std::lock_guard lock(mutex_);
+    for (const Delivery& d : deliveries) {
+      if (d.connection != connection_) continue;
+      EXPECT_EQ(held_.erase(d.handle), 1u) << "acked a delivery not held: " << d.message_id;
+      ++acks_;
+    }
+    return Done{};
+  }
+
+  BrokerResult<Done> requeue(const Delivery& d) override {
+    const std::lock_guard lock(mutex_);
+    if (d.connection != connection_) return std::unexpected(BrokerError{BrokerErrc::stale, "stale", false});
+    auto it = held_.find(d.handle);
+    if (it == held_.end()) return std::unexpected(BrokerError{BrokerErrc::internal, "not held", false});
+    Delivery back = std::move(it->second);
+    held_.erase(it);
+    back.redelivered = true;
+    ++back.delivery_count;
+    queue_.push_front(std::move(back));
+    ++requeues_;
+    return Done{};
+  }
+
+  BrokerResult<Done> dead_letter(const Delivery& d, const DeadLetterReason& why) override {
+    const std::lock_guard lock(mutex_);
+    if (fail_dead_letters_ > 0) {
+      --fail_dead_letters_;
+      return std::unexpected(BrokerError{BrokerErrc::unavailable, "dead-letter queue unreachable", true});
+    }
+    EXPECT_EQ(held_.erase(d.handle), 1u);
+    dead_.emplace_back(d, why);
+    return Done{};
+  }
+
+  BrokerResult<Done> ping() override { return Done{}; }
+  std::string name() const override { return "fake"; }
+  std::uint64_t reconnects() const override { return 0; }
+
+  // The consumer's connection went: every held delivery comes back, redelivered.
+  void close() {
+    const std::lock_guard lock(mutex_);
+    ++connection_;
+    for (auto& [handle, d] : held_) {
+      d.redelivered = true;
+      ++d.delivery_count;
+      d.connection = connection_;
+      queue_.push_back(d);
+    }
+    held_.clear();
+    cv_.notify_all();
+  }
+
+  std::size_t pending() const {
+    const std::lock_guard lock(mutex_);
+    return queue_.size() + held_.size();
+  }
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Delivery> queue_;
+  std::map<std::uint64_t, Delivery> held_;
+  std::vector<std::pair<Delivery, DeadLetterReason>> dead_;
+  std::uint64_t next_handle_ = 0;
+  std::uint64_t connection_ = 1;
+  std::size_t max_held_ = 0;
+  std::size_t acks_ = 0;
+  std::size_t requeues_ = 0;
+  int fail_dead_letters_ = 0;
+  bool woken_ = false;
+  bool refuse_ = false;
+};
+
+// Counts each message id's effects, under a lock.
+struct Effects {
+  std::mutex mutex;
+  std::map<std::string, int> by_id;
+  void add(const std::string& id) {
+    const std::lock_guard lock(mutex);
+    ++by_id[id];
+  }
+  int of(const std::string& id) {
+    const std::lock_guard lock(mutex);
+    return by_id.count(id) ? by_id[id] : 0;
+  }
+};
+
+ConsumeLoopOptions fast_options() {
+  ConsumeLoopOptions o;
+  o.workers = 4;
+  o.max_in_flight = 16;
+  o.retry_min = 1ms;
+  o.retry_max = 5ms;
+  o.idle_wait = 50ms;
+  o.drain_timeout = 5s;
+  return o;
+}
+
+// Runs the loop on its own thread until `done` holds (or 20 s), then stops it.
+template <class Until>
+BrokerResult<Done> run_until(ConsumeLoop& loop, Until done) {
+  BrokerResult<Done> result;
+  std::thread runner([&] { result = loop.run(); });
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(done()) << "the loop did not get there within 20 s";
+  loop.stop();
+  runner.join();
+  return result;
+}
+
+// A processor running process_once on `consumer`, with `effect` as the handler.
+DeliveryProcessor process_once_with(Consumer& consumer, std::function<std::expected<std::string, std::string>(const Delivery&)> effect) {
+  return [&consumer, effect](const Delivery& d, const DeliveryAttempt&) {
+    return disposition_of(consumer.process_once(d.message_id, d.body, [&] { return effect(d); }));
+  };
+}
+
+TEST(ConsumeLoop, EveryMessageOnceAndEverythingAcked) {
+  FakeSource source;
+  MemoryStore store;
+  auto consumer = Consumer::create(store, {.name = "loop-test"});
+  ASSERT_TRUE(consumer);
+  Effects effects;
+  for (int i = 0; i < 300; ++i) {
+    const std::string id = "m-" + std::to_string(i);
+    for (int copy = 0; copy <= i % 3; ++copy) source.publish(id, "body " + id);
+  }
+  ConsumeLoop loop(source, process_once_with(*consumer, [&](const Delivery& d) -> std::expected<std::string, std::string> {
+                     effects.add(d.message_id);
+                     return "ok";
+                   }),
+                   fast_options());
+  ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  EXPECT_EQ(source.pending(), 0u);
+  for (int i = 0; i < 300; ++i) EXPECT_EQ(effects.of("m-" + std::to_string(i)), 1) << i;
+  EXPECT_EQ(loop.stats().processed.load(), 300u);
+  EXPECT_EQ(loop.stats().duplicates.load(), 300u);  // 0 + 1 + 2 extra copies per three ids
+  EXPECT_EQ(loop.stats().in_flight.load(), 0);
+  EXPECT_LE(source.max_held_, 16u);
+  EXPECT_TRUE(loop.drained());
+}
+
+TEST(ConsumeLoop, WhatMustNeverRunIsDeadLetteredWithItsReason) {
+  FakeSource source;
+  MemoryStore store;
+  auto consumer = Consumer::create(store, {.name = "loop-test"});
+  ASSERT_TRUE(consumer);
+  Effects effects;
+  auto options = fast_options();
+  options.max_message_bytes = 100;
+  source.publish("", "no id at all", /*with_id=*/false);
+  source.publish("", "an empty id");
+  source.publish("has space", "an id breaking the rules");
+  source.publish("big", std::string(101, 'x'));
+  source.publish("fine", "a good one");
+  ConsumeLoop loop(source, process_once_with(*consumer, [&](const Delivery& d) -> std::expected<std::string, std::string> {
+                     effects.add(d.message_id);
+                     return "ok";
+                   }),
+                   options);
+  ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  ASSERT_EQ(source.dead_.size(), 4u);
+  std::map<std::string, std::string> reasons;
+  for (const auto& [d, why] : source.dead_) reasons[d.body] = why.reason;
+  EXPECT_EQ(reasons["no id at all"], "missing_id");
+  EXPECT_EQ(reasons["an empty id"], "invalid_id");
+  EXPECT_EQ(reasons["an id breaking the rules"], "invalid_id");
+  EXPECT_EQ(reasons[std::string(101, 'x')], "too_large");
+  EXPECT_EQ(effects.of("fine"), 1);
+  EXPECT_EQ(effects.by_id.size(), 1u);  // none of the others ran
+  EXPECT_EQ(loop.stats().dead_lettered.load(), 4u);
+  EXPECT_EQ(loop.stats().dead_letters_by_reason().at("invalid_id"), 2u);
+}
+
+TEST(ConsumeLoop, APoisonMessageIsDeadLetteredAfterMaxAttemptsWithItsLastError) {
+  FakeSource source;
+  MemoryStore store;
+  auto consumer = Consumer::create(store, {.name = "loop-test"});
+  ASSERT_TRUE(consumer);
+  std::atomic<int> tries{0};
+  Effects effects;
+  auto options = fast_options();
+  options.max_attempts = 4;
+  source.publish("poison", "always fails");
+  source.publish("good", "works");
+  ConsumeLoop loop(source, process_once_with(*consumer, [&](const Delivery& d) -> std::expected<std::string, std::string> {
+                     if (d.message_id == "poison") return std::unexpected("boom " + std::to_string(++tries));
+                     effects.add(d.message_id);
+                     return "ok";
+                   }),
+                   options);
+  ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  EXPECT_EQ(tries.load(), 4);
+  ASSERT_EQ(source.dead_.size(), 1u);
+  EXPECT_EQ(source.dead_[0].second.reason, "poison");
+  EXPECT_EQ(source.dead_[0].second.last_error, "boom 4");
+  EXPECT_EQ(source.dead_[0].second.attempts, 4u);
+  EXPECT_NE(source.dead_[0].second.detail.find("boom 4"), std::string::npos);
+  EXPECT_EQ(effects.of("good"), 1);
+  EXPECT_EQ(loop.stats().retried.load(), 3u);
+}
+
+TEST(ConsumeLoop, TheBrokersEarlierDeliveriesCountTowardThePoisonLimit) {
+  FakeSource source;
+  MemoryStore store;
+  auto consumer = Consumer::create(store, {.name = "loop-test"});
+  ASSERT_TRUE(consumer);
+  std::atomic<int> tries{0};
+  auto options = fast_options();
+  options.max_attempts = 3;
+  source.publish("crashes-consumers", "x");
+  source.queue_.front().delivery_count = 4;  // delivered thrice before, each consumer died
+  source.publish("failing", "y");
+  source.queue_.back().delivery_count = 2;
+  ConsumeLoop loop(source, process_once_with(*consumer, [&](const Delivery&) -> std::expected<std::string, std::string> {
+                     ++tries;
+                     return std::unexpected("no");
+                   }),
+                   options);
+  ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  ASSERT_EQ(source.dead_.size(), 2u);
+  EXPECT_EQ(tries.load(), 2);  // "failing": tries 2 and 3 here; "crashes-consumers" never ran
+  for (const auto& [d, why] : source.dead_) EXPECT_EQ(why.reason, "poison") << d.message_id;
+}
+
+TEST(ConsumeLoop, RedeliveriesAfterTheConnectionWentRunNothingTwice) {
+  FakeSource source;
+  MemoryStore store;
+  auto consumer = Consumer::create(store, {.name = "loop-test"});
+  ASSERT_TRUE(consumer);
+  Effects effects;
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 200; ++i) source.publish("m-" + std::to_string(i), "b");
+  ConsumeLoop loop(source, process_once_with(*consumer, [&](const Delivery& d) -> std::expected<std::string, std::string> {
+                     effects.add(d.message_id);
+                     // Halfway, the broker connection goes with deliveries held: acks of those
+                     // are stale, the broker gives them all back.
+                     if (++ran == 100) source.close();
+                     return "ok";
+                   }),
+                   fast_options());
+  ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(effects.of("m-" + std::to_string(i)), 1) << i;
+  EXPECT_GT(loop.stats().duplicates.load(), 0u);
+
+}
+
+TEST(ConsumeLoop, ADeadLetterThatCannotBeWrittenIsWrittenLaterWithoutRunningAgain) {
+  FakeSource source;
+  MemoryStore store;
+  auto consumer = Consumer::create(store, {.name = "loop-test"});
+  ASSERT_TRUE(consumer);
+  std::atomic<int> ran{0};
+  source.fail_dead_letters_ = 3;
+  source.publish("conflict", "first payload");
+  ConsumeLoop loop(source, [&](const Delivery&, const DeliveryAttempt&) {
+    ++ran;
+    return MessageDisposition::dead_letter_it("rejected", "the handler answered 400");
+  }, fast_options());
+  ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  EXPECT_EQ(ran.load(), 1);
+  ASSERT_EQ(source.dead_.size(), 1u);
+  EXPECT_EQ(source.dead_[0].second.reason, "rejected");
+  EXPECT_GE(loop.stats().broker_errors.load(), 3u);
+}
+
+TEST(ConsumeLoop, ARetryAfterIsHonoured) {
+  FakeSource source;
+  std::vector<std::chrono::steady_clock::time_point> at;
+  std::mutex m;
+  source.publish("later", "x");
+  ConsumeLoop loop(source, [&](const Delivery&, const DeliveryAttempt& attempt) {
+    {
+      const std::lock_guard lock(m);
+      at.push_back(std::chrono::steady_clock::now());
+    }
+    if (attempt.number == 1) return MessageDisposition::retry_it("busy", "429", true, 300ms);
+    return MessageDisposition::ack_it("processed");
+  }, [] {
+    auto o = fast_options();
+    o.retry_max = 1s;
+    return o;
+  }());
+  ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  ASSERT_EQ(at.size(), 2u);
+  EXPECT_GE(at[1] - at[0], 300ms);
+}
+
+TEST(ConsumeLoop, StopRequeuesWhatWaitsAndFinishesWhatRuns) {
+  FakeSource source;
+  std::atomic<int> started{0};
+  std::atomic<int> finished{0};
+  for (int i = 0; i < 6; ++i) source.publish("m-" + std::to_string(i), "b");
+  auto options = fast_options();
+  options.workers = 2;
+  ConsumeLoop loop(source, [&](const Delivery&, const DeliveryAttempt&) {
+    ++started;
+    std::this_thread::sleep_for(300ms);
+    ++finished;
+    return MessageDisposition::ack_it("processed");
+  }, options);
+  BrokerResult<Done> result;
+  std::thread runner([&] { result = loop.run(); });
+  while (started.load() < 2) std::this_thread::sleep_for(1ms);
+  loop.stop();
+  runner.join();
+  ASSERT_TRUE(result);
+  EXPECT_TRUE(loop.drained());
+  EXPECT_EQ(started.load(), finished.load());  // what ran, finished and was acked
+  EXPECT_EQ(source.acks_, static_cast<std::size_t>(finished.load()));
+  EXPECT_EQ(source.held_.size(), 0u);          // nothing left held: the rest went back
+  EXPECT_EQ(source.queue_.size() + source.acks_, 6u);
+}
+
+TEST(ConsumeLoop, RefusedAtTheStartIsReturned) {
+  FakeSource source;
+  source.refuse_ = true;
+  ConsumeLoop loop(source, [](const Delivery&, const DeliveryAttempt&) { return MessageDisposition::ack_it(); },
+                   fast_options());
+  auto result = loop.run();
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().code, BrokerErrc::refused);
+  EXPECT_FALSE(loop.ready());
+}
+
+TEST(ConsumeLoop, OutcomesMapToDispositions) {
+  using S = MessageStatus;
+  using A = MessageDisposition::Action;
+  auto of = [](S s) { return disposition_of(MessageOutcome{s, "", "why"}); };
+  EXPECT_EQ(of(S::processed).action, A::ack);
+  EXPECT_EQ(of(S::duplicate).action, A::ack);
+  EXPECT_EQ(of(S::handler_failed).action, A::retry);
+  EXPECT_TRUE(of(S::handler_failed).counts_as_attempt);
+  EXPECT_EQ(of(S::in_progress).action, A::retry);
+  EXPECT_FALSE(of(S::in_progress).counts_as_attempt);
+  EXPECT_FALSE(of(S::lost).counts_as_attempt);
+  EXPECT_EQ(of(S::conflict).action, A::dead_letter);
+  EXPECT_EQ(of(S::invalid_id).reason, "invalid_id");
+  EXPECT_EQ(of(S::outcome_unknown).reason, "outcome_unknown");
+  const auto down = disposition_of(std::unexpected(StoreError{StoreErrc::unavailable, "down", false}));
+  EXPECT_EQ(down.action, A::retry);
+  EXPECT_FALSE(down.counts_as_attempt);
+  const auto corrupt = disposition_of(std::unexpected(StoreError{StoreErrc::corrupt, "bad", false}));
+  EXPECT_TRUE(corrupt.counts_as_attempt);
+}
+
+}  // namespace
+}  // namespace idem

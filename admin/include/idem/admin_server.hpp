@@ -1,0 +1,54 @@
+#pragma once
+
+// A small HTTP listener for the sidecars' admin endpoints (/metrics, /healthz, /readyz):
+// idem-consume and idem-relay. One connection at a time, each bounded by a 2 s read and write
+// timeout and a 8 KiB request head: it serves scrapers and probes, not traffic. Boost.Beast is
+// this module's dependency and stays out of this header.
+
+#include <cstdint>
+#include <expected>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace idem::admin {
+
+/// What an admin endpoint answers.
+struct AdminResponse {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+/// Answers one request, given its method and target ("/metrics"); called on the server's thread.
+using AdminHandler = std::function<AdminResponse(std::string_view method, std::string_view target)>;
+
+/// A listener on its own thread, stopped by its destructor.
+class AdminServer {
+ public:
+  /// Binds HOST:PORT (port 0: a free one) and starts serving; fails with one line ("cannot
+  /// listen on 127.0.0.1:9101: Address already in use").
+  static std::expected<std::unique_ptr<AdminServer>, std::string> start(const std::string& host, std::uint16_t port,
+                                                                        AdminHandler handler);
+  ~AdminServer();
+  AdminServer(const AdminServer&) = delete;
+  AdminServer& operator=(const AdminServer&) = delete;
+
+  /// The port bound (the one given, or the one the system chose for 0).
+  std::uint16_t port() const;
+
+ private:
+  struct Impl;
+  explicit AdminServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The Prometheus text of one sample: `name{labels} value\n` (labels without braces; may be empty).
+void append_sample(std::string& out, std::string_view name, std::string_view labels, double value);
+/// `# HELP name help\n# TYPE name type\n`.
+void append_family(std::string& out, std::string_view name, std::string_view type, std::string_view help);
+/// A label value escaped for the Prometheus text format (backslash, quote, newline).
+std::string label_value(std::string_view value);
+
+}  // namespace idem::admin

@@ -1,0 +1,76 @@
+#include "idem/admin_server.hpp"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace idem::admin {
+namespace {
+
+// Sends raw bytes to 127.0.0.1:port and reads until the server closes.
+std::string exchange(std::uint16_t port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return "connect failed";
+  }
+  (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+TEST(AdminServer, AnswersWhatItsHandlerSays) {
+  auto server = AdminServer::start("127.0.0.1", 0, [](std::string_view method, std::string_view target) {
+    if (target == "/healthz") return AdminResponse{200, "text/plain; charset=utf-8", "ok\n"};
+    return AdminResponse{404, "text/plain; charset=utf-8", std::string(method) + " " + std::string(target) + "?\n"};
+  });
+  ASSERT_TRUE(server) << server.error();
+  const auto port = (*server)->port();
+  ASSERT_NE(port, 0);
+  const auto ok = exchange(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(ok.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << ok;
+  EXPECT_NE(ok.find("\r\n\r\nok\n"), std::string::npos);
+  const auto missing = exchange(port, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(missing.rfind("HTTP/1.1 404", 0), 0u) << missing;
+  EXPECT_NE(missing.find("GET /nope?"), std::string::npos);
+}
+
+TEST(AdminServer, GarbageGetsA400AndTheServerGoesOn) {
+  auto server = AdminServer::start("127.0.0.1", 0, [](std::string_view, std::string_view) { return AdminResponse{}; });
+  ASSERT_TRUE(server);
+  EXPECT_EQ(exchange((*server)->port(), "\x01\x02 garbage\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
+  EXPECT_EQ(exchange((*server)->port(), "GET / HTTP/1.1\r\nHost: " + std::string(20000, 'h') + "\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
+  EXPECT_EQ(exchange((*server)->port(), "GET / HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
+}
+
+TEST(AdminServer, AnAddressInUseIsOneLine) {
+  auto first = AdminServer::start("127.0.0.1", 0, [](std::string_view, std::string_view) { return AdminResponse{}; });
+  ASSERT_TRUE(first);
+  auto second = AdminServer::start("127.0.0.1", (*first)->port(), [](std::string_view, std::string_view) { return AdminResponse{}; });
+  ASSERT_FALSE(second);
+  EXPECT_NE(second.error().find("cannot listen on 127.0.0.1:"), std::string::npos) << second.error();
+  EXPECT_FALSE(AdminServer::start("not-an-ip", 0, [](std::string_view, std::string_view) { return AdminResponse{}; }));
+}
+
+TEST(PrometheusText, SamplesAndLabels) {
+  std::string out;
+  append_family(out, "idem_x_total", "counter", "Things.");
+  append_sample(out, "idem_x_total", "reason=" + label_value("a\"b"), 3);
+  append_sample(out, "idem_y", "", 0.25);
+  EXPECT_EQ(out, "# HELP idem_x_total Things.\n# TYPE idem_x_total counter\nidem_x_total{reason=\"a\\\"b\"} 3\nidem_y 0.25\n");
+}
+
+}  // namespace
+}  // namespace idem::admin

@@ -10,6 +10,8 @@
 #include <iostream>
 #include <string>
 
+#include "idem/redact.hpp"
+
 namespace idem::cli {
 
 std::string read_stdin() {
@@ -26,7 +28,8 @@ void write_stdout(std::string_view text) {
 }
 
 void fail(int exit_code, std::string_view message) {
-  std::fprintf(stderr, "idemctl: %.*s\n", static_cast<int>(message.size()), message.data());
+  const std::string shown = redact_text(message);  // every URL in it, whoever built the message
+  std::fprintf(stderr, "idemctl: %s\n", shown.c_str());
   throw CLI::RuntimeError(exit_code);
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "idem/redact.hpp"
 
 int main(int argc, char** argv) {
   using namespace idem::cli;
@@ -16,7 +17,8 @@ int main(int argc, char** argv) {
   app.name("idemctl");
   app.require_subcommand(1);
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return "idemctl: " + std::string(e.what()) + "\nRun with --help for more information.\n";
+    // A usage error may quote an argument, and an argument may be a URL with a password.
+    return "idemctl: " + idem::redact_text(e.what()) + "\nRun with --help for more information.\n";
   });
   app.footer("Exit status: 0 success, 1 failure (or a non-2xx answer, or not found), 2 usage error or\ninvalid input.");
 
@@ -35,7 +37,7 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);  // prints help, or the usage error
     return code == 0 ? 0 : kExitUsage;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "idemctl: %s\n", e.what());
+    std::fprintf(stderr, "idemctl: %s\n", idem::redact_text(e.what()).c_str());
     return kExitFailure;
   }
   return 0;

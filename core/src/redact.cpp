@@ -130,6 +130,36 @@ std::string redact_url(std::string_view url) {
   return out;
 }
 
+std::string redact_text(std::string_view text) {
+  auto delimits = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '"' || c == '\'' || c == '<' || c == '>'; };
+  std::string out;
+  out.reserve(text.size());
+  std::size_t i = 0;
+  while (i < text.size()) {
+    if (delimits(text[i])) {
+      out.push_back(text[i++]);
+      continue;
+    }
+    std::size_t end = i;
+    while (end < text.size() && !delimits(text[end])) ++end;
+    const std::string_view word = text.substr(i, end - i);
+    const auto scheme = word.find("://");
+    if (scheme == std::string_view::npos) {
+      out.append(word);
+    } else {
+      // "store=postgres://..." or "(postgres://...": the URL starts at its scheme.
+      std::size_t start = scheme;
+      while (start > 0 && (std::isalnum(static_cast<unsigned char>(word[start - 1])) || word[start - 1] == '+' ||
+                           word[start - 1] == '-' || word[start - 1] == '.')) {
+        --start;
+      }
+      out.append(word.substr(0, start)).append(redact_url(word.substr(start)));
+    }
+    i = end;
+  }
+  return out;
+}
+
 std::string scrub_secrets(std::string_view text, std::string_view url) {
   std::vector<std::string> secrets;
   for (const Span& span : secret_spans(url)) {

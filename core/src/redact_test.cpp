@@ -53,6 +53,13 @@ TEST(RedactUrl, KeepsWhatHasNoSecret) {
   }
 }
 
+TEST(RedactText, RedactsEveryUrlInFreeText) {
+  EXPECT_EQ(redact_text("The following argument was not expected: postgres://u:s3cret@h/db"),
+            "The following argument was not expected: postgres://u:***@h/db");
+  EXPECT_EQ(redact_text("store=\"redis://:pw@h:1\" and (amqp://a:b@c/)"), "store=\"redis://:***@h:1\" and (amqp://a:***@c/)");
+  EXPECT_EQ(redact_text("no urls here"), "no urls here");
+}
+
 TEST(ScrubSecrets, HidesTheUrlsSecretsInAMessageAsWrittenAndDecoded) {
   const std::string url = "postgres://idem:p%40ssw0rd@db/idem?sslpassword=k3y-file";
   EXPECT_EQ(scrub_secrets("invalid percent-encoded token: \"p%40ssw0rd\"", url), "invalid percent-encoded token: \"***\"");

@@ -20,6 +20,7 @@
 #include "idem/gateway/config.hpp"
 #include "idem/gateway/log.hpp"
 #include "idem/open_store.hpp"
+#include "idem/redact.hpp"
 #include "server.hpp"
 
 namespace {
@@ -29,7 +30,8 @@ using namespace idem::gateway;
 
 int fail(int code, const std::string& message) {
   log::drain(std::chrono::seconds(2));  // the lines logged before this one come first
-  std::fprintf(stderr, "idem-gateway: %s\n", message.c_str());
+  // Every URL in it redacted, whoever built the message (a CLI11 error quotes arguments).
+  std::fprintf(stderr, "idem-gateway: %s\n", redact_text(message).c_str());
   return code;
 }
 

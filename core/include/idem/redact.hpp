@@ -22,6 +22,10 @@ namespace idem {
 /// line still says which server it was. Text without a scheme is checked for parameters only.
 std::string redact_url(std::string_view url);
 
+/// Free text (an error message, a command line) with every URL in it redacted as redact_url
+/// does: each whitespace- or quote-delimited word holding "://" is one URL.
+std::string redact_text(std::string_view text);
+
 /// `text` (a library's error message about `url`) with every secret of `url` replaced by "***",
 /// in the forms a library may echo: as written and percent-decoded. A second line of defence
 /// for messages redact_url cannot see into (libpq quotes a malformed part of its URI, password

@@ -1,0 +1,138 @@
+#pragma once
+
+// The transactional outbox (SPEC §11). A business transaction that must tell others enqueues its
+// events in the same transaction as its own writes and the key's completion
+// (SqliteOutbox::enqueue, PostgresOutbox::enqueue, inside complete_in_transaction's work), so
+// that the three commit together or not at all. A relay (idem-relay) reads the outbox through an
+// OutboxReader and publishes each row at least once, with its stable message id; consumers
+// dedupe by that id. Nothing is marked sent before the sink confirmed it.
+//
+// The tables are documented (docs/outbox.md), so that a service in any language can insert rows
+// in its own transaction and let idem-relay publish them.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "idem/broker.hpp"
+#include "idem/clock.hpp"
+#include "idem/result.hpp"
+
+namespace idem {
+
+/// One event to publish, as the business transaction enqueues it.
+struct OutboxMessage {
+  /// The consumers' dedupe key: stable for this event, e.g. "pay_123/payment.succeeded". 1-256
+  /// visible ASCII characters (SPEC §2's rules), unique in the outbox.
+  std::string message_id;
+  /// Where it goes, if not the sink's default: an AMQP routing key, a stream name; a webhook
+  /// sink ignores it. 0-256 characters.
+  std::string destination;
+  std::string content_type = "application/json";
+  MessageHeaders headers;
+  std::string body;
+};
+
+/// A row's state in the outbox.
+enum class OutboxState : std::uint8_t {
+  pending,  ///< waiting to be published (or to be published again after a failure)
+  sent,     ///< the sink confirmed it; deleted after the retention
+  dead,     ///< refused by the sink, or failed max_attempts times; kept, with its reason, for an operator
+};
+
+/// "pending", "sent", "dead".
+std::string_view to_string(OutboxState state);
+
+/// A row as a relay or an operator sees it.
+struct OutboxRow {
+  std::int64_t id = 0;  ///< enqueue order (per outbox)
+  OutboxMessage message;
+  OutboxState state = OutboxState::pending;
+  TimePoint created{};
+  std::uint32_t attempts = 0;         ///< publishes tried so far
+  TimePoint next_attempt{};           ///< a pending row is not published before this
+  std::string last_error;             ///< why the last publish failed, or why it is dead
+  std::optional<TimePoint> sent;      ///< when the sink confirmed it
+};
+
+/// What a relay claims at once.
+struct OutboxClaim {
+  std::size_t limit = 100;
+  TimePoint now{};
+  /// While a relay holds rows they are not handed to another relay (PostgreSQL); a relay that
+  /// died holding them loses them to the next one after this.
+  Millis lease = std::chrono::seconds(30);
+  /// The claiming relay's name (host-pid), recorded on the rows it holds.
+  std::string owner;
+};
+
+/// How a row's publish went, for OutboxReader::settle.
+struct OutboxResult {
+  std::int64_t id = 0;
+  enum class Kind : std::uint8_t {
+    sent,   ///< the sink confirmed it
+    retry,  ///< try again at `next_attempt` (attempts + 1, last_error kept)
+    dead,   ///< give up: kept as dead with `error`
+  } kind = Kind::sent;
+  std::string error;
+  TimePoint next_attempt{};
+};
+
+/// What the outbox holds, for metrics and idemctl.
+struct OutboxCounts {
+  std::uint64_t pending = 0;
+  std::uint64_t sent = 0;
+  std::uint64_t dead = 0;
+  /// created of the oldest pending row; nullopt when none is pending.
+  std::optional<TimePoint> oldest_pending;
+};
+
+/// Which rows OutboxReader::list returns: ordered by id, after `after_id`.
+struct OutboxQuery {
+  std::optional<OutboxState> state;
+  std::int64_t after_id = 0;
+  std::size_t limit = 100;
+};
+
+/// A relay's and an operator's access to one outbox (SqliteOutbox, PostgresOutbox). Blocking;
+/// one thread at a time.
+class OutboxReader {
+ public:
+  virtual ~OutboxReader() = default;
+
+  /// Takes up to `limit` pending rows due by `now`, in id order, for this relay. PostgreSQL:
+  /// rows another relay holds are skipped (FOR UPDATE SKIP LOCKED, then a lease on each row).
+  virtual StoreResult<std::vector<OutboxRow>> claim(const OutboxClaim& claim) = 0;
+
+  /// Records how each claimed row's publish went, in one transaction. A row no longer held by
+  /// this relay (its lease ran out and another took it) is left as the other relay has it.
+  virtual StoreResult<Done> settle(const std::vector<OutboxResult>& results, TimePoint now,
+                                   const std::string& owner) = 0;
+
+  /// Deletes up to `limit` sent rows sent before `before`; how many.
+  virtual StoreResult<std::size_t> purge_sent(TimePoint before, std::size_t limit) = 0;
+
+  /// Counts rows by state.
+  virtual StoreResult<OutboxCounts> count() = 0;
+
+  /// Rows for an operator (idemctl outbox list).
+  virtual StoreResult<std::vector<OutboxRow>> list(const OutboxQuery& query) = 0;
+  /// One row by id; nullopt when absent.
+  virtual StoreResult<std::optional<OutboxRow>> get(std::int64_t id) = 0;
+  /// A dead row becomes pending again, due now, its attempts reset (idemctl outbox retry):
+  /// true when it was dead.
+  virtual StoreResult<bool> retry_dead(std::int64_t id, TimePoint now) = 0;
+  /// Deletes a dead row (idemctl outbox drop): true when it was dead.
+  virtual StoreResult<bool> drop_dead(std::int64_t id) = 0;
+
+  /// Checks that the database answers (readiness).
+  virtual StoreResult<Done> ping() = 0;
+};
+
+/// Whether a message can be enqueued: nullopt when it can, else a sentence saying why not
+/// (an id breaking SPEC §2's rules, a destination over 256 characters).
+std::optional<std::string> outbox_message_problem(const OutboxMessage& message);
+
+}  // namespace idem

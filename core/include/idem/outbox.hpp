@@ -73,8 +73,10 @@ struct OutboxResult {
   std::int64_t id = 0;
   enum class Kind : std::uint8_t {
     sent,   ///< the sink confirmed it
-    retry,  ///< try again at `next_attempt` (attempts + 1, last_error kept)
-    dead,   ///< give up: kept as dead with `error`
+    retry,     ///< try again at `next_attempt` (attempts + 1, last_error kept)
+    dead,      ///< give up: kept as dead with `error`
+    postpone,  ///< not tried (it waits behind a failed row, or the sink is away): pending again at
+               ///< `next_attempt`, attempts unchanged, `error` kept as last_error
   } kind = Kind::sent;
   std::string error;
   TimePoint next_attempt{};

@@ -138,6 +138,25 @@ void append_sample(std::string& out, std::string_view name, std::string_view lab
   out.append(" ").append(buf).append("\n");
 }
 
+void append_histogram(std::string& out, std::string_view name, std::string_view help, std::span<const double> bounds,
+                      std::span<const std::uint64_t> counts, double sum, std::uint64_t count) {
+  append_family(out, name, "histogram", help);
+  const std::string bucket = std::string(name) + "_bucket";
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    cumulative += counts[i];
+    char le[48];
+    if (i < bounds.size()) {
+      std::snprintf(le, sizeof le, "le=\"%g\"", bounds[i]);
+    } else {
+      std::snprintf(le, sizeof le, "le=\"+Inf\"");
+    }
+    append_sample(out, bucket, le, static_cast<double>(cumulative));
+  }
+  append_sample(out, std::string(name) + "_sum", "", sum);
+  append_sample(out, std::string(name) + "_count", "", static_cast<double>(count));
+}
+
 std::string label_value(std::string_view value) {
   std::string out;
   out.reserve(value.size() + 2);

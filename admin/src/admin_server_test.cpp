@@ -72,5 +72,16 @@ TEST(PrometheusText, SamplesAndLabels) {
   EXPECT_EQ(out, "# HELP idem_x_total Things.\n# TYPE idem_x_total counter\nidem_x_total{reason=\"a\\\"b\"} 3\nidem_y 0.25\n");
 }
 
+TEST(PrometheusText, HistogramsAreCumulative) {
+  std::string out;
+  const double bounds[] = {0.1, 1};
+  const std::uint64_t counts[] = {2, 1, 4};
+  append_histogram(out, "idem_t_seconds", "Times.", bounds, counts, 12.5, 7);
+  EXPECT_EQ(out,
+            "# HELP idem_t_seconds Times.\n# TYPE idem_t_seconds histogram\n"
+            "idem_t_seconds_bucket{le=\"0.1\"} 2\nidem_t_seconds_bucket{le=\"1\"} 3\n"
+            "idem_t_seconds_bucket{le=\"+Inf\"} 7\nidem_t_seconds_sum 12.5\nidem_t_seconds_count 7\n");
+}
+
 }  // namespace
 }  // namespace idem::admin

@@ -51,16 +51,6 @@ MessageDisposition disposition_of(const StoreResult<MessageOutcome>& outcome) {
 // ---------------------------------------------------------------------------------------------
 // ConsumeStats
 
-void ConsumeStats::observe_latency(std::chrono::nanoseconds took) {
-  const double seconds = std::chrono::duration<double>(took).count();
-  std::size_t i = 0;
-  while (i < kLatencyBounds.size() && seconds > kLatencyBounds[i]) ++i;
-  latency_buckets[i].fetch_add(1, std::memory_order_relaxed);
-  latency_sum_ns.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(took.count(), 0)),
-                           std::memory_order_relaxed);
-  latency_count.fetch_add(1, std::memory_order_relaxed);
-}
-
 void ConsumeStats::count_dead_letter(const std::string& reason) {
   dead_lettered.fetch_add(1, std::memory_order_relaxed);
   const std::lock_guard lock(reasons_mutex_);
@@ -234,7 +224,7 @@ void ConsumeLoop::worker() {
       } catch (...) {
         disposition = MessageDisposition::retry_it("handler_failed", "the processor threw", true);
       }
-      stats_.observe_latency(Steady::now() - t0);
+      stats_.latency.observe(Steady::now() - t0);
       ++task->tries;
     }
 

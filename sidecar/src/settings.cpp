@@ -2,7 +2,10 @@
 
 #include <toml++/toml.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstdint>
 #include <fstream>
 #include <limits>
@@ -44,6 +47,18 @@ std::int64_t parse_integer(std::string_view text) {
 }
 
 }  // namespace
+
+std::string flag_for(std::string_view key) {
+  std::string flag = "--" + std::string(key);
+  for (char& ch : flag) ch = ch == '_' ? '-' : ch;
+  return flag;
+}
+
+std::string host_and_pid() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "localhost");
+  return std::string(host) + "-" + std::to_string(::getpid());
+}
 
 void Settings::add(std::string key, Key k) { keys_[std::move(key)] = std::move(k); }
 

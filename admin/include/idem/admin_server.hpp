@@ -9,6 +9,7 @@
 #include <expected>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -48,6 +49,10 @@ class AdminServer {
 void append_sample(std::string& out, std::string_view name, std::string_view labels, double value);
 /// `# HELP name help\n# TYPE name type\n`.
 void append_family(std::string& out, std::string_view name, std::string_view type, std::string_view help);
+/// A Prometheus histogram family: `bounds[i]` the upper bound of `counts[i]` (not cumulative;
+/// counts has one more element, for +Inf), `sum` in the unit of the bounds.
+void append_histogram(std::string& out, std::string_view name, std::string_view help, std::span<const double> bounds,
+                      std::span<const std::uint64_t> counts, double sum, std::uint64_t count);
 /// A label value escaped for the Prometheus text format (backslash, quote, newline).
 std::string label_value(std::string_view value);
 

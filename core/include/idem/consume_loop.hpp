@@ -28,6 +28,7 @@
 
 #include "idem/broker.hpp"
 #include "idem/consumer.hpp"
+#include "idem/latency_histogram.hpp"
 
 namespace idem {
 
@@ -92,17 +93,11 @@ struct ConsumeStats {
   std::atomic<std::uint64_t> stale{0};             ///< deliveries of a lost connection, left to the broker
   std::atomic<std::uint64_t> broker_errors{0};
   std::atomic<std::int64_t> in_flight{0};          ///< held: received, not yet acked or dead-lettered
-  /// Processor latency histogram: counts of tries that took at most kLatencyBounds[i] seconds,
-  /// the last bucket being +Inf; and the sum of all, in nanoseconds.
-  static constexpr std::array<double, 12> kLatencyBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                             0.1,   0.25,   0.5,   1.0,  2.5,   10.0};
-  std::array<std::atomic<std::uint64_t>, kLatencyBounds.size() + 1> latency_buckets{};
-  std::atomic<std::uint64_t> latency_sum_ns{0};
-  std::atomic<std::uint64_t> latency_count{0};
+  /// How long each try of the processor took.
+  LatencyHistogram latency;
   /// Dead letters by reason ("missing_id", "poison", ...), under its own lock.
   std::map<std::string, std::uint64_t> dead_letters_by_reason() const;
 
-  void observe_latency(std::chrono::nanoseconds took);
   void count_dead_letter(const std::string& reason);
 
  private:

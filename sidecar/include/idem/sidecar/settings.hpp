@@ -61,6 +61,20 @@ class Settings {
   std::map<std::string, bool> given_;
 };
 
+/// "--admin-listen" for the key "admin_listen".
+std::string flag_for(std::string_view key);
+
+/// "HOSTNAME-PID": a name no other process has at the same time (a relay's lease owner, a
+/// stream consumer's name).
+std::string host_and_pid();
+
+/// The flags a sidecar was given: the configuration file, and (key, value) pairs that replace
+/// the file's values.
+struct Flags {
+  std::optional<std::string> config;
+  std::vector<std::pair<std::string, std::string>> settings;
+};
+
 /// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (call it first in main, before any
 /// thread starts, so every thread inherits the mask) and starts a thread that waits for them:
 /// SIGTERM and SIGINT call `stop` once (a second one exits at once with status 1); SIGHUP calls

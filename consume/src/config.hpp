@@ -1,0 +1,54 @@
+#pragma once
+
+// idem-consume's configuration (docs/idem-consume.md): a TOML file, then flags.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "idem/record.hpp"
+#include "idem/sidecar/settings.hpp"
+
+namespace idem::consume {
+
+using namespace std::chrono_literals;
+
+/// Everything idem-consume runs with; defaults are written here and in docs/idem-consume.md.
+struct Config {
+  std::string source;   ///< amqp://... or redis+stream://... (may carry a password)
+  std::string deliver;  ///< the handler: http://HOST[:PORT]/PATH (may carry a password)
+  std::string store = "sqlite:./var/consume.db";
+  std::optional<sidecar::ListenAddress> admin_listen = sidecar::ListenAddress{"127.0.0.1", 9101};
+  /// The consumer's name: records live under tenant "consumer NAME". Default: the source's queue,
+  /// or STREAM/GROUP.
+  std::string name;
+
+  std::size_t workers = 8;               ///< deliveries to the handler at once
+  std::size_t prefetch = 64;             ///< deliveries held unacknowledged at once
+  std::uint32_t max_attempts = 5;        ///< tries (the broker's deliveries included) before "poison"
+  std::size_t max_message_bytes = 1024 * 1024;
+  Millis handler_timeout = 30s;          ///< one POST to the handler, sent to answered
+  Millis lease = 5min;                   ///< how long a delivery holds its message id
+  Millis retention = std::chrono::days(7);  ///< how long a processed id is remembered
+  LeaseExpiry on_lease_expiry = LeaseExpiry::reexecute;
+  Millis retry_min = 1s;
+  Millis retry_max = 60s;
+  Millis drain_timeout = 30s;
+  Millis claim_idle = 60s;               ///< streams: reclaim entries idle this long at a dead consumer
+  Millis connect_timeout = 5s;
+  gateway::LogLevel log_level = gateway::LogLevel::info;
+};
+
+using sidecar::Flags;
+
+/// Reads the file (if any), applies the flags, checks the whole. Throws sidecar::ConfigError with
+/// one line naming the problem.
+Config load(const Flags& flags);
+
+/// The same for TOML text (tests).
+Config parse(std::string_view toml, const Flags& flags);
+
+}  // namespace idem::consume

@@ -1,0 +1,51 @@
+#pragma once
+
+// idem-consume's processor: a message goes to the handler as an HTTP POST, once per message id
+// (process_once on the configured store); the handler's answer decides the delivery's fate.
+//
+//   2xx                                   processed: recorded, acked
+//   408, 409, 425, 429, 5xx, no answer    retried with backoff (Retry-After honoured), up to
+//                                         max_attempts, then dead-lettered ("poison")
+//   any other status                      dead-lettered at once ("rejected"), with the answer
+//
+// The request carries Idempotency-Key: <message id>, so that a handler can dedupe in its own
+// database the one delivery no sidecar can: one whose 2xx came back just before the sidecar died.
+
+#include <string>
+
+#include "idem/client/transport.hpp"
+#include "idem/consume_loop.hpp"
+#include "idem/consumer.hpp"
+
+namespace idem::consume {
+
+/// The headers idem-consume sends with each message (docs/idem-consume.md).
+inline constexpr std::string_view kSourceHeader = "Idem-Source";
+inline constexpr std::string_view kAttemptHeader = "Idem-Delivery-Attempt";
+inline constexpr std::string_view kRedeliveredHeader = "Idem-Redelivered";
+
+/// Where and how messages are delivered.
+struct HttpDeliveryOptions {
+  std::string url;          ///< the handler
+  Millis timeout{30'000};   ///< one POST, sent to answered
+  std::string source_name;  ///< the source's URL without its password (Idem-Source)
+};
+
+/// A DeliveryProcessor that POSTs each message to the handler through process_once.
+class HttpDelivery {
+ public:
+  HttpDelivery(Consumer& consumer, client::Transport& transport, HttpDeliveryOptions options);
+
+  /// Runs on the loop's workers; thread-safe.
+  MessageDisposition operator()(const Delivery& delivery, const DeliveryAttempt& attempt) const;
+
+  /// The request the handler gets for a delivery (tests, logs).
+  client::HttpRequest request_for(const Delivery& delivery, const DeliveryAttempt& attempt) const;
+
+ private:
+  Consumer& consumer_;
+  client::Transport& transport_;
+  HttpDeliveryOptions options_;
+};
+
+}  // namespace idem::consume

@@ -1,0 +1,101 @@
+#include "http_delivery.hpp"
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+
+#include "idem/memory_store.hpp"
+
+namespace idem::consume {
+namespace {
+
+// The handler, as the transport below the processor (the real one is tested with a real
+// handler in tests/consume).
+class FakeHandler final : public client::Transport {
+ public:
+  std::expected<client::HttpResponse, client::TransportError> perform(const client::HttpRequest& request,
+                                                                      Millis) override {
+    const std::lock_guard lock(mutex);
+    requests.push_back(request);
+    if (fail) return std::unexpected(client::TransportError{client::TransportErrc::could_not_connect, "refused"});
+    return response;
+  }
+  std::mutex mutex;
+  std::vector<client::HttpRequest> requests;
+  client::HttpResponse response{200, {}, "ok"};
+  bool fail = false;
+};
+
+Delivery delivery(std::string id) {
+  Delivery d;
+  d.message_id = std::move(id);
+  d.has_message_id = true;
+  d.content_type = "application/json";
+  d.body = "{\"payment\":\"pay_1\"}";
+  d.headers = {{"event-type", "payment.succeeded"}, {"bad name", "x"}, {"ok", "line\nbreak"}};
+  d.redelivered = true;
+  d.delivery_count = 2;
+  return d;
+}
+
+struct Fixture : ::testing::Test {
+  MemoryStore store;
+  Consumer consumer = *Consumer::create(store, {.name = "receipts"});
+  FakeHandler handler;
+  HttpDelivery http{consumer, handler, {"http://127.0.0.1:9/events", Millis(1000), "amqp://h/?queue=q"}};
+};
+
+TEST_F(Fixture, TheHandlerGetsTheMessageWithItsKeyAndTheDeliveryHeaders) {
+  const auto d = delivery("evt-1");
+  const auto disposition = http(d, DeliveryAttempt{2, ""});
+  EXPECT_EQ(disposition.action, MessageDisposition::Action::ack);
+  ASSERT_EQ(handler.requests.size(), 1u);
+  const auto& r = handler.requests[0];
+  EXPECT_EQ(r.method, "POST");
+  EXPECT_EQ(r.url, "http://127.0.0.1:9/events");
+  EXPECT_EQ(r.body, d.body);
+  EXPECT_EQ(client::find_header(r.headers, "Idempotency-Key"), "evt-1");
+  EXPECT_EQ(client::find_header(r.headers, "Content-Type"), "application/json");
+  EXPECT_EQ(client::find_header(r.headers, "Idem-Source"), "amqp://h/?queue=q");
+  EXPECT_EQ(client::find_header(r.headers, "Idem-Delivery-Attempt"), "2");
+  EXPECT_EQ(client::find_header(r.headers, "Idem-Redelivered"), "true");
+  EXPECT_EQ(client::find_header(r.headers, "Idem-Header-event-type"), "payment.succeeded");
+  EXPECT_FALSE(client::find_header(r.headers, "Idem-Header-ok"));  // a value HTTP cannot carry
+  EXPECT_EQ(r.headers.size(), 6u);
+}
+
+TEST_F(Fixture, AProcessedMessageIsNeverPostedAgain) {
+  EXPECT_EQ(http(delivery("evt-1"), {}).reason, "processed");
+  EXPECT_EQ(http(delivery("evt-1"), {}).reason, "duplicate");
+  EXPECT_EQ(handler.requests.size(), 1u);
+}
+
+TEST_F(Fixture, RetryableAnswersAreRetriedAndCountedOthersDeadLettered) {
+  for (int status : {408, 409, 425, 429, 500, 502, 503}) {
+    handler.response = {status, {{"Retry-After", "7"}}, "busy"};
+    const auto d = http(delivery("retry-" + std::to_string(status)), {});
+    EXPECT_EQ(d.action, MessageDisposition::Action::retry) << status;
+    EXPECT_TRUE(d.counts_as_attempt);
+    ASSERT_TRUE(d.retry_after) << status;
+    EXPECT_EQ(*d.retry_after, Millis(7000));
+    EXPECT_NE(d.detail.find("answered " + std::to_string(status) + ": busy"), std::string::npos) << d.detail;
+  }
+  for (int status : {400, 401, 404, 422, 301}) {
+    handler.response = {status, {}, "{\"error\":\"bad amount\"}"};
+    const auto d = http(delivery("reject-" + std::to_string(status)), {});
+    EXPECT_EQ(d.action, MessageDisposition::Action::dead_letter) << status;
+    EXPECT_EQ(d.reason, "rejected");
+    EXPECT_NE(d.detail.find("bad amount"), std::string::npos);
+  }
+  handler.fail = true;
+  const auto down = http(delivery("down"), {});
+  EXPECT_EQ(down.action, MessageDisposition::Action::retry);
+  EXPECT_NE(down.detail.find("did not answer"), std::string::npos);
+  // None of them was recorded: once the handler takes it, it runs.
+  handler.fail = false;
+  handler.response = {201, {}, ""};
+  EXPECT_EQ(http(delivery("retry-503"), {}).reason, "processed");
+}
+
+}  // namespace
+}  // namespace idem::consume

@@ -1,0 +1,31 @@
+#pragma once
+
+// How idem-consume and idem-relay carry a message over HTTP (docs/idem-consume.md, docs/outbox.md):
+// a POST of its body with Idempotency-Key: <message id>, its content type, and each of its
+// headers as Idem-Header-<name>; and how they read the answer.
+
+#include <string>
+#include <string_view>
+
+#include "idem/broker.hpp"
+#include "idem/client/http.hpp"
+
+namespace idem::sidecar {
+
+/// The prefix of the message's own headers in the POST: none can pose as one of the request's
+/// (Host, Content-Length, Idempotency-Key).
+inline constexpr std::string_view kMessageHeaderPrefix = "Idem-Header-";
+
+/// The POST of one message: Idempotency-Key, Content-Type (application/octet-stream when the
+/// message has none), then the message's headers that HTTP can carry unchanged (a token name, a
+/// value without control characters), prefixed; others are left out.
+client::HttpRequest message_post(std::string url, std::string_view message_id, std::string_view content_type,
+                                 const MessageHeaders& headers, std::string body);
+
+/// Whether an answer may change if the message is sent again (SPEC §10: 408, 409, 425, 429, 5xx).
+bool retryable_status(int status);
+
+/// "the handler answered 400: {...}": the status and the start of the body on one line, bounded.
+std::string describe_answer(std::string_view who, int status, std::string_view body);
+
+}  // namespace idem::sidecar

@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
-# Starts and stops the servers the store tests need, on loopback, on free ports, under one
-# directory: PostgreSQL 15, Redis standalone (AOF everysec) and a Redis Cluster of 3 masters with
-# one replica each (so a master can fail over).
+# Starts and stops the servers the store and broker tests need, on loopback, on free ports, under
+# one directory: PostgreSQL 15, Redis standalone (AOF everysec), a Redis Cluster of 3 masters with
+# one replica each (so a master can fail over) and a RabbitMQ node.
 #
-#   servers.sh start DIR [postgres] [redis] [cluster]
-#                          start them (all three when none is named); writes DIR/env with the
+#   servers.sh start DIR [postgres] [redis] [cluster] [rabbitmq]
+#                          start them (all four when none is named); writes DIR/env with the
 #                          URLs to `source`
-#   servers.sh stop DIR    stop everything started under DIR (by PID)
+#   servers.sh stop DIR    stop everything started under DIR (by PID), RabbitMQ's epmd included
+#   servers.sh stop-rabbitmq DIR / start-rabbitmq DIR
+#                          stop the RabbitMQ node (gracefully, as a broker restart does) and start
+#                          it again on the same ports with the same data: for restart tests
+#   servers.sh rabbitmqctl DIR ARGS...
+#                          run rabbitmqctl against that node (close_all_connections, list_queues...)
 #
 # DIR/env exports IDEM_TEST_SERVERS_DIR and, for what was started, IDEM_TEST_POSTGRES_URL,
-# IDEM_TEST_REDIS_URL, IDEM_TEST_REDIS_CLUSTER_URL and IDEM_TEST_REDIS_CLUSTER_NODES (host:port
-# of every node).
+# IDEM_TEST_REDIS_URL, IDEM_TEST_REDIS_CLUSTER_URL, IDEM_TEST_REDIS_CLUSTER_NODES (host:port
+# of every node), IDEM_TEST_AMQP_URL (user idem, whose password needs percent-encoding),
+# IDEM_TEST_AMQP_PASSWORD (that password, raw: tests check it appears in no output),
+# IDEM_TEST_AMQP_MAX_MESSAGE_SIZE (the node's max_message_size), IDEM_TEST_RABBITMQ_DIR and
+# IDEM_TEST_SERVERS_SH (this script, for the restart subcommands).
 set -euo pipefail
 
-usage="usage: servers.sh start DIR [postgres] [redis] [cluster] | servers.sh stop DIR"
+usage="usage: servers.sh start DIR [postgres] [redis] [cluster] [rabbitmq] | servers.sh stop DIR
+       servers.sh stop-rabbitmq DIR | servers.sh start-rabbitmq DIR | servers.sh rabbitmqctl DIR ARGS..."
 cmd=${1:?$usage}
 dir=${2:?$usage}
 shift 2
@@ -38,6 +47,12 @@ while True:
 # initdb and postgres refuse to run as root; run them as the postgres system user then.
 as_pg() {
   if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# RabbitMQ's scripts drop root to the rabbitmq user (and fail on a root-owned state dir); run
+# them as that user ourselves, so every file under DIR/rabbitmq is its own.
+as_rabbitmq() {
+  if [ "$(id -u)" -eq 0 ]; then runuser -u rabbitmq -- "$@"; else "$@"; fi
 }
 
 wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
@@ -100,7 +115,103 @@ start_redis_cluster() {
   echo "export IDEM_TEST_REDIS_CLUSTER_NODES=$list" >>"$dir/env"
 }
 
+# RabbitMQ: one node under DIR/rabbitmq, everything it writes in there: its HOME (the Erlang
+# cookie), mnesia, logs, config, pid file. Its own epmd on a free port, so it neither meets nor
+# disturbs another node on the machine. max_message_size is small (1 MiB) so tests can publish
+# past it cheaply.
+rabbitmq_dir() { echo "$dir/rabbitmq"; }
+amqp_password='S3cr3t-p@ss:w/rd'
+amqp_password_encoded='S3cr3t-p%40ss%3Aw%2Frd'
+rabbitmq_max_message_size=1048576
+
+rabbitmqctl_in() {  # rabbitmqctl_in ARGS...: rabbitmqctl with the node's environment
+  local rdir
+  rdir=$(rabbitmq_dir)
+  as_rabbitmq bash -c 'source "$0/env.sh" && exec /usr/lib/rabbitmq/bin/rabbitmqctl "$@"' "$rdir" "$@"
+}
+
+start_rabbitmq_node() {  # the node described by DIR/rabbitmq/env.sh; waits until it serves
+  local rdir
+  rdir=$(rabbitmq_dir)
+  [ -f "$rdir/env.sh" ] || { echo "servers.sh: no RabbitMQ node under $dir" >&2; return 1; }
+  rm -f "$rdir/pid"
+  as_rabbitmq bash -c 'source "$0/env.sh" && nohup /usr/lib/rabbitmq/bin/rabbitmq-server >>"$0/server.log" 2>&1 &' "$rdir"
+  # `wait PIDFILE` returns once the node is up and its applications are running.
+  if ! rabbitmqctl_in wait --timeout 90 "$rdir/pid" >"$dir/rabbitmq-wait.log" 2>&1; then
+    echo "servers.sh: RabbitMQ did not come up; see $rdir/server.log and $rdir/log" >&2
+    return 1
+  fi
+}
+
+start_rabbitmq() {
+  local rdir port dist epmd
+  rdir=$(rabbitmq_dir)
+  port=$(free_port)
+  dist=$(free_port)
+  epmd=$(free_port)
+  mkdir -p "$rdir/mnesia" "$rdir/log"
+  cat >"$rdir/rabbitmq.conf" <<EOC
+listeners.tcp.default = 127.0.0.1:$port
+loopback_users = none
+max_message_size = $rabbitmq_max_message_size
+EOC
+  echo '[].' >"$rdir/enabled_plugins"
+  cat >"$rdir/env.sh" <<EOC
+export HOME=$rdir
+export RABBITMQ_NODENAME=idem$port@localhost RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+export RABBITMQ_NODE_PORT=$port RABBITMQ_DIST_PORT=$dist ERL_EPMD_PORT=$epmd
+export RABBITMQ_MNESIA_BASE=$rdir/mnesia RABBITMQ_LOG_BASE=$rdir/log
+export RABBITMQ_CONFIG_FILE=$rdir/rabbitmq.conf RABBITMQ_ENABLED_PLUGINS_FILE=$rdir/enabled_plugins
+export RABBITMQ_FEATURE_FLAGS_FILE=$rdir/feature_flags RABBITMQ_PID_FILE=$rdir/pid
+EOC
+  echo "$epmd" >"$rdir/epmd.port"
+  if [ "$(id -u)" -eq 0 ]; then
+    chown -R rabbitmq: "$rdir"
+    chmod 755 "$dir"
+  fi
+  start_rabbitmq_node
+  rabbitmqctl_in add_user idem "$amqp_password" >/dev/null
+  rabbitmqctl_in set_user_tags idem administrator >/dev/null
+  rabbitmqctl_in set_permissions -p / idem '.*' '.*' '.*' >/dev/null
+  {
+    echo "export IDEM_TEST_AMQP_URL='amqp://idem:$amqp_password_encoded@127.0.0.1:$port/%2f'"
+    echo "export IDEM_TEST_AMQP_PASSWORD='$amqp_password'"
+    echo "export IDEM_TEST_AMQP_MAX_MESSAGE_SIZE=$rabbitmq_max_message_size"
+    echo "export IDEM_TEST_RABBITMQ_DIR=$rdir"
+    echo "export IDEM_TEST_SERVERS_SH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
+  } >>"$dir/env"
+}
+
+# Stops the node by its PID: SIGTERM is a graceful shutdown (connections are closed with
+# CONNECTION_FORCED, as in a broker restart); SIGKILL after 60 s. The epmd stays unless asked.
+stop_rabbitmq() {  # stop_rabbitmq [epmd]
+  local rdir pid port
+  rdir=$(rabbitmq_dir)
+  pid=$(cat "$rdir/pid" 2>/dev/null) || pid=
+  if [ -n "$pid" ]; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$rdir/pid"
+  fi
+  if [ "${1:-}" = epmd ] && [ -f "$rdir/epmd.port" ]; then
+    port=$(cat "$rdir/epmd.port")
+    # `epmd -kill` asks the daemon on that port to exit. Should it refuse, the node started it
+    # with ERL_EPMD_PORT=PORT in its environment: that names our epmd and no other.
+    as_rabbitmq env ERL_EPMD_PORT="$port" epmd -kill >/dev/null 2>&1 || true
+    local proc
+    for proc in /proc/[0-9]*; do
+      [ "$(cat "$proc/comm" 2>/dev/null)" = epmd ] || continue
+      if tr '\0' '\n' <"$proc/environ" 2>/dev/null | grep -qx "ERL_EPMD_PORT=$port"; then
+        kill "${proc#/proc/}" 2>/dev/null || true
+      fi
+    done
+  fi
+  return 0
+}
+
 stop_all() {
+  if [ -d "$(rabbitmq_dir)" ]; then stop_rabbitmq epmd; fi
   if [ -f "$dir/pg/postmaster.pid" ]; then
     as_pg "$pg_bin/pg_ctl" -D "$dir/pg" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
   fi
@@ -121,13 +232,14 @@ stop_all() {
 
 case $cmd in
   start)
-    want_postgres=0 want_redis=0 want_cluster=0
-    (($#)) || set -- postgres redis cluster
+    want_postgres=0 want_redis=0 want_cluster=0 want_rabbitmq=0
+    (($#)) || set -- postgres redis cluster rabbitmq
     for what in "$@"; do
       case $what in
         postgres) want_postgres=1 ;;
         redis) want_redis=1 ;;
         cluster) want_cluster=1 ;;
+        rabbitmq) want_rabbitmq=1 ;;
         *) echo "servers.sh: unknown server \"$what\"; $usage" >&2; exit 2 ;;
       esac
     done
@@ -139,10 +251,22 @@ case $cmd in
     if ((want_postgres)); then start_postgres; fi
     if ((want_redis)); then start_redis_standalone; fi
     if ((want_cluster)); then start_redis_cluster; fi
+    if ((want_rabbitmq)); then start_rabbitmq; fi
     ;;
   stop)
     (($# == 0)) || { echo "$usage" >&2; exit 2; }
     stop_all
+    ;;
+  stop-rabbitmq)
+    (($# == 0)) || { echo "$usage" >&2; exit 2; }
+    stop_rabbitmq
+    ;;
+  start-rabbitmq)
+    (($# == 0)) || { echo "$usage" >&2; exit 2; }
+    start_rabbitmq_node
+    ;;
+  rabbitmqctl)
+    rabbitmqctl_in "$@"
     ;;
   *)
     echo "$usage" >&2

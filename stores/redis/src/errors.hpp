@@ -1,37 +1,17 @@
 #pragma once
 
-// Every way a Redis call can fail, and the one function that turns it into a StoreError.
+// The one function that turns a Redis failure (idem/redis_wire/failure.hpp) into a StoreError,
+// and how the store reacts to error replies (redirects, retries).
 
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "idem/redis_wire/failure.hpp"
+#include "idem/redis_wire/url.hpp"
 #include "idem/result.hpp"
-#include "url.hpp"
 
 namespace idem::redis_detail {
-
-/// What went wrong, before it becomes a StoreError.
-struct Failure {
-  enum class Kind : std::uint8_t {
-    connect,          ///< TCP connect, AUTH or SELECT failed (refused, unreachable, wrong password)
-    connect_timeout,  ///< the connect did not finish within connect_timeout
-    down,             ///< the node failed recently; not tried again until its backoff passes
-    io,               ///< the connection broke (reset, EOF) after the command was queued on it
-    timeout,          ///< no reply within command_timeout
-    protocol,         ///< the server's bytes were not RESP
-    reply,            ///< the server answered with an error reply (`detail` is its text)
-    retries,          ///< TRYAGAIN/CLUSTERDOWN/LOADING/... persisted past max_retries
-    redirects,        ///< more than max_redirects MOVED/ASK
-    replication,      ///< WAIT: fewer replicas than wait_replicas acknowledged the write
-    no_route,         ///< no node is known to serve the key's slot
-    closing,          ///< the store is shutting down
-    wrong_kind,       ///< the URL's kind (redis://, redis+cluster://) does not match the server
-  };
-  Kind kind = Kind::io;
-  std::string detail;  ///< hiredis's or the server's words
-  std::string node;    ///< "host:port", when one is involved
-};
 
 /// The one mapping from a Redis failure to the store's error model:
 ///   connect / down / io / closing / no_route / retries / redirects  -> unavailable

@@ -15,12 +15,12 @@
 #include <thread>
 #include <vector>
 
-#include "connection.hpp"
+#include "idem/redis_wire/connection.hpp"
 #include "errors.hpp"
 #include "idem/result.hpp"
-#include "reply.hpp"
+#include "idem/redis_wire/reply.hpp"
 #include "scripts.hpp"
-#include "url.hpp"
+#include "idem/redis_wire/url.hpp"
 
 namespace idem::redis_detail {
 

@@ -33,7 +33,7 @@
 #include "idem/record.hpp"
 #include "idem/result.hpp"
 #include "idem/store.hpp"
-#include "reply.hpp"
+#include "idem/redis_wire/reply.hpp"
 
 namespace idem::redis_detail {
 

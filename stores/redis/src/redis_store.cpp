@@ -15,7 +15,7 @@
 #include "router.hpp"
 #include "scripts.hpp"
 #include "slot.hpp"
-#include "url.hpp"
+#include "idem/redis_wire/url.hpp"
 
 namespace idem {
 

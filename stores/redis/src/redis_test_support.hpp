@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "connection.hpp"
-#include "url.hpp"
+#include "idem/redis_wire/connection.hpp"
+#include "idem/redis_wire/url.hpp"
 
 namespace idem::redis_test {
 

@@ -17,14 +17,14 @@
 #include <set>
 #include <thread>
 
-#include "connection.hpp"
+#include "idem/redis_wire/connection.hpp"
 #include "errors.hpp"
 #include "idem/headers_codec.hpp"
 #include "idem/redis_store.hpp"
 #include "idem/testing/loopback_listener.hpp"
 #include "record_codec.hpp"
 #include "scripts.hpp"
-#include "url.hpp"
+#include "idem/redis_wire/url.hpp"
 
 namespace idem::redis_detail {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "node.hpp"
 #include "slot.hpp"
-#include "url.hpp"
+#include "idem/redis_wire/url.hpp"
 
 namespace idem::redis_detail {
 

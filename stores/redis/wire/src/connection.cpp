@@ -1,4 +1,4 @@
-#include "connection.hpp"
+#include "idem/redis_wire/connection.hpp"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -121,6 +121,18 @@ void block_sigpipe_on_this_thread() {
   sigpipe_blocked = true;
 }
 
+std::optional<HandshakeRefusal> handshake_refusal(const Failure& failure) {
+  if (failure.kind != Failure::Kind::connect) return std::nullopt;
+  const std::string_view detail = failure.detail;
+  for (std::string_view command : {std::string_view("AUTH"), std::string_view("SELECT")}) {
+    if (detail.size() > command.size() + 2 && detail.starts_with(command) &&
+        detail.substr(command.size(), 2) == ": ") {
+      return HandshakeRefusal{command, detail.substr(command.size() + 2)};
+    }
+  }
+  return std::nullopt;
+}
+
 Failure Connection::failure(Failure::Kind kind) const {
   return Failure{kind, ctx_ && ctx_->errstr[0] ? ctx_->errstr : "connection error", address_.str()};
 }
@@ -140,6 +152,8 @@ std::expected<Connection, Failure> Connection::open(const Address& address, cons
   // AUTH and SELECT get the connect timeout too: they are part of connecting.
   redisSetTimeout(ctx.get(), to_timeval(settings.connect_timeout));
   Connection conn(std::move(ctx), address);
+  // A refusal is reported as "AUTH: <the server's error>" (or "SELECT: ..."): handshake_refusal
+  // reads that form back.
   auto handshake = [&](std::vector<std::string> args) -> std::expected<void, Failure> {
     auto reply = conn.call(args);
     if (!reply) {

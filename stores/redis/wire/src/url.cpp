@@ -1,11 +1,10 @@
-#include "url.hpp"
+#include "idem/redis_wire/url.hpp"
 
 #include <charconv>
 
 namespace idem::redis_detail {
-namespace {
 
-std::expected<std::string, std::string> percent_decode(std::string_view in) {
+std::expected<std::string, std::string> percent_decode(std::string_view in, std::string_view what) {
   std::string out;
   out.reserve(in.size());
   for (std::size_t i = 0; i < in.size(); ++i) {
@@ -14,9 +13,9 @@ std::expected<std::string, std::string> percent_decode(std::string_view in) {
       continue;
     }
     unsigned value = 0;
-    if (i + 2 >= in.size()) return std::unexpected("bad percent-escape in credentials");
+    if (i + 2 >= in.size()) return std::unexpected("bad percent-escape in " + std::string(what));
     auto [ptr, ec] = std::from_chars(in.data() + i + 1, in.data() + i + 3, value, 16);
-    if (ec != std::errc{} || ptr != in.data() + i + 3) return std::unexpected("bad percent-escape in credentials");
+    if (ec != std::errc{} || ptr != in.data() + i + 3) return std::unexpected("bad percent-escape in " + std::string(what));
     out.push_back(static_cast<char>(value));
     i += 2;
   }
@@ -53,8 +52,6 @@ std::expected<Address, std::string> parse_host_port(std::string_view text, bool 
   a.port = value;
   return a;
 }
-
-}  // namespace
 
 std::string Address::str() const {
   if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);

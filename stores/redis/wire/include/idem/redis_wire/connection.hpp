@@ -1,7 +1,8 @@
 #pragma once
 
 // One connection to one Redis node: hiredis's redisContext behind RAII. The only file that
-// includes hiredis is connection.cpp.
+// includes hiredis is connection.cpp. Shared by the Redis store (stores/redis) and the Redis
+// Streams broker (brokers/redis_streams); not installed.
 
 #include <expected>
 #include <memory>
@@ -9,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "errors.hpp"
 #include "idem/clock.hpp"
-#include "reply.hpp"
-#include "url.hpp"
+#include "idem/redis_wire/failure.hpp"
+#include "idem/redis_wire/reply.hpp"
+#include "idem/redis_wire/url.hpp"
 
 struct redisContext;
 
@@ -30,11 +31,11 @@ struct ConnectSettings {
 /// Blocks SIGPIPE on the calling thread for good. hiredis writes without MSG_NOSIGNAL, so a write
 /// to a connection the server has closed (a Redis restart) raises SIGPIPE, which kills a process
 /// that does not ignore it, as a library user's may not (idem-gateway does). Blocked, the write
-/// fails with EPIPE and the connection is reopened. For the store's own threads.
+/// fails with EPIPE and the connection is reopened. For a module's own threads.
 void block_sigpipe_on_this_thread();
 
 /// A connected, authenticated socket to one node. Its writes never raise SIGPIPE: on a thread
-/// that did not call block_sigpipe_on_this_thread (the caller's, in RedisStore::open), each write
+/// that did not call block_sigpipe_on_this_thread (a caller's own thread), each write
 /// blocks SIGPIPE for its duration and consumes one it raised.
 class Connection {
  public:

@@ -1,7 +1,8 @@
 #pragma once
 
 // RedisOptions::url: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] and
-// redis+cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...].
+// redis+cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]; and the pieces other Redis URLs
+// (the stream broker's redis+stream://) are parsed with, so every Redis URL reads the same.
 
 #include <compare>
 #include <expected>
@@ -34,5 +35,12 @@ std::expected<RedisUrl, std::string> parse_redis_url(std::string_view url);
 
 /// Parses "host:port" (Redis's form in MOVED/ASK replies).
 std::expected<Address, std::string> parse_address(std::string_view text);
+
+/// Parses "host[:port]" or "[v6]:port"; the port defaults to 6379 unless `port_required`.
+std::expected<Address, std::string> parse_host_port(std::string_view text, bool port_required);
+
+/// Decodes %XX escapes (userinfo, query values); the error names `what` ("bad percent-escape in
+/// credentials") and never echoes the text, which may be a password.
+std::expected<std::string, std::string> percent_decode(std::string_view in, std::string_view what = "credentials");
 
 }  // namespace idem::redis_detail

@@ -1,0 +1,86 @@
+#pragma once
+
+// The RabbitMQ (AMQP 0-9-1) broker module: a MessageSource consuming a queue with manual acks and
+// a dead-letter queue, and a MessageSink publishing with publisher confirms (idem/broker.hpp).
+// librabbitmq stays private: amqp.h is included only under src/.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "idem/broker.hpp"
+
+namespace idem {
+
+/// What an amqp:// URL is for: the query parameters each takes differ.
+enum class AmqpUrlRole : std::uint8_t {
+  source,  ///< `?queue=...`: consume a queue
+  sink,    ///< `?exchange=...&routing_key=...`: publish to an exchange
+};
+
+/// An amqp:// URL, parsed:
+///   amqp://[USER[:PASSWORD]@]HOST[:PORT][/VHOST][?PARAMETERS]
+/// User, password and vhost are percent-decoded (`%2f` is "/"); an empty path is vhost "/".
+/// TLS (amqps://) is not supported by this build.
+struct AmqpUrl {
+  std::string host = "localhost";
+  int port = 5672;
+  /// guest/guest only when the URL has no userinfo at all; `amqp://u@host` has an empty password.
+  std::string user = "guest";
+  std::string password = "guest";
+  std::string vhost = "/";
+
+  /// Source: the queue consumed (`queue=`, required).
+  std::string queue;
+  /// Source: where dead_letter() publishes the copy (`dead_letter_exchange=`), with the source
+  /// queue's name as routing key.
+  std::string dead_letter_exchange = "idem.dead-letter";
+  /// Source: the queue bound to it for that routing key (`dead_letter_queue=`; default
+  /// "<queue>.dead-letter"); only declared and bound, never read by the source.
+  std::string dead_letter_queue;
+
+  /// Sink: the exchange published to (`exchange=`); empty is the default exchange, where the
+  /// routing key is a queue's name.
+  std::string exchange;
+  /// Sink: the routing key of a message without a `destination` (`routing_key=`).
+  std::string routing_key;
+
+  /// `declare=true|false`: on each connect, declare (durable) what is missing. Source: the queue,
+  /// the dead-letter exchange (direct) and queue, and their binding. Sink: the exchange (direct),
+  /// or with the default exchange the routing key's queue. Existing ones are left as they are
+  /// (passive declare first), so a queue created with other arguments (quorum, TTL) is kept.
+  bool declare = true;
+  /// `heartbeat=SECONDS` proposed to the broker (0: none); a connection that stays silent for
+  /// twice as long is taken as lost.
+  std::chrono::seconds heartbeat{30};
+};
+
+/// Parses an amqp:// URL for `role`. Unknown or misplaced parameters, bad escapes, ports, names
+/// longer than AMQP's 255 bytes: BrokerErrc::invalid, the message naming what is wrong (the URL in
+/// it goes through redact_url).
+BrokerResult<AmqpUrl> parse_amqp_url(std::string_view url, AmqpUrlRole role);
+
+/// Opens a source on `amqp://...?queue=NAME`: connects, declares (declare=true), sets
+/// basic.qos to `settings.prefetch` and starts consuming with manual acks. Fails at once when the
+/// broker cannot be reached or refuses (so a wrong URL is seen at start-up); once open, the
+/// source reconnects by itself.
+///
+/// A Delivery's `handle` is its delivery tag and `connection` the id of the connection it came
+/// on (unique in the process); `broker_ref` is the tag as text. Message ids longer than AMQP's
+/// 255-byte `message_id` property travel in the `x-idem-message-id` header, set by
+/// open_amqp_sink, and are read back from it.
+BrokerResult<std::unique_ptr<MessageSource>> open_amqp_source(std::string_view url, const SourceSettings& settings = {});
+
+/// Opens a sink on `amqp://...?exchange=E&routing_key=K`: a connection with one channel in
+/// confirm mode. Messages are persistent (delivery_mode 2) and mandatory: one no queue takes
+/// comes back and is `rejected`. Fails at once when the broker cannot be reached or refuses;
+/// once open, a lost connection is opened again by the next publish.
+///
+/// Between publishes nothing reads the connection: a sink idle for longer than half the
+/// heartbeat has its connection checked (and replaced if the broker closed it) before the
+/// next publish; ping() keeps it alive.
+BrokerResult<std::unique_ptr<MessageSink>> open_amqp_sink(std::string_view url, const SinkSettings& settings = {});
+
+}  // namespace idem

@@ -59,7 +59,7 @@ TEST(ConsumeConfig, BadSettingsAreOneClearLine) {
 }
 
 TEST(ConsumeConfig, ErrorsNeverEchoAPassword) {
-  for (const std::string& source : {"amqp://idem:hunter2hunter2@h:5672/%2f", "redis+stream://:hunter2hunter2@h:1/s",
+  for (const char* source : {"amqp://idem:hunter2hunter2@h:5672/%2f", "redis+stream://:hunter2hunter2@h:1/s",
                                     "amqp://idem:hunter2hunter2@h:5672/%2f?queue=q&bogus=1"}) {
     const auto message = error_of("", flags({{"source", source}, {"deliver", "http://u:hunter2hunter2@h/x"}}));
     EXPECT_FALSE(message.empty());

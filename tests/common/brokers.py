@@ -1,0 +1,257 @@
+"""Brokers and HTTP handlers for the end-to-end tests of idem-consume and idem-relay (Python 3
+standard library only).
+
+The brokers are the real servers scripts/test starts (scripts/lib/servers.sh): RabbitMQ
+(IDEM_TEST_AMQP_URL) and Redis (IDEM_TEST_REDIS_URL). Each test gets queues or streams of its own
+names. A test that restarts a broker either restarts the shared RabbitMQ node (its ctest test
+runs alone) or starts a private Redis of its own (PrivateRedis).
+"""
+import http.server
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import uuid
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+SERVERS_SH = os.path.join(ROOT, "scripts", "lib", "servers.sh")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env(name):
+    value = os.environ.get(name)
+    if not value:
+        raise RuntimeError("%s is not set: run through scripts/test, which starts the servers" % name)
+    return value
+
+
+def unique(prefix):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:12])
+
+
+class Broker:
+    """One queue (AMQP) or stream and group (Redis) under test, by URL."""
+
+    def __init__(self, kind, name=None, redis_url=None):
+        self.kind = kind
+        self.name = name or unique("q")
+        if kind == "amqp":
+            base = env("IDEM_TEST_AMQP_URL").rstrip("/")
+            if not base.endswith("%2f") and base.count("/") < 3:
+                base += "/%2f"
+            self.base = base
+        elif kind == "redis_streams":
+            url = urllib.parse.urlsplit(redis_url or env("IDEM_TEST_REDIS_URL"))
+            self.base = "redis+stream://%s" % url.netloc
+        else:
+            raise ValueError(kind)
+
+    def source_url(self, group="consumers"):
+        if self.kind == "amqp":
+            return "%s?queue=%s" % (self.base, self.name)
+        return "%s/%s?group=%s" % (self.base, self.name, group)
+
+    def sink_url(self):
+        if self.kind == "amqp":
+            # The default exchange routes by queue name.
+            return "%s?exchange=&routing_key=%s" % (self.base, self.name)
+        return "%s/%s" % (self.base, self.name)
+
+    def dead_letter_source_url(self):
+        if self.kind == "amqp":
+            return "%s?queue=%s.dead-letter&declare=false" % (self.base, self.name)
+        return "%s/%s:dead-letter?group=inspect" % (self.base, self.name)
+
+    def declare(self, tool):
+        """Creates the queue (and its dead-letter queue) or the stream's group before anything is
+        published, by opening a source on it: messages published earlier could be routed nowhere."""
+        tool.take(self.source_url(), idle_ms=50)
+
+
+class BrokerTool:
+    """tests/tools/idem-broker-tool: publish JSON-lines messages, take what a queue holds."""
+
+    def __init__(self, binary):
+        self.binary = binary
+
+    def publish(self, sink_url, messages, timeout=300):
+        lines = "".join(json.dumps(m) + "\n" for m in messages)
+        out = subprocess.run([self.binary, "publish", sink_url], input=lines, capture_output=True, text=True,
+                             timeout=timeout)
+        if out.returncode != 0:
+            raise RuntimeError("publish failed (%d): %s" % (out.returncode, out.stderr.strip()))
+        return int(out.stdout.strip())
+
+    def take(self, source_url, idle_ms=1000, claim_idle_ms=100, timeout=300):
+        out = subprocess.run([self.binary, "take", source_url, "--idle-ms", str(idle_ms), "--claim-idle-ms",
+                              str(claim_idle_ms)], capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0:
+            raise RuntimeError("take failed (%d): %s" % (out.returncode, out.stderr.strip()))
+        return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def restart_rabbitmq():
+    """Stops the shared RabbitMQ node and starts it again on the same ports, its data kept."""
+    servers = env("IDEM_TEST_SERVERS_DIR")
+    subprocess.run(["bash", SERVERS_SH, "stop-rabbitmq", servers], check=True, timeout=120)
+    subprocess.run(["bash", SERVERS_SH, "start-rabbitmq", servers], check=True, timeout=180)
+
+
+class PrivateRedis:
+    """A Redis 7 of one test's own, persistent (AOF, fsync always), restartable on its port."""
+
+    def __init__(self, workdir):
+        self.dir = os.path.join(workdir, "redis-%s" % uuid.uuid4().hex[:6])
+        os.makedirs(self.dir)
+        self.port = free_port()
+        self.proc = None
+        self.start()
+
+    @property
+    def url(self):
+        return "redis://127.0.0.1:%d" % self.port
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
+             "--appendonly", "yes", "--appendfsync", "always"],
+            stdout=open(os.path.join(self.dir, "redis.log"), "ab"), stderr=subprocess.STDOUT)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("private redis did not come up")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def restart(self, down_seconds=0.0):
+        self.stop()
+        time.sleep(down_seconds)
+        self.start()
+
+
+def restart_broker(kind, private_redis=None, down_seconds=0.0):
+    if kind == "amqp":
+        restart_rabbitmq()
+    else:
+        private_redis.restart(down_seconds)
+
+
+class Handler:
+    """A message handler over HTTP (what idem-consume and idem-relay deliver to), counting each
+    Idempotency-Key it sees. `dedupe` makes it keep each key's effect once, as a handler with a
+    unique index does; `answer(key, body)` may return (status, headers, body) to override 200, or
+    "hang" to never answer."""
+
+    def __init__(self, dedupe=False, answer=None):
+        self.lock = threading.Lock()
+        self.calls = {}    # key -> POSTs received
+        self.effects = {}  # key -> effects kept (dedupe: at most 1)
+        self.headers = {}  # key -> headers of the last POST
+        self.bodies = {}
+        self.dedupe = dedupe
+        self.answer = answer
+        self.release = threading.Event()  # ends "hang"s (at stop)
+        outer = self
+
+        class Request(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(length)
+                key = self.headers.get("Idempotency-Key")
+                decided = outer.answer(key, body) if outer.answer else None
+                if decided == "hang":
+                    outer.release.wait(120)
+                    return
+                with outer.lock:
+                    outer.calls[key] = outer.calls.get(key, 0) + 1
+                    outer.headers[key] = dict(self.headers.items())
+                    outer.bodies[key] = body
+                    if decided is None or 200 <= decided[0] < 300:
+                        if not (outer.dedupe and outer.effects.get(key)):
+                            outer.effects[key] = outer.effects.get(key, 0) + 1
+                status, headers, reply = decided if decided else (200, {}, b"{\"ok\":true}")
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Request)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d/messages" % self.server.server_address[1]
+
+    def effect_counts(self):
+        with self.lock:
+            return dict(self.effects)
+
+    def call_counts(self):
+        with self.lock:
+            return dict(self.calls)
+
+    def stop(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def wait_until(predicate, timeout, interval=0.05, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
+
+
+def http_get(port, path, timeout=5):
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        return r.status, r.read().decode("utf-8", "replace")
+    finally:
+        c.close()
+
+
+def parse_metrics(text):
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        out[name] = float(value)
+    return out

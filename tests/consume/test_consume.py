@@ -1,0 +1,347 @@
+"""End to end: idem-consume between a real broker (RabbitMQ or a Redis stream) and a real HTTP
+handler, on a shared SQLite store. Every claim that something happens once is counted by the
+handler itself.
+
+    test_consume.py --broker amqp|redis_streams --consume PATH --tool PATH [unittest args]
+
+  storm     10,000 ids, each published 1-3 times (shuffled), three competing sidecars: every id
+            POSTed exactly once; nothing left in the queue
+  kills     sidecars SIGKILLed in a loop (IDEM_CONSUME_KILLS, default 20) and the broker restarted
+            mid-run; with on_lease_expiry = "unknown" no id is POSTed twice and the parked ones
+            are bounded by kills x in-flight; with a handler deduping by Idempotency-Key, every id
+            has exactly one effect and none is lost
+  bad       no id, a bad id, a body over the limit, a handler answering 400, a handler that never
+            answers: dead-lettered with their reasons; wrong credentials: one clear line, exit 1
+  sigterm   SIGTERM with deliveries in flight: they finish, are acked, exit 0; the rest come back
+  admin     /metrics, /healthz, /readyz
+"""
+import argparse
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import unittest
+import urllib.parse
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+sys.path.insert(0, os.path.join(HERE, "..", "gateway"))
+import brokers  # noqa: E402
+from harness import Process  # noqa: E402
+from scratch import run_in_scratch_dir  # noqa: E402
+
+ARGS = None
+KILLS = int(os.environ.get("IDEM_CONSUME_KILLS", "20"))
+
+
+class Sidecar:
+    """One idem-consume process, restartable with the same settings."""
+
+    def __init__(self, workdir, source, deliver, store, settings=None, name="sidecar"):
+        self.workdir = workdir
+        self.name = name
+        self.config = os.path.join(workdir, "%s.toml" % name)
+        lines = ['source = "%s"' % source, 'deliver = "%s"' % deliver, 'store = "%s"' % store,
+                 'log_level = "warn"']
+        for key, value in (settings or {}).items():
+            lines.append("%s = %s" % (key, value if isinstance(value, int) else '"%s"' % value))
+        with open(self.config, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.process = None
+        self.admin_port = None
+        self.start()
+
+    def start(self):
+        self.admin_port = brokers.free_port()
+        self.process = Process(self.name, [ARGS.consume, "--config", self.config, "--admin-listen",
+                                           "127.0.0.1:%d" % self.admin_port], self.workdir)
+
+    def wait_ready(self, timeout=60):
+        def ready():
+            if not self.process.alive():
+                raise AssertionError("%s exited: %s" % (self.name, self.process.log()[-2000:]))
+            try:
+                return brokers.http_get(self.admin_port, "/readyz")[0] == 200
+            except OSError:
+                return False
+        brokers.wait_until(ready, timeout, what="%s ready" % self.name)
+
+    def metrics(self):
+        return brokers.parse_metrics(brokers.http_get(self.admin_port, "/metrics")[1])
+
+    def kill(self):
+        self.process.kill()
+
+    def stop(self):
+        return self.process.stop(timeout=40)
+
+
+class ConsumeTest(unittest.TestCase):
+    """Each test gets a scratch directory, a fresh queue or stream and (for Redis) a private
+    server it may restart."""
+
+    def run(self, result=None):
+        def body(path):
+            self.dir = path
+            self.redis = brokers.PrivateRedis(path) if ARGS.broker == "redis_streams" else None
+            try:
+                super(ConsumeTest, self).run(result)
+            finally:
+                if self.redis:
+                    self.redis.stop()
+        run_in_scratch_dir("idem-consume-", body)
+        return result
+
+    def setUp(self):
+        self.tool = brokers.BrokerTool(ARGS.tool)
+        self.broker = brokers.Broker(ARGS.broker, redis_url=self.redis.url if self.redis else None)
+        self.broker.declare(self.tool)
+        self.store = "sqlite:%s" % os.path.join(self.dir, "consume.db")
+        self.sidecars = []
+        self.handler = None
+
+    def tearDown(self):
+        for s in self.sidecars:
+            s.process.kill()
+        if self.handler:
+            self.handler.stop()
+        if self._outcome_failed():
+            for s in self.sidecars:
+                sys.stderr.write("---- %s log (tail)\n%s\n" % (s.name, s.process.log()[-4000:]))
+
+    def _outcome_failed(self):
+        outcome = getattr(self, "_outcome", None)
+        errors = getattr(outcome, "errors", None)
+        if errors is None:
+            result = getattr(outcome, "result", None)
+            return bool(result and (result.failures or result.errors))
+        return any(err for _, err in errors)
+
+    def sidecar(self, settings=None, **kw):
+        s = Sidecar(self.dir, self.broker.source_url(), self.handler.url, self.store, settings,
+                    name="sidecar-%d" % len(self.sidecars), **kw)
+        self.sidecars.append(s)
+        return s
+
+    def left_in_queue(self):
+        return self.tool.take(self.broker.source_url(), idle_ms=1500)
+
+    def dead_letters(self):
+        out = {}
+        for m in self.tool.take(self.broker.dead_letter_source_url(), idle_ms=1000):
+            h = {k.lower(): v for k, v in m["headers"].items()}
+            reason = h.get("x-idem-reason") or h.get("reason")
+            out.setdefault(reason, []).append(m)
+        return out
+
+    # -----------------------------------------------------------------------------------------
+
+    def test_storm_three_sidecars_post_each_of_ten_thousand_ids_once(self):
+        self.handler = brokers.Handler()
+        rng = random.Random(7)
+        messages = []
+        for i in range(10_000):
+            for _ in range(rng.randint(1, 3)):
+                messages.append({"id": "storm-%05d" % i, "body": '{"n":%d}' % i})
+        rng.shuffle(messages)
+        for _ in range(3):
+            self.sidecar({"workers": 8, "prefetch": 64})
+        for s in self.sidecars:
+            s.wait_ready()
+        self.assertEqual(self.tool.publish(self.broker.sink_url(), messages), len(messages))
+
+        def settled():
+            total = 0
+            for s in self.sidecars:
+                m = s.metrics()
+                total += m.get("idem_consume_processed_total", 0) + m.get("idem_consume_duplicates_total", 0)
+            return total >= len(messages)
+        brokers.wait_until(settled, 240, interval=0.5, what="every delivery settled")
+        for s in self.sidecars:
+            self.assertEqual(s.stop(), 0, s.process.log()[-2000:])
+        calls = self.handler.call_counts()
+        self.assertEqual(len(calls), 10_000)
+        twice = {k: n for k, n in calls.items() if n != 1}
+        self.assertEqual(twice, {}, "ids POSTed more than once")
+        self.assertEqual(self.left_in_queue(), [])
+
+    def _kill_loop(self, settings, handler, ids, kills):
+        """Publishes `ids` (a third of them twice), runs three sidecars, SIGKILLs one at random
+        every 0.3-0.7 s (restarting it) `kills` times, restarts the broker once halfway, then lets
+        them finish. Returns the parked (outcome_unknown) ids."""
+        self.handler = handler
+        rng = random.Random(11)
+        messages = [{"id": i, "body": '{"id":"%s"}' % i} for i in ids]
+        messages += [{"id": i, "body": '{"id":"%s"}' % i} for i in ids[::3]]
+        rng.shuffle(messages)
+        for _ in range(3):
+            self.sidecar(settings)
+        for s in self.sidecars:
+            s.wait_ready()
+        publisher = threading.Thread(target=self.tool.publish, args=(self.broker.sink_url(), messages))
+        publisher.start()
+        done = 0
+        restarted = False
+        while done < kills:
+            time.sleep(rng.uniform(0.3, 0.7))
+            victim = rng.choice(self.sidecars)
+            victim.kill()
+            done += 1
+            if done == kills // 2 and not restarted:
+                restarted = True
+                brokers.restart_broker(ARGS.broker, self.redis, down_seconds=1.0)
+            victim.start()
+        publisher.join()
+        for s in self.sidecars:
+            s.wait_ready(120)
+        return done
+
+    def _wait_all_accounted(self, ids, parked=None):
+        """Waits until every id had its effect, or (when `parked` is a set) was parked: dead-lettered
+        as outcome_unknown, collected into `parked` as they arrive."""
+        def accounted():
+            if parked is not None:
+                for m in self.tool.take(self.broker.dead_letter_source_url(), idle_ms=200):
+                    h = {k.lower(): v for k, v in m["headers"].items()}
+                    reason = h.get("x-idem-reason") or h.get("reason")
+                    self.assertEqual(reason, "outcome_unknown", m)
+                    parked.add(m["id"])
+            done = set(self.handler.call_counts()) | (parked or set())
+            return all(i in done for i in ids)
+        brokers.wait_until(accounted, 240, interval=0.5, what="every id processed (or parked)")
+
+    def test_kills_with_unknown_never_post_twice_and_park_a_bounded_few(self):
+        ids = ["unk-%05d" % i for i in range(3000)]
+        settings = {"workers": 4, "prefetch": 16, "on_lease_expiry": "unknown", "lease": "3s",
+                    "handler_timeout": "1s", "retry_min": "50ms", "retry_max": "500ms", "claim_idle": "2s",
+                    "drain_timeout": "5s"}
+        kills = self._kill_loop(settings, brokers.Handler(), ids, KILLS)
+        parked = set()
+        self._wait_all_accounted(ids, parked)
+        for s in self.sidecars:
+            self.assertEqual(s.stop(), 0)
+        calls = self.handler.call_counts()
+        self.assertEqual({k: n for k, n in calls.items() if n > 1}, {}, "ids POSTed twice")
+        # A parked id may have had its effect (the sidecar died after the handler's 2xx) or not
+        # (it died before the POST): an operator decides (idemctl). At most one per worker per kill.
+        self.assertLessEqual(len(parked), kills * 4, "more parked than kills x in-flight")
+        self.assertEqual(self.left_in_queue(), [])
+        print("kills=%d parked=%d posted=%d" % (kills, len(parked), len(calls)))
+
+    def test_kills_with_a_deduping_handler_lose_nothing_and_run_each_once(self):
+        ids = ["dedupe-%05d" % i for i in range(3000)]
+        settings = {"workers": 4, "prefetch": 16, "lease": "3s", "handler_timeout": "1s",
+                    "retry_min": "50ms", "retry_max": "500ms", "claim_idle": "2s", "drain_timeout": "5s"}
+        self._kill_loop(settings, brokers.Handler(dedupe=True), ids, KILLS)
+        self._wait_all_accounted(ids)
+        for s in self.sidecars:
+            self.assertEqual(s.stop(), 0)
+        effects = self.handler.effect_counts()
+        self.assertEqual(sorted(effects), sorted(ids))
+        self.assertEqual({k: n for k, n in effects.items() if n != 1}, {})
+        self.assertEqual(self.left_in_queue(), [])
+
+    def test_bad_messages_are_dead_lettered_with_their_reasons(self):
+        def answer(key, body):
+            if key == "reject-me":
+                return (400, {"Content-Type": "application/json"}, b'{"error":"amount must be positive"}')
+            if key == "hang-me":
+                return "hang"
+            return None
+        self.handler = brokers.Handler(answer=answer)
+        s = self.sidecar({"max_message_bytes": "64KiB", "handler_timeout": "1s", "max_attempts": 2,
+                          "retry_min": "50ms", "retry_max": "200ms", "lease": "10s"})
+        s.wait_ready()
+        self.tool.publish(self.broker.sink_url(), [
+            {"id": None, "body": "no id"},
+            {"id": "has space", "body": "bad id"},
+            {"id": "big-one", "body_bytes": 64 * 1024 + 1},
+            {"id": "reject-me", "body": "{}"},
+            {"id": "hang-me", "body": "{}"},
+            {"id": "fine", "body": "{}"},
+        ])
+        brokers.wait_until(lambda: s.metrics().get("idem_consume_dead_lettered_total{reason=\"poison\"}", 0) >= 1 and
+                           s.metrics().get("idem_consume_processed_total", 0) >= 1, 60, what="all settled")
+        self.assertEqual(s.stop(), 0)
+        dead = self.dead_letters()
+        self.assertEqual([m["body"] for m in dead.get("missing_id", [])], ["no id"])
+        self.assertEqual([m["id"] for m in dead.get("invalid_id", [])], ["has space"])
+        self.assertEqual([m["id"] for m in dead.get("too_large", [])], ["big-one"])
+        self.assertEqual([m["id"] for m in dead.get("rejected", [])], ["reject-me"])
+        self.assertEqual([m["id"] for m in dead.get("poison", [])], ["hang-me"])
+        self.assertEqual(self.handler.call_counts().get("fine"), 1)
+        self.assertNotIn("big-one", self.handler.call_counts())
+        self.assertEqual(self.left_in_queue(), [])
+
+    def test_wrong_credentials_are_one_clear_line(self):
+        self.handler = brokers.Handler()
+        secret = "Wr0ngPassw0rd-%d" % os.getpid()
+        url = urllib.parse.urlsplit(self.broker.source_url())
+        user = "idem" if ARGS.broker == "amqp" else "nobody"
+        source = url._replace(netloc="%s:%s@%s" % (user, secret, url.netloc.rpartition("@")[2])).geturl()
+        p = Process("bad-credentials", [ARGS.consume, "--source", source, "--deliver", self.handler.url,
+                                        "--store", self.store, "--admin-listen", "off"], self.dir)
+        code = p.wait(30)
+        self.assertEqual(code, 1, p.log())
+        log = p.log()
+        self.assertEqual(len(log.strip().splitlines()), 1, log)
+        self.assertIn("refused", log)
+        self.assertNotIn(secret, log)
+
+    def test_sigterm_finishes_in_flight_deliveries_and_acks_them(self):
+        started = threading.Event()
+
+        def answer(key, body):
+            started.set()
+            time.sleep(1.0)
+            return None
+        self.handler = brokers.Handler(answer=answer)
+        s = self.sidecar({"workers": 2, "prefetch": 4, "drain_timeout": "10s"})
+        s.wait_ready()
+        self.tool.publish(self.broker.sink_url(), [{"id": "slow-%d" % i, "body": "{}"} for i in range(8)])
+        self.assertTrue(started.wait(20))
+        time.sleep(0.2)
+        s.process.signal(signal.SIGTERM)
+        self.assertEqual(s.process.wait(20), 0, s.process.log())
+        calls = self.handler.call_counts()
+        self.assertGreaterEqual(len(calls), 2)
+        self.assertEqual({k: n for k, n in calls.items() if n != 1}, {})
+        # What was posted was acked; the rest is still there for the next consumer.
+        rest = {m["id"] for m in self.left_in_queue()}
+        self.assertEqual(set(calls) & rest, set())
+        self.assertEqual(set(calls) | rest, {"slow-%d" % i for i in range(8)})
+
+    def test_admin_endpoints(self):
+        self.handler = brokers.Handler()
+        s = self.sidecar()
+        s.wait_ready()
+        self.tool.publish(self.broker.sink_url(), [{"id": "a-1", "body": "{}"}, {"id": "a-1", "body": "{}"}])
+        brokers.wait_until(lambda: s.metrics().get("idem_consume_duplicates_total", 0) >= 1, 30, what="duplicate")
+        self.assertEqual(brokers.http_get(s.admin_port, "/healthz")[0], 200)
+        self.assertEqual(brokers.http_get(s.admin_port, "/readyz")[0], 200)
+        m = s.metrics()
+        for name in ["idem_consume_received_total", "idem_consume_processed_total", "idem_consume_duplicates_total",
+                     "idem_consume_retried_total", 'idem_consume_dead_lettered_total{reason="poison"}',
+                     "idem_consume_in_flight", "idem_consume_reconnects_total", "idem_consume_handler_seconds_count",
+                     "idem_consume_ready"]:
+            self.assertIn(name, m)
+        self.assertEqual(m["idem_consume_processed_total"], 1)
+        self.assertEqual(m["idem_consume_ready"], 1)
+        self.assertEqual(brokers.http_get(s.admin_port, "/nope")[0], 404)
+        self.assertEqual(s.stop(), 0)
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--broker", choices=["amqp", "redis_streams"], required=True)
+    parser.add_argument("--consume", required=True)
+    parser.add_argument("--tool", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -203,18 +203,41 @@ TEST_F(StreamTest, UnackedEntriesComeBackToTheSameConsumerNameAfterARestart) {
   auto again = source(settings("worker-1"));
   auto got = again->receive(10, 1s);
   ASSERT_TRUE(got) << got.error().message;
-  ASSERT_EQ(got->size(), 3u);  // the pending ones first, alone
-  for (const auto& d : *got) {
-    EXPECT_EQ(d.delivery_count, 2u) << d.message_id;
-    EXPECT_TRUE(d.redelivered);
+  ASSERT_EQ(got->size(), 4u);  // the pending ones first, then the new one
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ((*got)[i].delivery_count, 2u) << (*got)[i].message_id;
+    EXPECT_TRUE((*got)[i].redelivered);
   }
-  EXPECT_EQ(ids_of(*got), (std::set<std::string>{"a", "b", "c"}));
-  auto fresh = receive_n(*again, 1);
-  ASSERT_EQ(fresh.size(), 1u);
-  EXPECT_EQ(fresh[0].message_id, "d");
-  EXPECT_EQ(fresh[0].delivery_count, 1u);
+  EXPECT_EQ(ids_of({got->begin(), got->begin() + 3}), (std::set<std::string>{"a", "b", "c"}));
+  EXPECT_EQ((*got)[3].message_id, "d");
+  EXPECT_EQ((*got)[3].delivery_count, 1u);
+  EXPECT_FALSE((*got)[3].redelivered);
   ASSERT_TRUE(again->ack(*got));
-  ASSERT_TRUE(again->ack(fresh));
+  EXPECT_EQ(pending(), 0);
+}
+
+TEST_F(StreamTest, AConsumersOwnPendingListIsReadInBatchesWithoutRepeats) {
+  auto out = sink();
+  publish(*out, {message("p0"), message("p1"), message("p2"), message("p3"), message("p4")});
+  {
+    auto first = source(settings("batcher"));
+    ASSERT_EQ(receive_n(*first, 5).size(), 5u);
+  }
+  publish(*out, {message("new")});
+  auto again = source(settings("batcher"));
+  std::vector<Delivery> all;
+  for (int i = 0; i < 3; ++i) {
+    auto got = again->receive(2, 1s);
+    ASSERT_TRUE(got) << got.error().message;
+    ASSERT_EQ(got->size(), 2u) << "receive " << i;
+    for (auto& d : *got) all.push_back(std::move(d));
+  }
+  std::vector<std::string> order;
+  for (const auto& d : all) order.push_back(d.message_id);
+  EXPECT_EQ(order, (std::vector<std::string>{"p0", "p1", "p2", "p3", "p4", "new"}));
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(all[i].delivery_count, 2u) << all[i].message_id;
+  EXPECT_EQ(all[5].delivery_count, 1u);
+  ASSERT_TRUE(again->ack(all));
   EXPECT_EQ(pending(), 0);
 }
 

@@ -31,7 +31,9 @@ std::expected<Event, Failure> Channel::wait(Steady::time_point deadline, int wak
     auto ready = connection_.next_reply();
     if (!ready) return std::unexpected(ready.error());
     if (*ready) {
-      if (outstanding_ == 0) return std::unexpected(Failure{Failure::Kind::protocol, "a reply nobody asked for", node_});
+      if (outstanding_ == 0) {
+        return std::unexpected(Failure{Failure::Kind::protocol, "a reply nobody asked for", node_});
+      }
       --outstanding_;
       return Event{Event::Kind::reply, std::move(**ready)};
     }
@@ -43,7 +45,8 @@ std::expected<Event, Failure> Channel::wait(Steady::time_point deadline, int wak
     // Polled at least once, even past the deadline: a reply already in the socket is taken.
     const auto now = Steady::now();
     const auto left = now >= deadline ? 0 : std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
-    pollfd fds[2] = {{connection_.fd(), static_cast<short>(POLLIN | (unflushed_ ? POLLOUT : 0)), 0}, {wake_fd, POLLIN, 0}};
+    pollfd fds[2] = {{connection_.fd(), static_cast<short>(POLLIN | (unflushed_ ? POLLOUT : 0)), 0},
+                     {wake_fd, POLLIN, 0}};
     const int n = ::poll(fds, wake_fd >= 0 ? 2 : 1, static_cast<int>(std::min<long long>(left, 60'000)));
     if (n < 0) {
       if (errno == EINTR) continue;

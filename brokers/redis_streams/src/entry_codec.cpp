@@ -154,7 +154,8 @@ std::expected<ClaimReply, std::string> parse_claim_reply(const Reply& reply) {
   return out;
 }
 
-std::expected<std::vector<std::pair<std::string, std::uint32_t>>, std::string> parse_pending_counts(const Reply& reply) {
+std::expected<std::vector<std::pair<std::string, std::uint32_t>>, std::string> parse_pending_counts(
+    const Reply& reply) {
   if (!reply.is_array()) return std::unexpected("XPENDING's reply is not an array");
   std::vector<std::pair<std::string, std::uint32_t>> out;
   for (const Reply& row : reply.elements) {

@@ -11,8 +11,8 @@ using redis_detail::Failure;
 // Error replies meaning "this server cannot serve you now", not "your command is wrong": a load
 // or failover in progress, a busy script, persistence failing (MISCONF), too few replicas
 // (NOREPLICAS), memory full (OOM), a replica named as the server (READONLY, until failover).
-constexpr std::array<std::string_view, 9> kUnavailable = {"LOADING",  "MASTERDOWN", "BUSY",       "TRYAGAIN", "CLUSTERDOWN",
-                                                          "READONLY", "MISCONF",    "NOREPLICAS", "OOM"};
+constexpr std::array<std::string_view, 9> kUnavailable = {
+    "LOADING", "MASTERDOWN", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "MISCONF", "NOREPLICAS", "OOM"};
 
 bool one_of(std::string_view word, const auto& words) {
   for (std::string_view w : words) {
@@ -40,21 +40,25 @@ BrokerError reply_error(const Failure& f, const ErrorContext& c) {
   }
   // The server's words for these are safe to quote (they never echo a password), and say which
   // command or key the ACL denied.
-  if (code == "NOAUTH" || code == "WRONGPASS") return {BrokerErrc::refused, where(f) + ": " + kLogin + " (" + f.detail + ")", false};
+  if (code == "NOAUTH" || code == "WRONGPASS") {
+    return {BrokerErrc::refused, where(f) + ": " + kLogin + " (" + f.detail + ")", false};
+  }
   if (code == "NOPERM") {
-    return {BrokerErrc::refused, where(f) + ": the Redis user may not do this" + key_part(c) + "; check its ACL (" + f.detail + ")",
-            false};
+    return {BrokerErrc::refused,
+            where(f) + ": the Redis user may not do this" + key_part(c) + "; check its ACL (" + f.detail + ")", false};
   }
   if (code == "MOVED" || code == "ASK" || code == "CROSSSLOT") {
     return {BrokerErrc::refused,
             where(f) + " is a Redis Cluster node that does not hold" + key_part(c) +
-                ": Redis Streams need a standalone Redis, or the URL must name the node holding the stream's slot "
-                "(this module does not route cluster slots) (" + f.detail + ")",
+                ": Redis Streams need a standalone Redis, or the URL must name the node holding the stream's slot"
+                " (this module does not route cluster slots): " +
+                f.detail,
             false};
   }
   if (code == "WRONGTYPE") {
-    return {BrokerErrc::refused, where(f) + ": \"" + std::string(c.key) + "\" is not a stream (WRONGTYPE): another "
-                                 "kind of value is stored under that key",
+    return {BrokerErrc::refused,
+            where(f) + ": \"" + std::string(c.key) +
+                "\" is not a stream (WRONGTYPE): another kind of value is stored there",
             false};
   }
   return {BrokerErrc::internal, where(f) + ": " + f.detail + key_part(c), false};
@@ -80,8 +84,9 @@ BrokerError map_error(const Failure& f, const ErrorContext& c) {
           // to a server that has none ("ERR AUTH <password> called without any password ...").
           return {BrokerErrc::refused, where(f) + ": " + kLogin + " (" + std::string(refusal->reply) + ")", false};
         }
-        return {BrokerErrc::refused, where(f) + ": Redis refused " + std::string(refusal->command) +
-                                         ": check the URL's db (" + std::string(refusal->reply) + ")",
+        return {BrokerErrc::refused,
+                where(f) + ": Redis refused " + std::string(refusal->command) + ": check the URL's db (" +
+                    std::string(refusal->reply) + ")",
                 false};
       }
       return {BrokerErrc::unavailable, where(f) + ": cannot connect: " + f.detail, false};

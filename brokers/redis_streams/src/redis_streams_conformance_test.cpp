@@ -1,12 +1,11 @@
 // The broker conformance suite (testing/broker_conformance) on Redis Streams: the shared test
 // server for the main suite, a private redis-server for the restart suite (it stops the server).
-#include "idem/redis_stream_broker.hpp"
-
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
 #include "entry_codec.hpp"
+#include "idem/redis_stream_broker.hpp"
 #include "idem/testing/broker_conformance.hpp"
 #include "test_support.hpp"
 
@@ -105,8 +104,8 @@ using testing::BrokerConformance;
 using testing::BrokerRestartConformance;
 
 INSTANTIATE_TEST_SUITE_P(RedisStreams, BrokerConformance,
-                         ::testing::Values(testing::BrokerFactory{
-                             "redis_streams", [] { return std::make_unique<StreamUnderTest>(); }}),
+                         ::testing::Values(testing::BrokerFactory{"redis_streams",
+                                                                  [] { return std::make_unique<StreamUnderTest>(); }}),
                          testing::BrokerConformance::name_of);
 
 INSTANTIATE_TEST_SUITE_P(RedisStreams, BrokerRestartConformance,

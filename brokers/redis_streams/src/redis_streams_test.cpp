@@ -1,17 +1,17 @@
 // The stream broker against a real Redis 7 (IDEM_TEST_REDIS_URL; the restart test runs a private
 // redis-server). Each test has its own stream, deleted at the end.
-#include "idem/redis_stream_broker.hpp"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "entry_codec.hpp"
+#include "idem/redis_stream_broker.hpp"
 #include "test_support.hpp"
 
 namespace idem::redis_streams {
@@ -65,7 +65,8 @@ class StreamTest : public ::testing::Test {
 
   std::unique_ptr<MessageSource> source(const SourceSettings& s = settings(), const std::string& extra = "",
                                         RedisStreamEvents events = {}) {
-    auto opened = open_redis_stream_source(test::stream_url(address_, stream_, "group=g" + extra), s, std::move(events));
+    auto opened =
+        open_redis_stream_source(test::stream_url(address_, stream_, "group=g" + extra), s, std::move(events));
     if (!opened) throw std::runtime_error("open source: " + opened.error().message);
     return std::move(*opened);
   }
@@ -139,7 +140,8 @@ std::string header(const MessageHeaders& headers, const std::string& name) {
 
 TEST_F(StreamTest, EveryFieldRoundTripsThroughTheStream) {
   OutgoingMessage m = message("order-1", std::string("{\"a\":1}\0\xff\r\n", 11));
-  m.headers = {{"traceparent", "00-abc-01"}, {"x-bin", std::string("\0\x01\xfe", 3)}, {"dup", "1"}, {"dup", "2"}, {"empty", ""}};
+  m.headers = {
+      {"traceparent", "00-abc-01"}, {"x-bin", std::string("\0\x01\xfe", 3)}, {"dup", "1"}, {"dup", "2"}, {"empty", ""}};
   OutgoingMessage no_id;
   no_id.body = "anonymous";
   auto out = sink();
@@ -419,7 +421,8 @@ TEST_F(StreamTest, WakeEndsAWaitingReceivePromptlyAndLosesNothing) {
 TEST_F(StreamTest, AWrongPasswordIsRefusedWithoutThePasswordInTheMessage) {
   const std::string name = user("idem-streams");
   raw_->call({"ACL", "SETUSER", name, "on", ">Right-Pass-123", "~*", "&*", "+@all"});
-  auto wrong = open_redis_stream_source(test::stream_url(address_, stream_, "group=g", name + ":Wrong-Pass-456"), settings());
+  auto wrong =
+      open_redis_stream_source(test::stream_url(address_, stream_, "group=g", name + ":Wrong-Pass-456"), settings());
   ASSERT_FALSE(wrong);
   EXPECT_EQ(wrong.error().code, BrokerErrc::refused) << wrong.error().message;
   EXPECT_NE(wrong.error().message.find("check the user and password"), std::string::npos) << wrong.error().message;
@@ -430,7 +433,8 @@ TEST_F(StreamTest, AWrongPasswordIsRefusedWithoutThePasswordInTheMessage) {
   EXPECT_EQ(wrong_sink.error().code, BrokerErrc::refused);
   EXPECT_EQ(wrong_sink.error().message.find("Wrong-Pass-456"), std::string::npos) << wrong_sink.error().message;
 
-  auto right = open_redis_stream_source(test::stream_url(address_, stream_, "group=g", name + ":Right-Pass-123"), settings());
+  auto right =
+      open_redis_stream_source(test::stream_url(address_, stream_, "group=g", name + ":Right-Pass-123"), settings());
   ASSERT_TRUE(right) << right.error().message;
   EXPECT_EQ((*right)->name().find("Right-Pass-123"), std::string::npos) << (*right)->name();
   EXPECT_NE((*right)->name().find(name), std::string::npos) << (*right)->name();
@@ -440,7 +444,8 @@ TEST_F(StreamTest, AWrongPasswordIsRefusedWithoutThePasswordInTheMessage) {
 TEST_F(StreamTest, AUserWithoutAccessToTheStreamIsRefused) {
   const std::string name = user("idem-streams-narrow");
   raw_->call({"ACL", "SETUSER", name, "on", ">Narrow-Pass-789", "~elsewhere:*", "+@all"});
-  auto source = open_redis_stream_source(test::stream_url(address_, stream_, "group=g", name + ":Narrow-Pass-789"), settings());
+  auto source =
+      open_redis_stream_source(test::stream_url(address_, stream_, "group=g", name + ":Narrow-Pass-789"), settings());
   ASSERT_FALSE(source);
   EXPECT_EQ(source.error().code, BrokerErrc::refused) << source.error().message;
   EXPECT_NE(source.error().message.find("check its ACL"), std::string::npos) << source.error().message;
@@ -550,6 +555,39 @@ TEST_F(StreamTest, AGroupThatVanishedIsCreatedAgain) {
   EXPECT_NE(warnings[0].find("vanished"), std::string::npos) << warnings[0];
 }
 
+// The URL naming a Redis Cluster node: streams whose slot that node holds work there, the others
+// are refused with the reason (this module does not route slots). Needs the test cluster
+// (IDEM_TEST_REDIS_CLUSTER_NODES, which scripts/test starts); without it: skipped, failed in CI.
+TEST(StreamCluster, AClusterNodeServesTheStreamsOfItsSlotsAndRefusesTheOthers) {
+  (void)test::server();
+  const char* nodes = std::getenv("IDEM_TEST_REDIS_CLUSTER_NODES");
+  if (!nodes || !*nodes) {
+    const char* ci = std::getenv("CI");
+    if (ci && std::string_view(ci) == "true")
+      FAIL() << "IDEM_TEST_REDIS_CLUSTER_NODES is not set (CI=true: never skipped)";
+    GTEST_SKIP() << "IDEM_TEST_REDIS_CLUSTER_NODES is not set: start the cluster with scripts/lib/servers.sh";
+  }
+  const std::string list = nodes;
+  auto node = redis_detail::parse_address(list.substr(0, list.find(',')));
+  ASSERT_TRUE(node) << node.error();
+  test::RawRedis raw(*node);
+  bool refused = false, served = false;
+  for (int i = 0; i < 40 && !(refused && served); ++i) {
+    const std::string stream = test::unique_stream("cluster");
+    auto source = open_redis_stream_source(test::stream_url(*node, stream, "group=g"), {});
+    if (source) {
+      served = true;
+      EXPECT_TRUE((*source)->ping());
+      raw.call({"DEL", stream});
+      continue;
+    }
+    EXPECT_EQ(source.error().code, BrokerErrc::refused) << source.error().message;
+    EXPECT_NE(source.error().message.find("standalone Redis"), std::string::npos) << source.error().message;
+    refused = true;
+  }
+  EXPECT_TRUE(refused) << "no stream name fell in another node's slots";
+}
+
 TEST(StreamRestart, ARedisRestartIsRecoveredAndNothingPublishedIsLost) {
   (void)test::server();  // the live suite's precondition, though this test runs its own server
   test::PrivateRedis redis;
@@ -619,7 +657,8 @@ TEST(StreamRestart, ARedisRestartIsRecoveredAndNothingPublishedIsLost) {
   publish_until_confirmed(50, 100);
   consume(published.size(), 20s);
   std::vector<std::string> missing;
-  std::set_difference(published.begin(), published.end(), received.begin(), received.end(), std::back_inserter(missing));
+  std::set_difference(published.begin(), published.end(), received.begin(), received.end(),
+                      std::back_inserter(missing));
   EXPECT_TRUE(missing.empty()) << missing.size() << " published messages never arrived, e.g. " << missing.front();
   EXPECT_EQ(published.size(), 100u);
   EXPECT_GE((*in)->reconnects(), 1u);

@@ -1,8 +1,6 @@
 // Server-free tests of the Redis Streams broker: URLs (good and bad), the entry encoding with
 // arbitrary bytes, entry ids and reply shapes, the one error mapping, the settings checks, and
 // the sink against a scripted fake server that drops its connection mid-batch.
-#include "idem/redis_stream_broker.hpp"
-
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -18,6 +16,7 @@
 #include "endpoint.hpp"
 #include "entry_codec.hpp"
 #include "errors.hpp"
+#include "idem/redis_stream_broker.hpp"
 #include "idem/redis_wire/failure.hpp"
 #include "idem/testing/loopback_listener.hpp"
 
@@ -181,8 +180,12 @@ TEST(EntryCodec, NamesThatLookLikeTheEncodingAndRepeatsSurvive) {
   OutgoingMessage m;
   m.message_id = "m-1";
   m.content_type = "text/plain";
-  m.headers = {{"body", "not the body"},   {"message_id", "not the id"}, {"h:x", "prefixed already"},
-               {"", "empty name"},         {"dup", "1"},                  {"dup", "2"},
+  m.headers = {{"body", "not the body"},
+               {"message_id", "not the id"},
+               {"h:x", "prefixed already"},
+               {"", "empty name"},
+               {"dup", "1"},
+               {"dup", "2"},
                {"crlf\r\n", std::string("nul\0inside", 10)}};
   m.body = std::string("\0\xff\r\n", 4);
   std::vector<std::string> args{"XADD", "s", "*"};
@@ -231,7 +234,8 @@ TEST(EntryCodec, ForeignFieldsBecomeHeadersAndTheFirstOfEachFieldCounts) {
   EXPECT_TRUE(d.has_message_id);
   EXPECT_EQ(d.message_id, "a");
   EXPECT_EQ(d.body, "first");
-  EXPECT_EQ(d.headers, (MessageHeaders{{"order", "42"}, {"body", "second"}, {"message_id", "b"}, {"reason", "poison"}}));
+  EXPECT_EQ(d.headers,
+            (MessageHeaders{{"order", "42"}, {"body", "second"}, {"message_id", "b"}, {"reason", "poison"}}));
 }
 
 TEST(EntryCodec, MalformedFieldListsAreErrors) {
@@ -251,7 +255,8 @@ TEST(EntryIds, ParseAndPrevious) {
   ASSERT_TRUE(id);
   EXPECT_EQ(id->ms, 1700000000000u);
   EXPECT_EQ(id->seq, 7u);
-  for (const char* bad : {"", "12", "-1", "1-", "a-1", "1-b", "1-2-3", "1 -2"}) EXPECT_FALSE(parse_entry_id(bad)) << bad;
+  for (const char* bad : {"", "12", "-1", "1-", "a-1", "1-b", "1-2-3", "1 -2"})
+    EXPECT_FALSE(parse_entry_id(bad)) << bad;
   EXPECT_EQ(previous_id("5-3"), "5-2");
   EXPECT_EQ(previous_id("5-0"), "4-18446744073709551615");
   EXPECT_EQ(previous_id("0-1"), "0-0");
@@ -283,8 +288,9 @@ TEST(ReplyShapes, ReadGroupEntriesWithDeletedOnes) {
   auto none = parse_read_reply(nil());
   ASSERT_TRUE(none);
   EXPECT_TRUE(none->empty());
-  const Reply reply = array({array({text("s"), array({array({text("1-1"), array({text("body"), text("x")})}),
-                                                      array({text("1-2"), nil()}), array({text("1-3"), array({})})})})});
+  const Reply reply =
+      array({array({text("s"), array({array({text("1-1"), array({text("body"), text("x")})}),
+                                      array({text("1-2"), nil()}), array({text("1-3"), array({})})})})});
   auto entries = parse_read_reply(reply);
   ASSERT_TRUE(entries) << entries.error();
   ASSERT_EQ(entries->size(), 3u);
@@ -300,8 +306,8 @@ TEST(ReplyShapes, ReadGroupEntriesWithDeletedOnes) {
 }
 
 TEST(ReplyShapes, AutoclaimOfRedis7AndOf62) {
-  auto seven = parse_claim_reply(
-      array({text("0-0"), array({array({text("2-0"), array({text("body"), text("b")})})}), array({text("1-0"), text("1-5")})}));
+  auto seven = parse_claim_reply(array({text("0-0"), array({array({text("2-0"), array({text("body"), text("b")})})}),
+                                        array({text("1-0"), text("1-5")})}));
   ASSERT_TRUE(seven) << seven.error();
   EXPECT_EQ(seven->cursor, "0-0");
   ASSERT_EQ(seven->entries.size(), 1u);
@@ -340,12 +346,21 @@ TEST(Errors, OneMappingForEveryFailure) {
   };
   const std::vector<Case> cases = {
       {{K::connect, "Connection refused", "h:1"}, false, BrokerErrc::unavailable, false, "cannot connect"},
-      {{K::connect, "AUTH: WRONGPASS invalid username-password pair or user is disabled.", "h:1"}, false,
-       BrokerErrc::refused, false, "Redis refused the login: check the user and password"},
+      {{K::connect, "AUTH: WRONGPASS invalid username-password pair or user is disabled.", "h:1"},
+       false,
+       BrokerErrc::refused,
+       false,
+       "Redis refused the login: check the user and password"},
       {{K::connect, "AUTH: ERR AUTH <password> called without any password configured for the default user.", "h:1"},
-       false, BrokerErrc::refused, false, "check the user and password"},
-      {{K::connect, "AUTH: LOADING Redis is loading the dataset in memory", "h:1"}, false, BrokerErrc::unavailable,
-       false, "LOADING"},
+       false,
+       BrokerErrc::refused,
+       false,
+       "check the user and password"},
+      {{K::connect, "AUTH: LOADING Redis is loading the dataset in memory", "h:1"},
+       false,
+       BrokerErrc::unavailable,
+       false,
+       "LOADING"},
       {{K::connect, "SELECT: ERR DB index is out of range", "h:1"}, false, BrokerErrc::refused, false, "SELECT"},
       {{K::connect_timeout, "Connection timed out", "h:1"}, false, BrokerErrc::timeout, false, "connect timed out"},
       {{K::down, "reconnecting", "h:1"}, false, BrokerErrc::unavailable, false, "unreachable"},
@@ -354,26 +369,54 @@ TEST(Errors, OneMappingForEveryFailure) {
       {{K::timeout, "", "h:1"}, false, BrokerErrc::timeout, false, "no reply in time"},
       {{K::timeout, "", "h:1"}, true, BrokerErrc::timeout, true, "no reply in time"},
       {{K::protocol, "bad bytes", "h:1"}, true, BrokerErrc::internal, true, "protocol error"},
-      {{K::reply, "LOADING Redis is loading the dataset in memory", "h:1"}, true, BrokerErrc::unavailable, false, "LOADING"},
+      {{K::reply, "LOADING Redis is loading the dataset in memory", "h:1"},
+       true,
+       BrokerErrc::unavailable,
+       false,
+       "LOADING"},
       {{K::reply, "MASTERDOWN Link with MASTER is down", "h:1"}, false, BrokerErrc::unavailable, false, "MASTERDOWN"},
       {{K::reply, "BUSY Redis is busy running a script", "h:1"}, false, BrokerErrc::unavailable, false, "BUSY"},
-      {{K::reply, "OOM command not allowed when used memory > 'maxmemory'.", "h:1"}, true, BrokerErrc::unavailable,
-       false, "OOM"},
-      {{K::reply, "READONLY You can't write against a read only replica.", "h:1"}, true, BrokerErrc::unavailable, false,
+      {{K::reply, "OOM command not allowed when used memory > 'maxmemory'.", "h:1"},
+       true,
+       BrokerErrc::unavailable,
+       false,
+       "OOM"},
+      {{K::reply, "READONLY You can't write against a read only replica.", "h:1"},
+       true,
+       BrokerErrc::unavailable,
+       false,
        "READONLY"},
-      {{K::reply, "NOGROUP No such key 's' or consumer group 'g'", "h:1"}, false, BrokerErrc::unavailable, false,
+      {{K::reply, "NOGROUP No such key 's' or consumer group 'g'", "h:1"},
+       false,
+       BrokerErrc::unavailable,
+       false,
        "group is gone"},
-      {{K::reply, "NOAUTH Authentication required.", "h:1"}, false, BrokerErrc::refused, false,
+      {{K::reply, "NOAUTH Authentication required.", "h:1"},
+       false,
+       BrokerErrc::refused,
+       false,
        "Redis refused the login: check the user and password"},
-      {{K::reply, "WRONGPASS invalid username-password pair", "h:1"}, false, BrokerErrc::refused, false,
+      {{K::reply, "WRONGPASS invalid username-password pair", "h:1"},
+       false,
+       BrokerErrc::refused,
+       false,
        "check the user and password"},
-      {{K::reply, "NOPERM this user has no permissions to run the 'xadd' command", "h:1"}, true, BrokerErrc::refused,
-       false, "check its ACL"},
+      {{K::reply, "NOPERM this user has no permissions to run the 'xadd' command", "h:1"},
+       true,
+       BrokerErrc::refused,
+       false,
+       "check its ACL"},
       {{K::reply, "MOVED 3999 127.0.0.1:7002", "h:1"}, false, BrokerErrc::refused, false, "standalone Redis"},
-      {{K::reply, "CROSSSLOT Keys in request don't hash to the same slot", "h:1"}, false, BrokerErrc::refused, false,
+      {{K::reply, "CROSSSLOT Keys in request don't hash to the same slot", "h:1"},
+       false,
+       BrokerErrc::refused,
+       false,
        "does not route cluster slots"},
-      {{K::reply, "WRONGTYPE Operation against a key holding the wrong kind of value", "h:1"}, true,
-       BrokerErrc::refused, false, "\"orders\" is not a stream"},
+      {{K::reply, "WRONGTYPE Operation against a key holding the wrong kind of value", "h:1"},
+       true,
+       BrokerErrc::refused,
+       false,
+       "\"orders\" is not a stream"},
       {{K::reply, "ERR unknown command 'XAUTOCLAIM'", "h:1"}, false, BrokerErrc::internal, false, "XAUTOCLAIM"},
       {{K::retries, "TRYAGAIN", "h:1"}, false, BrokerErrc::unavailable, false, "TRYAGAIN"},
       {{K::closing, "", ""}, false, BrokerErrc::unavailable, false, "redis"},

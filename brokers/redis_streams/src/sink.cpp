@@ -47,7 +47,8 @@ class StreamSink final : public MessageSink {
     const auto deadline = Steady::now() + settings_.confirm_timeout;
     std::optional<BrokerError> lost;  // what broke the connection, for the messages after
     for (const OutgoingMessage& m : messages) {
-      const std::string_view key = m.destination.empty() ? std::string_view(url_.stream) : std::string_view(m.destination);
+      const std::string_view key =
+          m.destination.empty() ? std::string_view(url_.stream) : std::string_view(m.destination);
       if (!channel_) {
         // The connection broke on an earlier reply: this one was written, or not; it may have
         // been appended.
@@ -56,8 +57,9 @@ class StreamSink final : public MessageSink {
       }
       auto event = channel_->wait(deadline);
       if (!event || event->kind != Event::Kind::reply) {
-        const Failure failure = event ? Failure{Failure::Kind::timeout, "no XADD reply within confirm_timeout", channel_->node()}
-                                      : event.error();
+        const Failure failure =
+            event ? Failure{Failure::Kind::timeout, "no XADD reply within confirm_timeout", channel_->node()}
+                  : event.error();
         // Its replies are out of step now: the next publish opens a new connection.
         channel_.reset();
         lost = endpoint_.outgoing(map_error(failure, {key, /*appends=*/true}));
@@ -77,7 +79,8 @@ class StreamSink final : public MessageSink {
       return std::unexpected(endpoint_.outgoing(map_error(reply.error(), {url_.stream})));
     }
     if (reply->is_error()) {
-      return std::unexpected(endpoint_.outgoing(map_error(reply_failure(reply->str, endpoint_.address.str()), {url_.stream})));
+      return std::unexpected(
+          endpoint_.outgoing(map_error(reply_failure(reply->str, endpoint_.address.str()), {url_.stream})));
     }
     return Done{};
   }
@@ -113,7 +116,8 @@ BrokerResult<std::unique_ptr<MessageSink>> open_redis_stream_sink(std::string_vi
   auto parsed = parse_redis_stream_url(url, RedisStreamRole::sink);
   if (!parsed) return std::unexpected(parsed.error());
   if (settings.connect_timeout <= Millis::zero() || settings.confirm_timeout <= Millis::zero()) {
-    return std::unexpected(BrokerError{BrokerErrc::invalid, "connect_timeout and confirm_timeout must be positive", false});
+    return std::unexpected(
+        BrokerError{BrokerErrc::invalid, "connect_timeout and confirm_timeout must be positive", false});
   }
   redis_streams::Endpoint endpoint(*parsed, url, settings.connect_timeout);
   auto sink = std::make_unique<redis_streams::StreamSink>(std::move(*parsed), std::move(endpoint), settings);

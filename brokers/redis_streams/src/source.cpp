@@ -19,6 +19,10 @@ using redis_detail::Reply;
 // it with a nil reply) normally comes first and the next receive does not find it outstanding.
 constexpr Millis kReadGrace{25};
 
+// A receive waits at most this long, however long it was asked to (Millis::max() would overflow
+// the deadline): it returns nothing then, as for any wait that ran out.
+constexpr Millis kLongestWait = std::chrono::hours(24);
+
 // Delivery counts of entries read again from a pending list when XPENDING did not say (the entry
 // changed hands in between): they were delivered before, so at least twice.
 constexpr std::uint32_t kRedeliveredAtLeast = 2;
@@ -68,7 +72,9 @@ BrokerResult<std::unique_ptr<StreamSource>> StreamSource::open(std::string_view 
     return std::unexpected(invalid("reconnect_min must be positive and at most reconnect_max"));
   }
   const int wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd < 0) return std::unexpected(BrokerError{BrokerErrc::internal, std::string("eventfd: ") + std::strerror(errno)});
+  if (wake_fd < 0) {
+    return std::unexpected(BrokerError{BrokerErrc::internal, std::string("eventfd: ") + std::strerror(errno)});
+  }
   Endpoint endpoint(*parsed, url, settings.connect_timeout);
   std::unique_ptr<StreamSource> source(
       new StreamSource(std::move(*parsed), std::move(endpoint), settings, std::move(events), wake_fd));
@@ -103,8 +109,7 @@ BrokerResult<Done> StreamSource::connect(Steady::time_point wait_until) {
     // A refused login stays refused while it waits; anything else is "unavailable, retry".
     if (e.code != BrokerErrc::refused) e.code = BrokerErrc::unavailable;
     e.in_doubt = false;
-    e.message += " (next attempt in " +
-                 std::to_string(std::chrono::ceil<Millis>(next_connect_ - now).count()) + " ms)";
+    e.message += " (next attempt in " + std::to_string(std::chrono::ceil<Millis>(next_connect_ - now).count()) + " ms)";
     return std::unexpected(endpoint_.outgoing(std::move(e)));
   }
   auto ctl = Channel::open(endpoint_.address, endpoint_.settings);
@@ -182,9 +187,10 @@ BrokerResult<std::vector<Reply>> StreamSource::control(const std::vector<std::ve
     auto event = ctl_->wait(deadline);
     if (!event) return std::unexpected(fail(event.error(), context));
     if (event->kind != Event::Kind::reply) {
-      return std::unexpected(fail(Failure{Failure::Kind::timeout, commands[replies.size()].front() + " got no reply within connect_timeout",
-                                          ctl_->node()},
-                                  context));
+      return std::unexpected(
+          fail(Failure{Failure::Kind::timeout,
+                       commands[replies.size()].front() + " got no reply within connect_timeout", ctl_->node()},
+               context));
     }
     replies.push_back(std::move(event->reply));
   }
@@ -197,12 +203,13 @@ BrokerResult<std::vector<Delivery>> StreamSource::receive(std::size_t max, Milli
   std::vector<Delivery> out;
   if (max == 0) return out;
   const std::size_t limit = std::min(max, settings_.prefetch);
-  const auto until = Steady::now() + std::max(wait, Millis::zero());
+  const auto until = Steady::now() + std::clamp(wait, Millis::zero(), kLongestWait);
   if (auto ok = connect(until); !ok) return std::unexpected(ok.error());
   out.reserve(limit);
   take_buffered(out, limit);
   using Step = BrokerResult<Done> (StreamSource::*)(std::vector<Delivery>&, std::size_t);
-  for (Step step : {&StreamSource::redeliver_requeued, &StreamSource::scan_own_pending, &StreamSource::claim_from_idle}) {
+  for (Step step :
+       {&StreamSource::redeliver_requeued, &StreamSource::scan_own_pending, &StreamSource::claim_from_idle}) {
     if (out.size() >= limit || !ctl_) break;
     // Deliveries already taken are returned even when a later step fails: their ids stay valid.
     if (auto ok = (this->*step)(out, limit); !ok) {
@@ -257,7 +264,8 @@ BrokerResult<Done> StreamSource::redeliver_requeued(std::vector<Delivery>& out, 
       continue;
     }
     std::uint32_t count = kRedeliveredAtLeast;
-    if (auto rows = parse_pending_counts((*replies)[2 * i + 1]); rows && !rows->empty() && rows->front().first == ids[i]) {
+    if (auto rows = parse_pending_counts((*replies)[2 * i + 1]);
+        rows && !rows->empty() && rows->front().first == ids[i]) {
       count = rows->front().second;
     }
     auto delivery = make_delivery(std::move(entries->front()), count);
@@ -302,8 +310,8 @@ BrokerResult<Done> StreamSource::scan_own_pending(std::vector<Delivery>& out, st
 BrokerResult<Done> StreamSource::claim_from_idle(std::vector<Delivery>& out, std::size_t limit) {
   const auto now = Steady::now();
   if (now < next_claim_) return Done{};
-  auto reply = control({{"XAUTOCLAIM", url_.stream, url_.group, consumer_, count_of(settings_.claim_idle), claim_cursor_,
-                         "COUNT", std::to_string(limit - out.size())}},
+  auto reply = control({{"XAUTOCLAIM", url_.stream, url_.group, consumer_, count_of(settings_.claim_idle),
+                         claim_cursor_, "COUNT", std::to_string(limit - out.size())}},
                        {url_.stream});
   if (!reply) return std::unexpected(reply.error());
   if (reply->front().is_error()) return group_gone(reply->front());
@@ -370,9 +378,10 @@ BrokerResult<Done> StreamSource::read_new(std::vector<Delivery>& out, std::size_
         return Done{};
       case Event::Kind::expired:
         if (Steady::now() >= read_answer_by_) {
-          return std::unexpected(fail(Failure{Failure::Kind::timeout, "XREADGROUP got no reply within connect_timeout after its BLOCK",
-                                              read_->node()},
-                                      {url_.stream}));
+          return std::unexpected(
+              fail(Failure{Failure::Kind::timeout, "XREADGROUP got no reply within connect_timeout after its BLOCK",
+                           read_->node()},
+                   {url_.stream}));
         }
         return Done{};  // still outstanding: the next receive collects it
       case Event::Kind::reply:
@@ -436,7 +445,8 @@ BrokerResult<Done> StreamSource::settle_deleted(const std::vector<std::string>& 
 
 BrokerResult<Done> StreamSource::check_own(const Delivery& delivery) const {
   if (delivery.connection != token_) {
-    return std::unexpected(endpoint_.outgoing(invalid("delivery " + delivery.broker_ref + " is not one of this source's")));
+    return std::unexpected(
+        endpoint_.outgoing(invalid("delivery " + delivery.broker_ref + " is not one of this source's")));
   }
   if (!parse_entry_id(delivery.broker_ref)) {
     return std::unexpected(endpoint_.outgoing(invalid("delivery has no stream entry id (broker_ref)")));
@@ -575,7 +585,8 @@ void StreamSource::warn(const std::string& line) const {
 
 namespace idem {
 
-BrokerResult<std::unique_ptr<MessageSource>> open_redis_stream_source(std::string_view url, const SourceSettings& settings,
+BrokerResult<std::unique_ptr<MessageSource>> open_redis_stream_source(std::string_view url,
+                                                                      const SourceSettings& settings,
                                                                       RedisStreamEvents events) {
   auto source = redis_streams::StreamSource::open(url, settings, std::move(events));
   if (!source) return std::unexpected(source.error());

@@ -15,6 +15,7 @@
 // due, entries idle longer than claim_idle on any consumer (XAUTOCLAIM); then new entries,
 // waiting only when nothing else was found.
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -63,7 +64,7 @@ class StreamSource final : public MessageSource {
   BrokerResult<Done> dead_letter(const Delivery& delivery, const DeadLetterReason& why) override;
   BrokerResult<Done> ping() override;
   std::string name() const override { return endpoint_.name; }
-  std::uint64_t reconnects() const override { return reconnects_; }
+  std::uint64_t reconnects() const override { return reconnects_.load(std::memory_order_relaxed); }
 
  private:
   StreamSource(RedisStreamUrl url, Endpoint endpoint, SourceSettings settings, RedisStreamEvents events, int wake_fd);
@@ -115,7 +116,7 @@ class StreamSource final : public MessageSource {
   bool group_ready_ = false;
   bool group_created_before_ = false;
   bool ever_connected_ = false;
-  std::uint64_t reconnects_ = 0;
+  std::atomic<std::uint64_t> reconnects_{0};  // read by metrics from any thread
   Backoff backoff_;
   Steady::time_point next_connect_{};
   std::optional<BrokerError> last_error_;  // why the connections were dropped

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,7 +41,8 @@ class RedisEnvironment : public ::testing::Environment {
   void SetUp() override {
     if (env("IDEM_TEST_REDIS_URL")) return;
     if (in_ci()) {
-      std::fprintf(stderr, "\n*** FAILING every Redis Streams test: %s (CI=true: they never skip in CI) ***\n\n", kNoServer);
+      std::fprintf(stderr, "\n*** FAILING every Redis Streams test: %s (CI=true: they never skip in CI) ***\n\n",
+                   kNoServer);
       return;
     }
     std::printf("\n[  SKIPPED ] *** every Redis Streams test: %s ***\n\n", kNoServer);
@@ -78,7 +79,9 @@ std::string percent_encoded(const std::string& s) {
 
 redis_detail::Address server() {
   const char* url = env("IDEM_TEST_REDIS_URL");
-  if (!url) throw std::runtime_error(std::string(kNoServer) + (in_ci() ? " (CI=true: Redis tests never skip in CI)" : ""));
+  if (!url) {
+    throw std::runtime_error(std::string(kNoServer) + (in_ci() ? " (CI=true: Redis tests never skip in CI)" : ""));
+  }
   auto parsed = redis_detail::parse_redis_url(url);
   if (!parsed || parsed->nodes.size() != 1) throw std::runtime_error("IDEM_TEST_REDIS_URL is not a redis:// URL");
   return parsed->nodes.front();
@@ -107,7 +110,9 @@ redis_detail::Reply RawRedis::call(const std::vector<std::string>& args) {
 
 long long RawRedis::integer(const std::vector<std::string>& args) {
   auto r = call(args);
-  if (r.type != redis_detail::Reply::Type::integer) throw std::runtime_error(args.front() + ": not an integer: " + r.str);
+  if (r.type != redis_detail::Reply::Type::integer) {
+    throw std::runtime_error(args.front() + ": not an integer: " + r.str);
+  }
   return r.integer;
 }
 
@@ -139,8 +144,9 @@ void PrivateRedis::start() {
   const std::string port = std::to_string(port_);
   const std::string log = dir_ + "/redis.log";
   // Built before fork: the child only calls exec.
-  std::vector<std::string> args = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", dir_, "--logfile", log,
-                                   "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"};
+  std::vector<std::string> args = {"redis-server", "--port",    port, "--bind",       "127.0.0.1", "--dir",
+                                   dir_,           "--logfile", log,  "--appendonly", "yes",       "--appendfsync",
+                                   "always",       "--save",    "",   "--daemonize",  "no"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

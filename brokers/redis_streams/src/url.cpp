@@ -1,11 +1,12 @@
 // parse_redis_stream_url: the redis+stream:// forms of idem/redis_stream_broker.hpp, read with
 // the same pieces as the store's redis:// URLs (idem/redis_wire/url.hpp) so that userinfo,
 // hosts and percent-escapes mean the same in both.
+#include "idem/redis_wire/url.hpp"
+
 #include <charconv>
 #include <set>
 
 #include "idem/redis_stream_broker.hpp"
-#include "idem/redis_wire/url.hpp"
 
 namespace idem {
 namespace {
@@ -61,7 +62,9 @@ BrokerResult<Done> apply_parameter(std::string_view name, std::string value, Red
   if (name == "maxlen") {
     if (auto ok = for_role(!source); !ok) return ok;
     std::uint64_t n = 0;
-    if (!parse_number(value, n) || n == 0) return std::unexpected(invalid("maxlen must be a positive number of entries"));
+    if (!parse_number(value, n) || n == 0) {
+      return std::unexpected(invalid("maxlen must be a positive number of entries"));
+    }
     out.maxlen = n;
     return Done{};
   }
@@ -73,7 +76,9 @@ BrokerResult<Done> apply_parameter(std::string_view name, std::string value, Red
 BrokerResult<RedisStreamUrl> parse_redis_stream_url(std::string_view url, RedisStreamRole role) {
   using redis_detail::percent_decode;
   if (!url.starts_with(kScheme)) {
-    if (url.starts_with("rediss+stream://")) return std::unexpected(invalid("TLS (rediss+stream://) is not supported by this build"));
+    if (url.starts_with("rediss+stream://")) {
+      return std::unexpected(invalid("TLS (rediss+stream://) is not supported by this build"));
+    }
     return std::unexpected(invalid("the URL must start with redis+stream://"));
   }
   RedisStreamUrl out;
@@ -121,7 +126,9 @@ BrokerResult<RedisStreamUrl> parse_redis_stream_url(std::string_view url, RedisS
     if (item.empty()) continue;
     const auto eq = item.find('=');
     const std::string_view name = item.substr(0, eq);
-    if (eq == std::string_view::npos) return std::unexpected(invalid("parameter '" + std::string(name) + "' has no value"));
+    if (eq == std::string_view::npos) {
+      return std::unexpected(invalid("parameter '" + std::string(name) + "' has no value"));
+    }
     if (!seen.insert(std::string(name)).second) {
       return std::unexpected(invalid("parameter '" + std::string(name) + "' is given twice"));
     }

@@ -60,10 +60,10 @@ struct RedisStreamUrl {
   std::string password;  ///< empty: no AUTH
   int db = 0;
   std::string stream;
-  std::string group;                   ///< sources
-  std::string dead_letter;             ///< sources; "STREAM:dead-letter" unless given
-  std::string start = "0";             ///< sources: "0" or "$" (see above)
-  std::optional<std::uint64_t> maxlen; ///< sinks: approximate trimming, when set
+  std::string group;                    ///< sources
+  std::string dead_letter;              ///< sources; "STREAM:dead-letter" unless given
+  std::string start = "0";              ///< sources: "0" or "$" (see above)
+  std::optional<std::uint64_t> maxlen;  ///< sinks: approximate trimming, when set
 };
 
 /// Parses a source's or a sink's URL; `invalid` says what is wrong, never quoting the password.

@@ -32,9 +32,9 @@ const char* const kLogin = "Redis refused the login: check the user and password
 BrokerError reply_error(const Failure& f, const ErrorContext& c) {
   const auto code = error_code(f.detail);
   if (one_of(code, kUnavailable)) return {BrokerErrc::unavailable, where(f) + ": " + f.detail, false};
-  if (code == "NOGROUP") {
+  if (code == "NOGROUP" || code == "UNBLOCKED") {
     return {BrokerErrc::unavailable,
-            where(f) + ": the consumer group is gone" + key_part(c) +
+            where(f) + ": the consumer group (or its whole stream) is gone" + key_part(c) +
                 " (deleted, or Redis restarted without persistence); the source creates it again",
             false};
   }

@@ -22,7 +22,7 @@ struct ErrorContext {
 ///   connect: AUTH refused (WRONGPASS, ...), SELECT refused      -> refused
 ///   connect_timeout, timeout                                    -> timeout
 ///   reply LOADING, MASTERDOWN, BUSY, TRYAGAIN, CLUSTERDOWN,
-///         READONLY, MISCONF, NOREPLICAS, OOM, NOGROUP           -> unavailable
+///         READONLY, MISCONF, NOREPLICAS, OOM, NOGROUP, UNBLOCKED -> unavailable
 ///   reply NOAUTH, WRONGPASS                                     -> refused: check the user and password
 ///   reply NOPERM                                                -> refused: the user's ACL
 ///   reply MOVED, ASK, CROSSSLOT (a Redis Cluster node)          -> refused: streams need a standalone Redis
@@ -30,7 +30,8 @@ struct ErrorContext {
 ///   protocol, any other reply                                   -> internal
 /// in_doubt: io, timeout and protocol of an appending command (its reply was lost, not refused).
 /// OOM and NOGROUP are retryable: Redis refused the command before running it (memory may be
-/// freed by trimming or consumers; a group that vanished is created again by the source).
+/// freed by trimming or consumers; a group that vanished, or a stream deleted under a blocked
+/// read (UNBLOCKED), is created again by the source).
 /// Messages name the node and the key, never a password.
 BrokerError map_error(const redis_detail::Failure& failure, const ErrorContext& context);
 

@@ -555,6 +555,24 @@ TEST_F(StreamTest, AGroupThatVanishedIsCreatedAgain) {
   EXPECT_NE(warnings[0].find("vanished"), std::string::npos) << warnings[0];
 }
 
+TEST_F(StreamTest, AStreamDeletedUnderABlockedReadIsCreatedAgain) {
+  std::vector<std::string> warnings;
+  auto in = source(settings(), "", RedisStreamEvents{[&](std::string_view line) { warnings.emplace_back(line); }});
+  std::thread deleter([&] {
+    std::this_thread::sleep_for(300ms);
+    test::RawRedis(address_).call({"DEL", stream_});  // Redis answers the blocked read UNBLOCKED
+  });
+  auto got = in->receive(10, 1s);
+  deleter.join();
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_TRUE(got->empty());
+  auto out = sink();
+  publish(*out, {message("reborn")});
+  EXPECT_EQ(ids_of(receive_n(*in, 1)), (std::set<std::string>{"reborn"}));
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings[0].find("vanished"), std::string::npos) << warnings[0];
+}
+
 // The URL naming a Redis Cluster node: streams whose slot that node holds work there, the others
 // are refused with the reason (this module does not route slots). Needs the test cluster
 // (IDEM_TEST_REDIS_CLUSTER_NODES, which scripts/test starts); without it: skipped, failed in CI.

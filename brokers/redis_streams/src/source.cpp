@@ -171,7 +171,9 @@ BrokerError StreamSource::reply_error(const Reply& reply, ErrorContext context) 
 }
 
 BrokerResult<Done> StreamSource::group_gone(const Reply& reply) {
-  if (error_code(reply.str) != "NOGROUP") return std::unexpected(reply_error(reply, {url_.stream}));
+  // NOGROUP: the group is gone; UNBLOCKED: the whole stream was deleted under a blocked read.
+  const auto code = error_code(reply.str);
+  if (code != "NOGROUP" && code != "UNBLOCKED") return std::unexpected(reply_error(reply, {url_.stream}));
   group_ready_ = false;
   return ensure_group();
 }

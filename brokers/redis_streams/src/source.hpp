@@ -78,8 +78,9 @@ class StreamSource final : public MessageSource {
   BrokerError fail(const redis_detail::Failure& failure, ErrorContext context);
   BrokerError drop(BrokerError error);
   BrokerError reply_error(const redis_detail::Reply& reply, ErrorContext context);
-  // NOGROUP: the group vanished (Redis restarted without persistence, or it was destroyed):
-  // create it again now. Done means the caller's step did nothing and may be tried later.
+  // NOGROUP, UNBLOCKED: the group or the whole stream vanished (Redis restarted without
+  // persistence, XGROUP DESTROY, DEL): create it again now; any other error reply is mapped.
+  // Done means the caller's step did nothing and may be tried later.
   BrokerResult<Done> group_gone(const redis_detail::Reply& reply);
   // Commands on ctl_, pipelined, with one answer deadline.
   BrokerResult<std::vector<redis_detail::Reply>> control(const std::vector<std::vector<std::string>>& commands,

@@ -12,8 +12,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <expected>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "idem/broker.hpp"
@@ -134,7 +136,18 @@ class OutboxReader {
 };
 
 /// Whether a message can be enqueued: nullopt when it can, else a sentence saying why not
-/// (an id breaking SPEC §2's rules, a destination over 256 characters).
+/// (an id breaking SPEC §2's rules, a destination over 256 characters; text that a database or a
+/// JSON column cannot hold: invalid UTF-8 or a NUL byte in the destination, the content type or a
+/// header; an empty or repeated header name).
 std::optional<std::string> outbox_message_problem(const OutboxMessage& message);
+
+/// The `headers` column's form (docs/outbox.md): a JSON object of string values, in the headers'
+/// order. Expects headers outbox_message_problem accepts (valid UTF-8).
+std::string outbox_headers_to_json(const MessageHeaders& headers);
+
+/// Reads a `headers` column: the members of a JSON object whose values are all strings, in
+/// their order. The error is a sentence saying what is wrong (not JSON, not an object, a value
+/// that is not a string).
+std::expected<MessageHeaders, std::string> outbox_headers_from_json(std::string_view json);
 
 }  // namespace idem

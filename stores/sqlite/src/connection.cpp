@@ -30,9 +30,9 @@ StoreError map_error(int code, std::string_view what, sqlite3* db) {
   return error;
 }
 
-StoreResult<Connection> open_connection(const std::string& path, int busy_timeout_ms) {
+StoreResult<Connection> open_connection(const std::string& path, int busy_timeout_ms, bool create) {
   sqlite3* raw = nullptr;
-  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+  const int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_NOMUTEX;
   const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   Connection db(raw);  // closes even a half-opened handle
   if (rc != SQLITE_OK) return std::unexpected(map_error(rc, "open " + path, db.get()));

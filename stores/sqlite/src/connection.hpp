@@ -27,9 +27,10 @@ struct ConnectionCloser {
 /// An open connection.
 using Connection = std::unique_ptr<sqlite3, ConnectionCloser>;
 
-/// Opens `path` read-write (creating it), with extended result codes and a busy timeout. The
-/// connection is used by one thread at a time, so SQLite's own mutex is left out.
-StoreResult<Connection> open_connection(const std::string& path, int busy_timeout_ms);
+/// Opens `path` read-write (creating it unless `create` is false), with extended result codes
+/// and a busy timeout. The connection is used by one thread at a time, so SQLite's own mutex is
+/// left out.
+StoreResult<Connection> open_connection(const std::string& path, int busy_timeout_ms, bool create = true);
 
 /// Runs one or more SQL statements that return no rows the caller needs.
 StoreResult<Done> exec(sqlite3* db, const char* sql, std::string_view what);

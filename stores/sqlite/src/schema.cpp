@@ -2,6 +2,7 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace idem::sqlite_detail {
 namespace {
@@ -20,6 +21,48 @@ struct Migration {
   int version;
   const char* sql;
 };
+
+// The transactional outbox (docs/outbox.md), created by migration 2 and by an outbox reader
+// (ensure_outbox) on a file that holds no idem store. Every statement is IF NOT EXISTS for that
+// reason, and a later change to the outbox must be written so that it applies to a table either
+// of them made. Its columns are what a service in any language fills with one INSERT; the
+// defaults make (message_id, body) enough. The CHECKs and the trigger refuse, at the writer's
+// INSERT, what the relay could not publish.
+constexpr const char* kOutbox = R"sql(
+  CREATE TABLE IF NOT EXISTS idem_outbox (
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,  -- enqueue order; never reused after a purge
+    message_id       TEXT    NOT NULL UNIQUE
+                             CHECK (typeof(message_id) = 'text' AND length(message_id) BETWEEN 1 AND 256
+                                    AND message_id NOT GLOB '*[^!-~]*'),
+    destination      TEXT    NOT NULL DEFAULT '' CHECK (length(destination) <= 256),
+    content_type     TEXT    NOT NULL DEFAULT 'application/json',
+    headers          TEXT    NOT NULL DEFAULT '{}'
+                             CHECK (json_valid(headers) AND json_type(headers) = 'object'),
+    body             BLOB    NOT NULL DEFAULT x'',
+    created_ms       INTEGER NOT NULL
+                             DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)),
+    state            TEXT    NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent', 'dead')),
+    attempts         INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    next_attempt_ms  INTEGER NOT NULL DEFAULT 0,
+    last_error       TEXT,
+    sent_ms          INTEGER,
+    lease_owner      TEXT,
+    lease_expires_ms INTEGER
+  );
+  -- The relay's claim: pending rows in id order, due ones only.
+  CREATE INDEX IF NOT EXISTS idem_outbox_pending ON idem_outbox (id, next_attempt_ms) WHERE state = 'pending';
+  -- purge_sent: sent rows by sent time.
+  CREATE INDEX IF NOT EXISTS idem_outbox_sent ON idem_outbox (sent_ms) WHERE state = 'sent';
+  -- An operator's list of dead rows, and their count.
+  CREATE INDEX IF NOT EXISTS idem_outbox_dead ON idem_outbox (id) WHERE state = 'dead';
+  -- A CHECK cannot hold the subquery that looks at each member.
+  CREATE TRIGGER IF NOT EXISTS idem_outbox_headers_insert BEFORE INSERT ON idem_outbox
+    WHEN json_valid(NEW.headers) AND EXISTS (SELECT 1 FROM json_each(NEW.headers) WHERE type <> 'text')
+    BEGIN SELECT RAISE(ABORT, 'idem_outbox.headers must be a JSON object of string values'); END;
+  CREATE TRIGGER IF NOT EXISTS idem_outbox_headers_update BEFORE UPDATE OF headers ON idem_outbox
+    WHEN json_valid(NEW.headers) AND EXISTS (SELECT 1 FROM json_each(NEW.headers) WHERE type <> 'text')
+    BEGIN SELECT RAISE(ABORT, 'idem_outbox.headers must be a JSON object of string values'); END;
+)sql";
 
 // Append only: a released migration is never edited, a change is a new entry.
 constexpr Migration kMigrations[] = {
@@ -42,6 +85,7 @@ constexpr Migration kMigrations[] = {
       );
       CREATE INDEX idempotency_keys_expires ON idempotency_keys (expires_ms);
     )sql"},
+    {2, kOutbox},
 };
 
 }  // namespace
@@ -62,38 +106,85 @@ StoreResult<int> read_schema_version(sqlite3* db) {
   return static_cast<int>(select->int64(0));
 }
 
-StoreResult<Done> migrate(sqlite3* db) {
-  // BEGIN IMMEDIATE: two processes opening a fresh file at once must not both migrate it.
-  if (auto begun = exec(db, "BEGIN IMMEDIATE", "begin migration"); !begun) return begun;
-  auto result = [&]() -> StoreResult<Done> {
-    auto current = read_schema_version(db);
-    if (!current) return std::unexpected(current.error());
-    const int latest = latest_schema_version();
-    if (*current > latest) {
-      return std::unexpected(
-          StoreError{StoreErrc::corrupt, "sqlite: the database's idem schema is version " + std::to_string(*current) +
-                                             ", newer than this build understands (" + std::to_string(latest) +
-                                             "); open it with a newer idem, or use another file"});
-    }
-    if (*current == latest) return Done{};
-    if (auto made = exec(db, kVersionTable, "create idem_schema_version"); !made) return made;
-    for (const auto& m : kMigrations) {
-      if (m.version <= *current) continue;
-      if (auto applied = exec(db, m.sql, "apply migration " + std::to_string(m.version)); !applied) return applied;
-    }
-    const std::string record = "INSERT INTO idem_schema_version (id, version) VALUES (1, " + std::to_string(latest) +
-                               ") ON CONFLICT (id) DO UPDATE SET version = excluded.version";
-    return exec(db, record.c_str(), "record schema version");
-  }();
+namespace {
+
+StoreResult<Done> check_not_newer(int current) {
+  const int latest = latest_schema_version();
+  if (current > latest) {
+    return std::unexpected(
+        StoreError{StoreErrc::corrupt, "sqlite: the database's idem schema is version " + std::to_string(current) +
+                                           ", newer than this build understands (" + std::to_string(latest) +
+                                           "); open it with a newer idem, or use another file"});
+  }
+  return Done{};
+}
+
+// Runs `body` in a write transaction (BEGIN IMMEDIATE: two processes at it at once take turns,
+// and the second finds the first's work done), committing what it did.
+template <class Body>
+StoreResult<Done> in_write_transaction(sqlite3* db, std::string_view what, Body&& body) {
+  if (auto begun = exec(db, "BEGIN IMMEDIATE", "begin " + std::string(what)); !begun) return begun;
+  StoreResult<Done> result = body();
   if (!result) {
-    (void)exec(db, "ROLLBACK", "roll back migration");
+    (void)exec(db, "ROLLBACK", "roll back " + std::string(what));
     return result;
   }
-  if (auto committed = exec(db, "COMMIT", "commit migration"); !committed) {
-    (void)exec(db, "ROLLBACK", "roll back migration");
+  if (auto committed = exec(db, "COMMIT", "commit " + std::string(what)); !committed) {
+    (void)exec(db, "ROLLBACK", "roll back " + std::string(what));
     return committed;
   }
   return Done{};
+}
+
+StoreResult<bool> has_table(sqlite3* db, const char* name) {
+  auto q = Statement::prepare(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1");
+  if (!q) return std::unexpected(q.error());
+  q->bind_text(1, name);
+  if (const int rc = q->step(); rc != SQLITE_ROW) return std::unexpected(map_error(rc, "read schema", db));
+  return q->int64(0) > 0;
+}
+
+}  // namespace
+
+StoreResult<Done> migrate(sqlite3* db, int target) {
+  return in_write_transaction(db, "migration", [&]() -> StoreResult<Done> {
+    auto current = read_schema_version(db);
+    if (!current) return std::unexpected(current.error());
+    if (auto ok = check_not_newer(*current); !ok) return ok;
+    if (*current >= target) return Done{};
+    if (auto made = exec(db, kVersionTable, "create idem_schema_version"); !made) return made;
+    for (const auto& m : kMigrations) {
+      if (m.version <= *current || m.version > target) continue;
+      if (auto applied = exec(db, m.sql, "apply migration " + std::to_string(m.version)); !applied) return applied;
+    }
+    const std::string record = "INSERT INTO idem_schema_version (id, version) VALUES (1, " + std::to_string(target) +
+                               ") ON CONFLICT (id) DO UPDATE SET version = excluded.version";
+    return exec(db, record.c_str(), "record schema version");
+  });
+}
+
+StoreResult<Done> ensure_outbox(sqlite3* db, bool create, std::string_view path) {
+  // Fast path, no write lock: every open of a file that has the table (a relay restarting, an
+  // idem store's file) ends here, and the service's writers never wait for it.
+  auto present = has_table(db, "idem_outbox");
+  if (!present) return std::unexpected(present.error());
+  if (*present) {
+    auto version = read_schema_version(db);
+    if (!version) return std::unexpected(version.error());
+    return check_not_newer(*version);
+  }
+  if (!create) {
+    return std::unexpected(StoreError{
+        StoreErrc::internal, "sqlite: " + std::string(path) +
+                                 " has no idem_outbox table (an idem store or idem-relay creates it): is it the "
+                                 "service's database?"});
+  }
+  return in_write_transaction(db, "outbox creation", [&]() -> StoreResult<Done> {
+    auto version = read_schema_version(db);
+    if (!version) return std::unexpected(version.error());
+    if (auto ok = check_not_newer(*version); !ok) return ok;
+    return exec(db, kOutbox, "create idem_outbox");
+  });
 }
 
 }  // namespace idem::sqlite_detail

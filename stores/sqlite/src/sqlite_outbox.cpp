@@ -1,0 +1,457 @@
+#include "idem/sqlite_outbox.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <string_view>
+#include <utility>
+
+#include "connection.hpp"
+#include "relay_lock.hpp"
+#include "schema.hpp"
+
+namespace idem {
+namespace {
+
+using sqlite_detail::map_error;
+using sqlite_detail::ResetOnExit;
+using sqlite_detail::Statement;
+
+StoreError internal_error(std::string message) { return StoreError{StoreErrc::internal, std::move(message)}; }
+
+std::int64_t to_db(std::size_t n) {
+  return static_cast<std::int64_t>(std::min<std::size_t>(n, std::numeric_limits<std::int64_t>::max()));
+}
+
+// ---- SQL --------------------------------------------------------------------------------------
+
+// created_ms comes from the caller's clock, like every time the store writes; next_attempt_ms
+// keeps its default 0 ("due at once"), so that a relay whose clock is behind the service's still
+// publishes the row now.
+constexpr std::string_view kInsert =
+    "INSERT INTO idem_outbox (message_id, destination, content_type, headers, body, created_ms) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (message_id) DO NOTHING";
+
+// What decode_row reads, in this order.
+#define IDEM_OUTBOX_COLUMNS                                                                               \
+  "id, message_id, destination, content_type, headers, body, state, created_ms, attempts, next_attempt_ms, " \
+  "last_error, sent_ms"
+
+// One relay per file (the relay lock), so a lease held by anyone else is a dead relay's: it is
+// recorded for operators, not obeyed.
+constexpr std::string_view kClaim =
+    "UPDATE idem_outbox SET lease_owner = ?1, lease_expires_ms = ?2 WHERE id IN "
+    "(SELECT id FROM idem_outbox WHERE state = 'pending' AND next_attempt_ms <= ?3 ORDER BY id LIMIT ?4) "
+    "RETURNING " IDEM_OUTBOX_COLUMNS;
+constexpr std::string_view kMarkUnreadable =
+    "UPDATE idem_outbox SET state = 'dead', last_error = ?2, lease_owner = NULL, lease_expires_ms = NULL "
+    "WHERE id = ?1";
+
+// Settling touches only rows still pending and leased to the settling relay (?2).
+constexpr std::string_view kSettleSent =
+    "UPDATE idem_outbox SET state = 'sent', sent_ms = ?3, lease_owner = NULL, lease_expires_ms = NULL "
+    "WHERE id = ?1 AND state = 'pending' AND lease_owner = ?2";
+constexpr std::string_view kSettleRetry =
+    "UPDATE idem_outbox SET attempts = attempts + 1, next_attempt_ms = ?3, last_error = NULLIF(?4, ''), "
+    "lease_owner = NULL, lease_expires_ms = NULL WHERE id = ?1 AND state = 'pending' AND lease_owner = ?2";
+constexpr std::string_view kSettlePostpone =
+    "UPDATE idem_outbox SET next_attempt_ms = ?3, last_error = NULLIF(?4, ''), lease_owner = NULL, "
+    "lease_expires_ms = NULL WHERE id = ?1 AND state = 'pending' AND lease_owner = ?2";
+constexpr std::string_view kSettleDead =
+    "UPDATE idem_outbox SET state = 'dead', attempts = attempts + 1, last_error = NULLIF(?4, ''), "
+    "lease_owner = NULL, lease_expires_ms = NULL WHERE id = ?1 AND state = 'pending' AND lease_owner = ?2";
+
+constexpr std::string_view kPurgeSent =
+    "DELETE FROM idem_outbox WHERE id IN "
+    "(SELECT id FROM idem_outbox WHERE state = 'sent' AND sent_ms < ?1 LIMIT ?2)";
+
+// Each count on its own partial index; min(created_ms) walks the pending rows only.
+constexpr std::string_view kCount =
+    "SELECT (SELECT count(*) FROM idem_outbox WHERE state = 'pending'), "
+    "(SELECT count(*) FROM idem_outbox WHERE state = 'sent'), "
+    "(SELECT count(*) FROM idem_outbox WHERE state = 'dead'), "
+    "(SELECT min(created_ms) FROM idem_outbox WHERE state = 'pending')";
+
+// The state is written into the SQL (not bound) so that SQLite can use the partial index of it.
+std::string list_sql(std::optional<OutboxState> state) {
+  std::string sql = "SELECT " IDEM_OUTBOX_COLUMNS " FROM idem_outbox WHERE id > ?1";
+  if (state) sql += " AND state = '" + std::string(to_string(*state)) + "'";
+  return sql + " ORDER BY id LIMIT ?2";
+}
+
+constexpr std::string_view kGet = "SELECT " IDEM_OUTBOX_COLUMNS " FROM idem_outbox WHERE id = ?1";
+constexpr std::string_view kRetryDead =
+    "UPDATE idem_outbox SET state = 'pending', attempts = 0, next_attempt_ms = ?2, lease_owner = NULL, "
+    "lease_expires_ms = NULL WHERE id = ?1 AND state = 'dead'";
+constexpr std::string_view kDropDead = "DELETE FROM idem_outbox WHERE id = ?1 AND state = 'dead'";
+constexpr std::string_view kPing = "SELECT 1 FROM idem_outbox LIMIT 1";
+
+#undef IDEM_OUTBOX_COLUMNS
+
+std::optional<OutboxState> parse_state(std::string_view s) {
+  if (s == "pending") return OutboxState::pending;
+  if (s == "sent") return OutboxState::sent;
+  if (s == "dead") return OutboxState::dead;
+  return std::nullopt;
+}
+
+// The row at the statement's cursor, or why it cannot be read.
+std::expected<OutboxRow, std::string> decode_row(const Statement& q) {
+  OutboxRow row;
+  row.id = q.int64(0);
+  row.message.message_id = std::string(q.text(1));
+  row.message.destination = std::string(q.text(2));
+  row.message.content_type = std::string(q.text(3));
+  auto headers = outbox_headers_from_json(q.text(4));
+  if (!headers) return std::unexpected(headers.error());
+  row.message.headers = std::move(*headers);
+  row.message.body = std::string(q.blob(5));
+  const auto state = parse_state(q.text(6));
+  if (!state) return std::unexpected("unknown state \"" + std::string(q.text(6)) + "\"");
+  row.state = *state;
+  row.created = from_epoch_ms(q.int64(7));
+  const std::int64_t attempts = q.int64(8);
+  row.attempts = static_cast<std::uint32_t>(std::clamp<std::int64_t>(attempts, 0, std::numeric_limits<std::uint32_t>::max()));
+  row.next_attempt = from_epoch_ms(q.int64(9));
+  row.last_error = std::string(q.text(10));
+  if (!q.is_null(11)) row.sent = from_epoch_ms(q.int64(11));
+  return row;
+}
+
+StoreError unreadable(std::int64_t id, const std::string& why) {
+  return StoreError{StoreErrc::corrupt, "sqlite: outbox row " + std::to_string(id) + " cannot be read: " + why};
+}
+
+// Every statement a reader runs, prepared once at open.
+struct Statements {
+  Statement begin, commit, rollback;
+  Statement claim, mark_unreadable, sent, retry, postpone, dead;
+  Statement purge, count, list_all, list_pending, list_sent, list_dead, get, retry_dead, drop_dead, ping;
+};
+
+StoreResult<Statements> prepare_statements(sqlite3* db) {
+  Statements s;
+  const std::string all_sql = list_sql(std::nullopt), pending_sql = list_sql(OutboxState::pending),
+                    sent_sql = list_sql(OutboxState::sent), dead_sql = list_sql(OutboxState::dead);
+  const std::pair<Statement*, std::string_view> all[] = {
+      {&s.begin, "BEGIN IMMEDIATE"},  {&s.commit, "COMMIT"},        {&s.rollback, "ROLLBACK"},
+      {&s.claim, kClaim},             {&s.mark_unreadable, kMarkUnreadable},
+      {&s.sent, kSettleSent},         {&s.retry, kSettleRetry},     {&s.postpone, kSettlePostpone},
+      {&s.dead, kSettleDead},         {&s.purge, kPurgeSent},       {&s.count, kCount},
+      {&s.list_all, all_sql},         {&s.list_pending, pending_sql}, {&s.list_sent, sent_sql},
+      {&s.list_dead, dead_sql},       {&s.get, kGet},               {&s.retry_dead, kRetryDead},
+      {&s.drop_dead, kDropDead},      {&s.ping, kPing},
+  };
+  for (const auto& [statement, sql] : all) {
+    auto prepared = Statement::prepare(db, sql);
+    if (!prepared) return std::unexpected(prepared.error());
+    *statement = std::move(*prepared);
+  }
+  return s;
+}
+
+}  // namespace
+
+// ---- enqueue ----------------------------------------------------------------------------------
+
+bool SqliteOutbox::enqueue(sqlite3* db, const OutboxMessage& message, TimePoint now, std::string& error) {
+  if (db == nullptr) {
+    error = "outbox: enqueue got no database connection";
+    return false;
+  }
+  if (auto problem = outbox_message_problem(message)) {
+    error = "outbox: cannot enqueue the message: " + *problem;
+    return false;
+  }
+  // Outside a transaction the row would commit on its own, whatever happens to the business
+  // writes it belongs with: exactly what the outbox is there to prevent.
+  if (sqlite3_get_autocommit(db)) {
+    error =
+        "outbox: enqueue must run inside the transaction it belongs to (complete_in_transaction's work, or a "
+        "transaction of the application's); none is open on this connection";
+    return false;
+  }
+  auto q = Statement::prepare(db, kInsert);
+  if (!q) {
+    error = q.error().message;
+    if (error.find("no such table") != std::string::npos) {
+      error += " (the outbox table is made by SqliteStore::open or by an outbox reader on this file)";
+    }
+    return false;
+  }
+  const std::string headers = outbox_headers_to_json(message.headers);
+  q->bind_text(1, message.message_id);
+  q->bind_text(2, message.destination);
+  q->bind_text(3, message.content_type);
+  q->bind_text(4, headers);
+  q->bind_blob(5, message.body);
+  q->bind(6, to_epoch_ms(now));
+  if (const int rc = q->step(); rc != SQLITE_DONE) {
+    error = map_error(rc, "enqueue message \"" + message.message_id + "\"", db).message;
+    return false;
+  }
+  if (sqlite3_changes(db) == 0) {
+    error = "message id " + message.message_id + " is already in the outbox";
+    return false;
+  }
+  return true;
+}
+
+// ---- the reader -------------------------------------------------------------------------------
+
+class SqliteOutbox::Impl {
+ public:
+  Impl(SqliteOutboxOptions options, std::optional<sqlite_detail::RelayLock> lock, sqlite_detail::Connection db,
+       Statements st)
+      : options_(std::move(options)), lock_(std::move(lock)), db_(std::move(db)), st_(std::move(st)) {}
+
+  StoreResult<std::vector<OutboxRow>> claim(const OutboxClaim& c) {
+    if (auto refused = relay_only("claim")) return std::unexpected(*refused);
+    if (c.owner.empty()) return std::unexpected(internal_error("sqlite: outbox claim: OutboxClaim::owner is empty"));
+    if (c.lease <= Millis::zero()) return std::unexpected(internal_error("sqlite: outbox claim: the lease must be positive"));
+    if (c.limit == 0) return std::vector<OutboxRow>{};
+    return in_transaction<std::vector<OutboxRow>>("outbox claim", [&]() -> StoreResult<std::vector<OutboxRow>> {
+      std::vector<OutboxRow> rows;
+      std::vector<std::pair<std::int64_t, std::string>> bad;
+      {
+        Statement& q = st_.claim;
+        ResetOnExit reset(q);
+        q.bind_text(1, c.owner);
+        q.bind(2, to_epoch_ms(c.now + c.lease));
+        q.bind(3, to_epoch_ms(c.now));
+        q.bind(4, to_db(c.limit));
+        int rc;
+        while ((rc = q.step()) == SQLITE_ROW) {
+          auto row = decode_row(q);
+          if (row) {
+            rows.push_back(std::move(*row));
+          } else {
+            bad.emplace_back(q.int64(0), std::move(row.error()));
+          }
+        }
+        if (rc != SQLITE_DONE) return std::unexpected(map_error(rc, "outbox claim", db_.get()));
+      }
+      // A row nobody can publish must not stop the ones behind it: dead, with the reason.
+      for (const auto& [id, why] : bad) {
+        Statement& q = st_.mark_unreadable;
+        q.bind(1, id);
+        const std::string reason = "the row cannot be read: " + why;
+        q.bind_text(2, reason);
+        if (auto done = q.run("outbox claim: mark an unreadable row dead"); !done) return std::unexpected(done.error());
+      }
+      // RETURNING gives rows in no promised order.
+      std::sort(rows.begin(), rows.end(), [](const OutboxRow& a, const OutboxRow& b) { return a.id < b.id; });
+      return rows;
+    });
+  }
+
+  StoreResult<Done> settle(const std::vector<OutboxResult>& results, TimePoint now, const std::string& owner) {
+    if (auto refused = relay_only("settle")) return std::unexpected(*refused);
+    if (results.empty()) return Done{};
+    return in_transaction<Done>("outbox settle", [&]() -> StoreResult<Done> {
+      for (const OutboxResult& r : results) {
+        Statement* q = nullptr;
+        switch (r.kind) {
+          case OutboxResult::Kind::sent: q = &st_.sent; break;
+          case OutboxResult::Kind::retry: q = &st_.retry; break;
+          case OutboxResult::Kind::postpone: q = &st_.postpone; break;
+          case OutboxResult::Kind::dead: q = &st_.dead; break;
+        }
+        if (q == nullptr) return std::unexpected(internal_error("sqlite: outbox settle: unknown result kind"));
+        q->bind(1, r.id);
+        q->bind_text(2, owner);
+        q->bind(3, to_epoch_ms(r.kind == OutboxResult::Kind::sent ? now : r.next_attempt));
+        if (r.kind != OutboxResult::Kind::sent) q->bind_text(4, r.error);
+        if (auto done = q->run("outbox settle"); !done) return std::unexpected(done.error());
+      }
+      return Done{};
+    });
+  }
+
+  StoreResult<std::size_t> purge_sent(TimePoint before, std::size_t limit) {
+    if (limit == 0) return std::size_t{0};
+    Statement& q = st_.purge;
+    q.bind(1, to_epoch_ms(before));
+    q.bind(2, to_db(limit));
+    if (auto done = q.run("outbox purge"); !done) return std::unexpected(done.error());
+    return static_cast<std::size_t>(sqlite3_changes64(db_.get()));
+  }
+
+  StoreResult<OutboxCounts> count() {
+    Statement& q = st_.count;
+    ResetOnExit reset(q);
+    if (const int rc = q.step(); rc != SQLITE_ROW) return std::unexpected(map_error(rc, "outbox count", db_.get()));
+    OutboxCounts counts;
+    counts.pending = static_cast<std::uint64_t>(q.int64(0));
+    counts.sent = static_cast<std::uint64_t>(q.int64(1));
+    counts.dead = static_cast<std::uint64_t>(q.int64(2));
+    if (!q.is_null(3)) counts.oldest_pending = from_epoch_ms(q.int64(3));
+    return counts;
+  }
+
+  StoreResult<std::vector<OutboxRow>> list(const OutboxQuery& query) {
+    Statement* q = &st_.list_all;
+    if (query.state) {
+      switch (*query.state) {
+        case OutboxState::pending: q = &st_.list_pending; break;
+        case OutboxState::sent: q = &st_.list_sent; break;
+        case OutboxState::dead: q = &st_.list_dead; break;
+      }
+    }
+    ResetOnExit reset(*q);
+    q->bind(1, query.after_id);
+    q->bind(2, to_db(query.limit));
+    std::vector<OutboxRow> rows;
+    int rc;
+    while ((rc = q->step()) == SQLITE_ROW) {
+      auto row = decode_row(*q);
+      if (!row) return std::unexpected(unreadable(q->int64(0), row.error()));
+      rows.push_back(std::move(*row));
+    }
+    if (rc != SQLITE_DONE) return std::unexpected(map_error(rc, "outbox list", db_.get()));
+    return rows;
+  }
+
+  StoreResult<std::optional<OutboxRow>> get(std::int64_t id) {
+    Statement& q = st_.get;
+    ResetOnExit reset(q);
+    q.bind(1, id);
+    const int rc = q.step();
+    if (rc == SQLITE_DONE) return std::nullopt;
+    if (rc != SQLITE_ROW) return std::unexpected(map_error(rc, "outbox get", db_.get()));
+    auto row = decode_row(q);
+    if (!row) return std::unexpected(unreadable(id, row.error()));
+    return std::move(*row);
+  }
+
+  StoreResult<bool> retry_dead(std::int64_t id, TimePoint now) {
+    Statement& q = st_.retry_dead;
+    q.bind(1, id);
+    q.bind(2, to_epoch_ms(now));
+    if (auto done = q.run("outbox retry"); !done) return std::unexpected(done.error());
+    return sqlite3_changes(db_.get()) == 1;
+  }
+
+  StoreResult<bool> drop_dead(std::int64_t id) {
+    Statement& q = st_.drop_dead;
+    q.bind(1, id);
+    if (auto done = q.run("outbox drop"); !done) return std::unexpected(done.error());
+    return sqlite3_changes(db_.get()) == 1;
+  }
+
+  StoreResult<Done> ping() { return st_.ping.run("outbox ping"); }
+
+ private:
+  std::optional<StoreError> relay_only(std::string_view what) const {
+    if (options_.relay) return std::nullopt;
+    return internal_error("sqlite: outbox " + std::string(what) +
+                          ": this reader was opened for an operator (relay = false) and holds no relay lock");
+  }
+
+  // Runs `body` in a write transaction, committing what it did. A failed COMMIT that was not
+  // refused a lock may have reached the disk anyway: in doubt.
+  template <class T, class Body>
+  StoreResult<T> in_transaction(std::string_view what, Body&& body) {
+    if (auto begun = st_.begin.run(std::string(what) + ": begin"); !begun) return std::unexpected(begun.error());
+    StoreResult<T> result = body();
+    if (!result) {
+      rollback();
+      return result;
+    }
+    if (auto committed = st_.commit.run(std::string(what) + ": commit"); !committed) {
+      StoreError error = committed.error();
+      const int primary = sqlite3_errcode(db_.get()) & 0xff;
+      error.in_doubt = primary != SQLITE_BUSY && primary != SQLITE_LOCKED;
+      rollback();
+      return std::unexpected(std::move(error));
+    }
+    return result;
+  }
+
+  void rollback() {
+    if (!sqlite3_get_autocommit(db_.get())) (void)st_.rollback.run("outbox: rollback");
+  }
+
+  const SqliteOutboxOptions options_;
+  std::optional<sqlite_detail::RelayLock> lock_;  // released last, once the connection is closed
+  sqlite_detail::Connection db_;
+  Statements st_;  // after db_: finalized before the connection closes
+};
+
+std::string SqliteOutbox::lock_path(const std::string& database_path) { return database_path + "-relay.lock"; }
+
+StoreResult<std::unique_ptr<SqliteOutbox>> SqliteOutbox::open_reader(SqliteOutboxOptions options) {
+  if (options.path.empty()) return std::unexpected(internal_error("sqlite: SqliteOutboxOptions::path is empty"));
+  if (options.path == ":memory:") {
+    return std::unexpected(internal_error("sqlite: an outbox lives in a database file, not in :memory:"));
+  }
+  // SQLite would create a missing file; a relay or idemctl pointed at a mistyped path must not
+  // turn it into an empty outbox that has nothing to say.
+  struct stat info {};
+  if (::stat(options.path.c_str(), &info) != 0) {
+    const int err = errno;
+    if (err == ENOENT) {
+      return std::unexpected(StoreError{StoreErrc::unavailable,
+                                        "sqlite: the outbox database " + options.path +
+                                            " does not exist (the service makes it; idem-relay and idemctl never do)"});
+    }
+    return std::unexpected(
+        StoreError{StoreErrc::unavailable, "sqlite: cannot open " + options.path + ": " + std::strerror(err)});
+  }
+
+  std::optional<sqlite_detail::RelayLock> lock;
+  if (options.relay) {
+    auto taken = sqlite_detail::RelayLock::acquire(lock_path(options.path), options.path);
+    if (!taken) return std::unexpected(taken.error());
+    lock.emplace(std::move(*taken));
+  }
+  auto db = sqlite_detail::open_connection(options.path, static_cast<int>(options.busy_timeout.count()),
+                                           /*create=*/false);
+  if (!db) return std::unexpected(db.error());
+  sqlite3* raw = db->get();
+  if (options.relay) {
+    // WAL: the relay's reads never block the service's writes, nor its writes the service's reads.
+    auto wal = Statement::prepare(raw, "PRAGMA journal_mode = WAL");
+    if (!wal) return std::unexpected(wal.error());
+    if (const int rc = wal->step(); rc != SQLITE_ROW) return std::unexpected(map_error(rc, "enable WAL", raw));
+    if (const auto mode = wal->text(0); mode != "wal") {
+      return std::unexpected(StoreError{StoreErrc::unavailable, "sqlite: " + options.path +
+                                                                    ": cannot use WAL mode (journal_mode is " +
+                                                                    std::string(mode) + ")"});
+    }
+    wal->reset();
+    if (auto sync = sqlite_detail::exec(raw, "PRAGMA synchronous = FULL", "set synchronous"); !sync) {
+      return std::unexpected(sync.error());
+    }
+  }
+  if (auto ready = sqlite_detail::ensure_outbox(raw, options.relay, options.path); !ready) {
+    return std::unexpected(ready.error());
+  }
+  auto statements = prepare_statements(raw);
+  if (!statements) return std::unexpected(statements.error());
+  return std::unique_ptr<SqliteOutbox>(new SqliteOutbox(
+      std::make_unique<Impl>(std::move(options), std::move(lock), std::move(*db), std::move(*statements))));
+}
+
+SqliteOutbox::SqliteOutbox(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SqliteOutbox::~SqliteOutbox() = default;
+
+StoreResult<std::vector<OutboxRow>> SqliteOutbox::claim(const OutboxClaim& claim) { return impl_->claim(claim); }
+StoreResult<Done> SqliteOutbox::settle(const std::vector<OutboxResult>& results, TimePoint now,
+                                       const std::string& owner) {
+  return impl_->settle(results, now, owner);
+}
+StoreResult<std::size_t> SqliteOutbox::purge_sent(TimePoint before, std::size_t limit) {
+  return impl_->purge_sent(before, limit);
+}
+StoreResult<OutboxCounts> SqliteOutbox::count() { return impl_->count(); }
+StoreResult<std::vector<OutboxRow>> SqliteOutbox::list(const OutboxQuery& query) { return impl_->list(query); }
+StoreResult<std::optional<OutboxRow>> SqliteOutbox::get(std::int64_t id) { return impl_->get(id); }
+StoreResult<bool> SqliteOutbox::retry_dead(std::int64_t id, TimePoint now) { return impl_->retry_dead(id, now); }
+StoreResult<bool> SqliteOutbox::drop_dead(std::int64_t id) { return impl_->drop_dead(id); }
+StoreResult<Done> SqliteOutbox::ping() { return impl_->ping(); }
+
+}  // namespace idem

@@ -1,0 +1,750 @@
+#include "idem/sqlite_outbox.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "idem/sqlite_store.hpp"
+#include "idem/testing/manual_clock.hpp"
+#include "schema.hpp"
+
+namespace idem {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ManualClock;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "idem-outbox-test-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A connection of the test's own: the service's (or another language's) view of the file.
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path, int busy_timeout_ms = 5000) {
+    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error("open " + path);
+    sqlite3_busy_timeout(db_, busy_timeout_ms);
+  }
+  ~RawDb() { sqlite3_close_v2(db_); }
+  RawDb(const RawDb&) = delete;
+  RawDb& operator=(const RawDb&) = delete;
+
+  // Runs SQL; the error message, or "" when it worked.
+  std::string try_exec(const std::string& sql) {
+    char* error = nullptr;
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) == SQLITE_OK) return "";
+    std::string message = error ? error : "?";
+    sqlite3_free(error);
+    return message;
+  }
+  void exec(const std::string& sql) {
+    if (auto error = try_exec(sql); !error.empty()) throw std::runtime_error(sql + ": " + error);
+  }
+  std::int64_t scalar(const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+      throw std::runtime_error(sql + ": " + sqlite3_errmsg(db_));
+    }
+    std::int64_t value = 0;
+    if (sqlite3_step(stmt) == SQLITE_ROW) value = sqlite3_column_int64(stmt, 0);
+    sqlite3_finalize(stmt);
+    return value;
+  }
+  std::string text(const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+      throw std::runtime_error(sql + ": " + sqlite3_errmsg(db_));
+    }
+    std::string value;
+    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0)) {
+      value = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    }
+    sqlite3_finalize(stmt);
+    return value;
+  }
+  sqlite3* get() { return db_; }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+OutboxMessage message(std::string id, std::string body = "{\"amount\":100}") {
+  OutboxMessage m;
+  m.message_id = std::move(id);
+  m.body = std::move(body);
+  return m;
+}
+
+std::unique_ptr<SqliteOutbox> open_reader(const std::string& path, bool relay = true) {
+  SqliteOutboxOptions options;
+  options.path = path;
+  options.relay = relay;
+  auto reader = SqliteOutbox::open_reader(options);
+  if (!reader) throw std::runtime_error("open_reader: " + reader.error().message);
+  return std::move(*reader);
+}
+
+class SqliteOutboxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SqliteOptions options;
+    options.path = path;
+    auto opened = SqliteStore::open(options);
+    ASSERT_TRUE(opened) << opened.error().message;
+    store = std::move(*opened);
+    raw = std::make_unique<RawDb>(path);
+    raw->exec("CREATE TABLE payments (id TEXT PRIMARY KEY, amount INTEGER NOT NULL)");
+  }
+
+  Fence claim_key(const std::string& key) {
+    ClaimRequest r;
+    r.id = RecordId{"t", key};
+    r.request_hash = "h";
+    r.token = next_token++;
+    r.now = clock.now();
+    r.lease_expires = r.now + 60s;
+    r.expires = r.now + 24h;
+    auto c = BlockingStore(*store).claim(r);
+    if (!c || c->status != ClaimStatus::claimed) throw std::runtime_error("claim failed");
+    return Fence{r.id, c->record.fencing_token};
+  }
+  CompleteRequest completion(const Fence& fence) {
+    return CompleteRequest{fence, StoredResponse{201, {}, "{\"ok\":true}"}, clock.now(), clock.now() + 24h};
+  }
+  RecordState state_of(const std::string& key) {
+    auto r = BlockingStore(*store).get(RecordId{"t", key});
+    if (!r || !*r) throw std::runtime_error("no record " + key);
+    return (*r)->state;
+  }
+  // Enqueues messages in one transaction of the application's own (a raw BEGIN .. COMMIT).
+  void enqueue_all(const std::vector<OutboxMessage>& messages) {
+    raw->exec("BEGIN");
+    for (const auto& m : messages) {
+      std::string error;
+      if (!SqliteOutbox::enqueue(raw->get(), m, clock.now(), error)) {
+        raw->exec("ROLLBACK");
+        throw std::runtime_error("enqueue: " + error);
+      }
+    }
+    raw->exec("COMMIT");
+  }
+  std::int64_t outbox_rows() { return raw->scalar("SELECT count(*) FROM idem_outbox"); }
+
+  OutboxClaim claim_of(std::size_t limit, const std::string& owner = "relay-a") {
+    return OutboxClaim{limit, clock.now(), 30s, owner};
+  }
+
+  TempDir dir;
+  std::string path = dir.file("service.db");
+  ManualClock clock;
+  std::uint64_t next_token = 1;
+  std::unique_ptr<SqliteStore> store;
+  std::unique_ptr<RawDb> raw;
+};
+
+// ---- enqueue in the business transaction --------------------------------------------------------
+
+TEST_F(SqliteOutboxTest, EnqueueCommitsWithTheCompletionAndTheApplicationsRow) {
+  const Fence fence = claim_key("key-outbox-commit-01");
+  OutboxMessage m = message("pay_1/payment.succeeded", std::string("\x00\x01\xff binary", 10));
+  m.destination = "payments.succeeded";
+  m.content_type = "application/octet-stream";
+  m.headers = {{"X-Tenant", "acme"}, {"X-Quote", "say \"hi\"\\ \n\x01 caf\xc3\xa9"}};
+  auto done = store->complete_in_transaction(completion(fence), [&](sqlite3* db, std::string& error) {
+    if (sqlite3_exec(db, "INSERT INTO payments VALUES ('pay_1', 100)", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      error = sqlite3_errmsg(db);
+      return false;
+    }
+    return SqliteOutbox::enqueue(db, m, clock.now(), error);
+  });
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_EQ(*done, FenceStatus::ok);
+  EXPECT_EQ(state_of("key-outbox-commit-01"), RecordState::completed);
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM payments"), 1);
+
+  auto reader = open_reader(path);
+  auto rows = reader->list(OutboxQuery{});
+  ASSERT_TRUE(rows) << rows.error().message;
+  ASSERT_EQ(rows->size(), 1u);
+  const OutboxRow& row = rows->front();
+  EXPECT_EQ(row.message.message_id, m.message_id);
+  EXPECT_EQ(row.message.destination, m.destination);
+  EXPECT_EQ(row.message.content_type, m.content_type);
+  EXPECT_EQ(row.message.headers, m.headers);
+  EXPECT_EQ(row.message.body, m.body);
+  EXPECT_EQ(row.state, OutboxState::pending);
+  EXPECT_EQ(row.created, clock.now());
+  EXPECT_EQ(row.attempts, 0u);
+  EXPECT_FALSE(row.sent);
+}
+
+TEST_F(SqliteOutboxTest, AWorkThatFailsAfterEnqueueLeavesNoRowAndTheKeyNotCompleted) {
+  const Fence fence = claim_key("key-outbox-fails-001");
+  auto done = store->complete_in_transaction(completion(fence), [&](sqlite3* db, std::string& error) {
+    sqlite3_exec(db, "INSERT INTO payments VALUES ('pay_2', 100)", nullptr, nullptr, nullptr);
+    if (!SqliteOutbox::enqueue(db, message("pay_2/payment.succeeded"), clock.now(), error)) return false;
+    error = "card declined";
+    return false;
+  });
+  ASSERT_FALSE(done);
+  EXPECT_NE(done.error().message.find("card declined"), std::string::npos) << done.error().message;
+  EXPECT_EQ(outbox_rows(), 0);
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM payments"), 0);
+  EXPECT_EQ(state_of("key-outbox-fails-001"), RecordState::in_progress);
+}
+
+TEST_F(SqliteOutboxTest, ADuplicateMessageIdFailsTheWholeTransaction) {
+  enqueue_all({message("pay_0/payment.succeeded")});  // committed before
+  // Twice in the one transaction, then once more than the row committed before.
+  int n = 0;
+  for (const char* again : {"pay_3/payment.succeeded", "pay_0/payment.succeeded"}) {
+    const Fence fence = claim_key("key-outbox-dup-0000" + std::to_string(n++));
+    std::string seen;
+    auto done = store->complete_in_transaction(completion(fence), [&](sqlite3* db, std::string& error) {
+      sqlite3_exec(db, "INSERT INTO payments VALUES ('pay_3', 100)", nullptr, nullptr, nullptr);
+      if (!SqliteOutbox::enqueue(db, message("pay_3/payment.succeeded"), clock.now(), error)) return false;
+      const bool ok = SqliteOutbox::enqueue(db, message(again), clock.now(), error);
+      seen = error;
+      return ok;
+    });
+    ASSERT_FALSE(done) << again;
+    EXPECT_EQ(seen, std::string("message id ") + again + " is already in the outbox");
+    EXPECT_NE(done.error().message.find("is already in the outbox"), std::string::npos) << done.error().message;
+    EXPECT_EQ(outbox_rows(), 1) << again;  // only the one committed before
+    EXPECT_EQ(raw->scalar("SELECT count(*) FROM payments"), 0) << again;
+    EXPECT_EQ(state_of(fence.id.key), RecordState::in_progress) << again;
+  }
+}
+
+TEST_F(SqliteOutboxTest, EnqueueRefusesWhatCouldNotBePublishedWithTheReason) {
+  struct Case {
+    OutboxMessage m;
+    std::string says;
+  };
+  std::vector<Case> cases;
+  cases.push_back({message("has a space"), "visible ASCII"});
+  cases.push_back({message(""), "empty"});
+  cases.push_back({message(std::string(257, 'x')), "longer than 256"});
+  OutboxMessage long_destination = message("ok-id-1");
+  long_destination.destination = std::string(257, 'd');
+  cases.push_back({long_destination, "destination"});
+  OutboxMessage twice = message("ok-id-2");
+  twice.headers = {{"X-A", "1"}, {"X-A", "2"}};
+  cases.push_back({twice, "appears twice"});
+  OutboxMessage bad_utf8 = message("ok-id-3");
+  bad_utf8.headers = {{"X-A", "\xc3"}};
+  cases.push_back({bad_utf8, "UTF-8"});
+  OutboxMessage nul = message("ok-id-4");
+  nul.content_type = std::string("text/plain\0x", 12);
+  cases.push_back({nul, "NUL"});
+  OutboxMessage unnamed = message("ok-id-5");
+  unnamed.headers = {{"", "v"}};
+  cases.push_back({unnamed, "empty name"});
+  raw->exec("BEGIN");
+  for (const auto& c : cases) {
+    std::string error;
+    EXPECT_FALSE(SqliteOutbox::enqueue(raw->get(), c.m, clock.now(), error)) << c.says;
+    EXPECT_NE(error.find(c.says), std::string::npos) << error;
+  }
+  raw->exec("COMMIT");
+  EXPECT_EQ(outbox_rows(), 0);
+
+  // Outside a transaction a row would commit on its own: refused.
+  std::string error;
+  EXPECT_FALSE(SqliteOutbox::enqueue(raw->get(), message("ok-id-6"), clock.now(), error));
+  EXPECT_NE(error.find("inside the transaction"), std::string::npos) << error;
+  EXPECT_FALSE(SqliteOutbox::enqueue(nullptr, message("ok-id-7"), clock.now(), error));
+  EXPECT_EQ(outbox_rows(), 0);
+}
+
+// ---- claim and settle ---------------------------------------------------------------------------
+
+TEST_F(SqliteOutboxTest, ClaimTakesDueRowsInIdOrderUpToTheLimit) {
+  enqueue_all({message("m-1"), message("m-2"), message("m-3"), message("m-4"), message("m-5")});
+  auto reader = open_reader(path);
+  auto first = reader->claim(claim_of(3));
+  ASSERT_TRUE(first) << first.error().message;
+  ASSERT_EQ(first->size(), 3u);
+  EXPECT_EQ((*first)[0].message.message_id, "m-1");
+  EXPECT_EQ((*first)[1].message.message_id, "m-2");
+  EXPECT_EQ((*first)[2].message.message_id, "m-3");
+  EXPECT_LT((*first)[0].id, (*first)[1].id);
+  EXPECT_EQ(raw->text("SELECT lease_owner FROM idem_outbox WHERE message_id = 'm-1'"), "relay-a");
+  EXPECT_EQ(raw->scalar("SELECT lease_expires_ms FROM idem_outbox WHERE message_id = 'm-1'"),
+            to_epoch_ms(clock.now() + 30s));
+  EXPECT_EQ(raw->scalar("SELECT lease_owner IS NULL FROM idem_outbox WHERE message_id = 'm-4'"), 1);
+
+  // m-1 goes again in 10 s, m-2 and m-3 are sent: m-4 and m-5 are what is due.
+  std::vector<OutboxResult> results{{(*first)[0].id, OutboxResult::Kind::retry, "broker away", clock.now() + 10s},
+                                    {(*first)[1].id, OutboxResult::Kind::sent, "", {}},
+                                    {(*first)[2].id, OutboxResult::Kind::sent, "", {}}};
+  ASSERT_TRUE(reader->settle(results, clock.now(), "relay-a"));
+  auto second = reader->claim(claim_of(10));
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->size(), 2u);
+  EXPECT_EQ((*second)[0].message.message_id, "m-4");
+  EXPECT_EQ((*second)[1].message.message_id, "m-5");
+  ASSERT_TRUE(reader->settle({{(*second)[0].id, OutboxResult::Kind::sent, "", {}},
+                              {(*second)[1].id, OutboxResult::Kind::sent, "", {}}},
+                             clock.now(), "relay-a"));
+  EXPECT_TRUE(reader->claim(claim_of(10))->empty());
+  clock.advance(10s);
+  auto third = reader->claim(claim_of(10));
+  ASSERT_EQ(third->size(), 1u);
+  EXPECT_EQ((*third)[0].message.message_id, "m-1");
+  EXPECT_EQ((*third)[0].attempts, 1u);
+  EXPECT_EQ((*third)[0].last_error, "broker away");
+  EXPECT_TRUE(reader->claim(claim_of(0))->empty());
+}
+
+TEST_F(SqliteOutboxTest, EachSettleKindRecordsWhatHappened) {
+  enqueue_all({message("s-sent"), message("s-retry"), message("s-postpone"), message("s-dead")});
+  auto reader = open_reader(path);
+  auto rows = reader->claim(claim_of(10));
+  ASSERT_TRUE(rows);
+  ASSERT_EQ(rows->size(), 4u);
+  const TimePoint later = clock.now() + 5s;
+  ASSERT_TRUE(reader->settle({{(*rows)[0].id, OutboxResult::Kind::sent, "", {}},
+                              {(*rows)[1].id, OutboxResult::Kind::retry, "timeout", later},
+                              {(*rows)[2].id, OutboxResult::Kind::postpone, "behind row 2", later},
+                              {(*rows)[3].id, OutboxResult::Kind::dead, "refused: too large", {}}},
+                             clock.now(), "relay-a"));
+  auto sent = reader->get((*rows)[0].id).value().value();
+  EXPECT_EQ(sent.state, OutboxState::sent);
+  EXPECT_EQ(sent.sent, clock.now());
+  EXPECT_EQ(sent.attempts, 0u);
+  auto retry = reader->get((*rows)[1].id).value().value();
+  EXPECT_EQ(retry.state, OutboxState::pending);
+  EXPECT_EQ(retry.attempts, 1u);
+  EXPECT_EQ(retry.next_attempt, later);
+  EXPECT_EQ(retry.last_error, "timeout");
+  auto postponed = reader->get((*rows)[2].id).value().value();
+  EXPECT_EQ(postponed.state, OutboxState::pending);
+  EXPECT_EQ(postponed.attempts, 0u);
+  EXPECT_EQ(postponed.next_attempt, later);
+  EXPECT_EQ(postponed.last_error, "behind row 2");
+  auto dead = reader->get((*rows)[3].id).value().value();
+  EXPECT_EQ(dead.state, OutboxState::dead);
+  EXPECT_EQ(dead.attempts, 1u);
+  EXPECT_EQ(dead.last_error, "refused: too large");
+  // Settled rows hold no lease.
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM idem_outbox WHERE lease_owner IS NOT NULL"), 0);
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM idem_outbox WHERE lease_expires_ms IS NOT NULL"), 0);
+}
+
+TEST_F(SqliteOutboxTest, ASettleByAnotherOwnerChangesNothing) {
+  enqueue_all({message("o-1")});
+  auto reader = open_reader(path);
+  auto rows = reader->claim(claim_of(10, "relay-a"));
+  ASSERT_EQ(rows->size(), 1u);
+  ASSERT_TRUE(reader->settle({{(*rows)[0].id, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-b"));
+  auto row = reader->get((*rows)[0].id).value().value();
+  EXPECT_EQ(row.state, OutboxState::pending);
+  EXPECT_EQ(raw->text("SELECT lease_owner FROM idem_outbox"), "relay-a");
+  // An id that does not exist is no error either: there is nothing to record.
+  EXPECT_TRUE(reader->settle({{424242, OutboxResult::Kind::dead, "x", {}}}, clock.now(), "relay-a"));
+}
+
+TEST_F(SqliteOutboxTest, ARowFailingEveryTimeEndsDeadWithItsAttemptsAndLastError) {
+  enqueue_all({message("poison-1")});
+  auto reader = open_reader(path);
+  constexpr std::uint32_t kMaxAttempts = 3;
+  for (std::uint32_t attempt = 1;; ++attempt) {
+    auto rows = reader->claim(claim_of(10));
+    ASSERT_TRUE(rows);
+    ASSERT_EQ(rows->size(), 1u) << "attempt " << attempt;
+    ASSERT_EQ((*rows)[0].attempts, attempt - 1);
+    const bool last = attempt == kMaxAttempts;
+    OutboxResult r{(*rows)[0].id, last ? OutboxResult::Kind::dead : OutboxResult::Kind::retry,
+                   "publish " + std::to_string(attempt) + " failed", clock.now() + 1s};
+    ASSERT_TRUE(reader->settle({r}, clock.now(), "relay-a"));
+    clock.advance(1s);
+    if (last) break;
+  }
+  EXPECT_TRUE(reader->claim(claim_of(10))->empty());
+  auto rows = reader->list(OutboxQuery{OutboxState::dead, 0, 10});
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].attempts, kMaxAttempts);
+  EXPECT_EQ((*rows)[0].last_error, "publish 3 failed");
+}
+
+TEST_F(SqliteOutboxTest, PurgeDeletesSentRowsSentBeforeTheTimeUpToTheLimit) {
+  enqueue_all({message("p-1"), message("p-2"), message("p-3"), message("p-4")});
+  auto reader = open_reader(path);
+  auto rows = reader->claim(claim_of(3)).value();
+  ASSERT_TRUE(reader->settle({{rows[0].id, OutboxResult::Kind::sent, "", {}},
+                              {rows[1].id, OutboxResult::Kind::sent, "", {}},
+                              {rows[2].id, OutboxResult::Kind::dead, "no", {}}},
+                             clock.now(), "relay-a"));
+  const TimePoint sent_at = clock.now();
+  EXPECT_EQ(reader->purge_sent(sent_at, 100), 0u);  // sent at, not before
+  EXPECT_EQ(reader->purge_sent(sent_at + 1ms, 1), 1u);
+  EXPECT_EQ(reader->purge_sent(sent_at + 1ms, 0), 0u);
+  EXPECT_EQ(reader->purge_sent(sent_at + 1ms, 100), 1u);
+  EXPECT_EQ(reader->purge_sent(sent_at + 1ms, 100), 0u);
+  auto counts = reader->count().value();
+  EXPECT_EQ(counts.sent, 0u);
+  EXPECT_EQ(counts.dead, 1u);  // dead and pending rows are never purged
+  EXPECT_EQ(counts.pending, 1u);
+  // Ids are never reused after a purge: a new row comes after every row there ever was.
+  enqueue_all({message("p-5")});
+  EXPECT_GT(raw->scalar("SELECT id FROM idem_outbox WHERE message_id = 'p-5'"), rows[2].id + 1);
+}
+
+TEST_F(SqliteOutboxTest, CountsByStateAndTheOldestPendingRow) {
+  auto reader = open_reader(path);
+  auto empty = reader->count().value();
+  EXPECT_EQ(empty.pending + empty.sent + empty.dead, 0u);
+  EXPECT_FALSE(empty.oldest_pending);
+  const TimePoint first = clock.now();
+  enqueue_all({message("c-1"), message("c-2")});
+  clock.advance(1min);
+  enqueue_all({message("c-3"), message("c-4")});
+  auto rows = reader->claim(claim_of(2)).value();
+  ASSERT_TRUE(reader->settle({{rows[0].id, OutboxResult::Kind::sent, "", {}},
+                              {rows[1].id, OutboxResult::Kind::dead, "x", {}}},
+                             clock.now(), "relay-a"));
+  auto counts = reader->count().value();
+  EXPECT_EQ(counts.pending, 2u);
+  EXPECT_EQ(counts.sent, 1u);
+  EXPECT_EQ(counts.dead, 1u);
+  EXPECT_EQ(counts.oldest_pending, first + 1min);  // c-1 is sent, c-2 dead: c-3 is the oldest
+  EXPECT_TRUE(reader->ping());
+}
+
+TEST_F(SqliteOutboxTest, OperatorsListGetRetryAndDropDeadRows) {
+  enqueue_all({message("l-1"), message("l-2"), message("l-3"), message("l-4")});
+  auto relay = open_reader(path);
+  auto rows = relay->claim(claim_of(3)).value();
+  ASSERT_TRUE(relay->settle({{rows[0].id, OutboxResult::Kind::dead, "refused", {}},
+                             {rows[1].id, OutboxResult::Kind::sent, "", {}},
+                             {rows[2].id, OutboxResult::Kind::dead, "refused", {}}},
+                            clock.now(), "relay-a"));
+  auto op = open_reader(path, /*relay=*/false);  // while the relay holds its lock
+
+  auto all = op->list(OutboxQuery{}).value();
+  ASSERT_EQ(all.size(), 4u);
+  auto page = op->list(OutboxQuery{std::nullopt, all[1].id, 2}).value();
+  ASSERT_EQ(page.size(), 2u);
+  EXPECT_EQ(page[0].message.message_id, "l-3");
+  EXPECT_EQ(page[1].message.message_id, "l-4");
+  auto dead = op->list(OutboxQuery{OutboxState::dead, 0, 100}).value();
+  ASSERT_EQ(dead.size(), 2u);
+  EXPECT_EQ(dead[0].message.message_id, "l-1");
+  EXPECT_EQ(dead[1].message.message_id, "l-3");
+  EXPECT_EQ(op->list(OutboxQuery{OutboxState::pending, 0, 100}).value().size(), 1u);
+  EXPECT_EQ(op->list(OutboxQuery{OutboxState::sent, 0, 100}).value().size(), 1u);
+  EXPECT_TRUE(op->list(OutboxQuery{std::nullopt, 0, 0}).value().empty());
+  EXPECT_EQ(op->get(987654).value(), std::nullopt);
+
+  // Only dead rows are retried or dropped.
+  EXPECT_FALSE(op->retry_dead(rows[1].id, clock.now()).value());  // sent
+  EXPECT_FALSE(op->retry_dead(all[3].id, clock.now()).value());   // pending
+  EXPECT_FALSE(op->drop_dead(rows[1].id).value());
+  EXPECT_FALSE(op->drop_dead(987654).value());
+  clock.advance(1h);
+  EXPECT_TRUE(op->retry_dead(rows[0].id, clock.now()).value());
+  auto retried = op->get(rows[0].id).value().value();
+  EXPECT_EQ(retried.state, OutboxState::pending);
+  EXPECT_EQ(retried.attempts, 0u);
+  EXPECT_EQ(retried.next_attempt, clock.now());
+  EXPECT_TRUE(op->drop_dead(rows[2].id).value());
+  EXPECT_EQ(op->get(rows[2].id).value(), std::nullopt);
+  EXPECT_FALSE(op->retry_dead(rows[2].id, clock.now()).value());
+
+  // The relay publishes the retried row again, in id order.
+  auto again = relay->claim(claim_of(10)).value();
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].message.message_id, "l-1");
+  EXPECT_EQ(again[1].message.message_id, "l-4");
+
+  // An operator's reader cannot claim or settle; purging is maintenance, which it may do.
+  auto refused = op->claim(claim_of(10));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("relay = false"), std::string::npos) << refused.error().message;
+  EXPECT_FALSE(op->settle({{again[0].id, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-a"));
+  EXPECT_TRUE(op->purge_sent(clock.now(), 10));
+}
+
+TEST_F(SqliteOutboxTest, ClaimRefusesAnUnnamedOwnerOrNoLease) {
+  auto reader = open_reader(path);
+  EXPECT_FALSE(reader->claim(OutboxClaim{10, clock.now(), 30s, ""}));
+  EXPECT_FALSE(reader->claim(OutboxClaim{10, clock.now(), 0s, "relay-a"}));
+}
+
+// ---- rows written by a service in another language ----------------------------------------------
+
+TEST_F(SqliteOutboxTest, AForeignInsertWithOnlyMessageIdAndBodyGetsTheDefaults) {
+  const auto wall = SystemClock::instance().now();
+  raw->exec("INSERT INTO idem_outbox (message_id, body) VALUES ('ext-1', x'7b7d')");
+  raw->exec(R"(INSERT INTO idem_outbox (message_id, destination, headers, body)
+               VALUES ('ext-2', 'orders', '{ "X-A" : "caf\u00e9 \ud83d\ude00", "X-B":"q\"\\/\n" }', 'text body'))");
+  auto reader = open_reader(path);
+  auto rows = reader->claim(OutboxClaim{10, wall + 1s, 30s, "relay-a"});
+  ASSERT_TRUE(rows) << rows.error().message;
+  ASSERT_EQ(rows->size(), 2u);
+  const OutboxRow& plain = (*rows)[0];
+  EXPECT_EQ(plain.message.message_id, "ext-1");
+  EXPECT_EQ(plain.message.body, "{}");
+  EXPECT_EQ(plain.message.destination, "");
+  EXPECT_EQ(plain.message.content_type, "application/json");
+  EXPECT_TRUE(plain.message.headers.empty());
+  EXPECT_EQ(plain.state, OutboxState::pending);
+  EXPECT_EQ(plain.attempts, 0u);
+  EXPECT_LE(std::chrono::abs(plain.created - wall), Millis(60'000));  // SQL's "now", in epoch ms
+  const OutboxRow& full = (*rows)[1];
+  EXPECT_EQ(full.message.destination, "orders");
+  EXPECT_EQ(full.message.body, "text body");
+  const MessageHeaders want{{"X-A", "caf\xc3\xa9 \xf0\x9f\x98\x80"}, {"X-B", "q\"\\/\n"}};
+  EXPECT_EQ(full.message.headers, want);
+}
+
+TEST_F(SqliteOutboxTest, TheTableRefusesForeignRowsTheRelayCouldNotPublish) {
+  for (const char* bad : {
+           "INSERT INTO idem_outbox (message_id) VALUES ('has space')",
+           "INSERT INTO idem_outbox (message_id) VALUES ('')",
+           "INSERT INTO idem_outbox (message_id) VALUES (x'6869')",  // a blob, not text
+           "INSERT INTO idem_outbox (message_id, headers) VALUES ('h-1', '{\"n\": 1}')",
+           "INSERT INTO idem_outbox (message_id, headers) VALUES ('h-2', '[\"a\"]')",
+           "INSERT INTO idem_outbox (message_id, headers) VALUES ('h-3', 'not json')",
+           "INSERT INTO idem_outbox (message_id, state) VALUES ('h-4', 'published')",
+       }) {
+    EXPECT_FALSE(raw->try_exec(bad).empty()) << bad;
+  }
+  EXPECT_NE(raw->try_exec("INSERT INTO idem_outbox (message_id, headers) VALUES ('h-5', '{\"n\": null}')")
+                .find("JSON object of string values"),
+            std::string::npos);
+  raw->exec("INSERT INTO idem_outbox (message_id) VALUES ('h-6')");
+  EXPECT_FALSE(raw->try_exec("UPDATE idem_outbox SET headers = '{\"n\": true}'").empty());
+  EXPECT_EQ(outbox_rows(), 1);
+}
+
+TEST_F(SqliteOutboxTest, ARowTamperedPastTheChecksIsMadeDeadInsteadOfStoppingTheRelay) {
+  raw->exec("DROP TRIGGER idem_outbox_headers_insert");
+  raw->exec("INSERT INTO idem_outbox (message_id, headers) VALUES ('t-1', '{\"n\": 1}')");
+  raw->exec("INSERT INTO idem_outbox (message_id) VALUES ('t-2')");
+  auto reader = open_reader(path);
+  auto rows = reader->claim(claim_of(10));
+  ASSERT_TRUE(rows) << rows.error().message;
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].message.message_id, "t-2");
+  EXPECT_EQ(raw->text("SELECT state FROM idem_outbox WHERE message_id = 't-1'"), "dead");
+  EXPECT_NE(raw->text("SELECT last_error FROM idem_outbox WHERE message_id = 't-1'").find("is not a string"),
+            std::string::npos);
+  auto listed = reader->list(OutboxQuery{});  // an operator hears which row, and why
+  ASSERT_FALSE(listed);
+  EXPECT_EQ(listed.error().code, StoreErrc::corrupt);
+  EXPECT_NE(listed.error().message.find("outbox row 1"), std::string::npos) << listed.error().message;
+  EXPECT_TRUE(reader->drop_dead(1).value());
+}
+
+// ---- one relay per file -------------------------------------------------------------------------
+
+TEST_F(SqliteOutboxTest, ASecondRelayIsRefusedWithAClearErrorAndOperatorsStillRead) {
+  auto first = open_reader(path);
+  SqliteOutboxOptions options;
+  options.path = path;
+  auto second = SqliteOutbox::open_reader(options);
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().code, StoreErrc::unavailable);
+  const std::string& why = second.error().message;
+  EXPECT_NE(why.find("another idem-relay is relaying this outbox (" + path + "): one relay per SQLite file"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("by process " + std::to_string(::getpid())), std::string::npos) << why;
+  EXPECT_TRUE(std::filesystem::exists(SqliteOutbox::lock_path(path)));
+  auto op = open_reader(path, /*relay=*/false);
+  EXPECT_TRUE(op->count());
+  first.reset();
+  EXPECT_TRUE(SqliteOutbox::open_reader(options)) << "the lock goes with the reader";
+}
+
+TEST_F(SqliteOutboxTest, TheServicesWritesGoOnWhileARelayHoldsTheLock) {
+  auto relay = open_reader(path);
+  RawDb impatient(path, /*busy_timeout_ms=*/100);  // would fail at once if the lock blocked it
+  for (int i = 0; i < 20; ++i) {
+    const std::string key = "key-outbox-live-" + std::to_string(1000 + i);
+    const Fence fence = claim_key(key);
+    auto done = store->complete_in_transaction(completion(fence), [&](sqlite3* db, std::string& error) {
+      return SqliteOutbox::enqueue(db, message("live/" + std::to_string(i)), clock.now(), error);
+    });
+    ASSERT_TRUE(done) << done.error().message;
+    ASSERT_EQ(*done, FenceStatus::ok);
+    ASSERT_EQ(impatient.try_exec("INSERT INTO payments VALUES ('live-" + std::to_string(i) + "', 1)"), "");
+    auto rows = relay->claim(claim_of(100));
+    ASSERT_TRUE(rows) << rows.error().message;
+    ASSERT_EQ(rows->size(), 1u);
+    ASSERT_TRUE(relay->settle({{(*rows)[0].id, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-a"));
+  }
+  EXPECT_EQ(relay->count().value().sent, 20u);
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM payments"), 20);
+}
+
+// No fixture: the process forks, so it runs no store threads of its own.
+TEST(SqliteOutboxLock, TheLockIsReleasedWhenTheRelayHoldingItIsKilled) {
+  TempDir dir;
+  const std::string path = dir.file("killed.db");
+  RawDb(path).exec("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(ready[0]);
+    SqliteOutboxOptions options;
+    options.path = path;
+    auto held = SqliteOutbox::open_reader(options);
+    const char byte = held ? 'y' : 'n';
+    (void)!::write(ready[1], &byte, 1);
+    for (;;) ::pause();  // holds it until killed
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(byte, 'y');
+
+  SqliteOutboxOptions options;
+  options.path = path;
+  auto refused = SqliteOutbox::open_reader(options);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("by process " + std::to_string(child)), std::string::npos)
+      << refused.error().message;
+
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  auto taken = SqliteOutbox::open_reader(options);
+  ASSERT_TRUE(taken) << taken.error().message;
+}
+
+// ---- where the table comes from -----------------------------------------------------------------
+
+TEST(SqliteOutboxSchema, ADatabaseAtTheVersionBeforeOpensAndGainsTheOutbox) {
+  TempDir dir;
+  const std::string path = dir.file("v1.db");
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(sqlite_detail::migrate(raw.get(), 1));
+    raw.exec("INSERT INTO idempotency_keys VALUES ('t', 'k', 'in_progress', 'h', 7, 0, NULL, NULL, NULL, 1, NULL, 9)");
+    EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 1);
+    EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'idem_outbox'"), 0);
+  }
+  SqliteOptions options;
+  options.path = path;
+  auto store = SqliteStore::open(options);
+  ASSERT_TRUE(store) << store.error().message;
+  store->reset();
+  RawDb raw(path);
+  EXPECT_EQ(SqliteStore::schema_version(), 2);
+  EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 2);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys"), 1);
+  for (const char* name : {"idem_outbox", "idem_outbox_pending", "idem_outbox_sent", "idem_outbox_dead",
+                           "idem_outbox_headers_insert", "idem_outbox_headers_update"}) {
+    EXPECT_EQ(raw.scalar(std::string("SELECT count(*) FROM sqlite_master WHERE name = '") + name + "'"), 1) << name;
+  }
+}
+
+TEST(SqliteOutboxSchema, ARelayCreatesTheTableInAServicesOwnDatabaseAndAStoreStillMigrates) {
+  TempDir dir;
+  const std::string path = dir.file("service.db");
+  {
+    RawDb raw(path);
+    raw.exec("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
+  }
+  auto op = SqliteOutbox::open_reader(SqliteOutboxOptions{path, /*relay=*/false});
+  ASSERT_FALSE(op);  // an operator's tool changes no schema
+  EXPECT_NE(op.error().message.find("has no idem_outbox table"), std::string::npos) << op.error().message;
+
+  auto relay = open_reader(path);
+  {
+    RawDb raw(path);
+    EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'idem_outbox'"), 1);
+    EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'idempotency_keys'"), 0);
+    EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'idem_schema_version'"), 0);
+    raw.exec("INSERT INTO idem_outbox (message_id, body) VALUES ('svc-1', 'x')");
+  }
+  EXPECT_EQ(relay->count().value().pending, 1u);
+  // An idem store opened on that file later migrates around the table it finds.
+  SqliteOptions options;
+  options.path = path;
+  auto store = SqliteStore::open(options);
+  ASSERT_TRUE(store) << store.error().message;
+  EXPECT_EQ(relay->count().value().pending, 1u);
+}
+
+TEST(SqliteOutboxSchema, CreatorsAtOnceDoNotRace) {
+  TempDir dir;
+  const std::string path = dir.file("race.db");
+  RawDb(path).exec("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
+  constexpr int kThreads = 8;
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kThreads);
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      RawDb conn(path, 10'000);
+      if (auto made = sqlite_detail::ensure_outbox(conn.get(), true, path); !made) errors[i] = made.error().message;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(RawDb(path).scalar("SELECT count(*) FROM sqlite_master WHERE name = 'idem_outbox'"), 1);
+}
+
+TEST(SqliteOutboxSchema, AMissingFileIsAnErrorAndIsNotCreated) {
+  TempDir dir;
+  const std::string path = dir.file("typo.db");
+  for (bool relay : {true, false}) {
+    auto reader = SqliteOutbox::open_reader(SqliteOutboxOptions{path, relay});
+    ASSERT_FALSE(reader);
+    EXPECT_NE(reader.error().message.find("does not exist"), std::string::npos) << reader.error().message;
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(SqliteOutbox::open_reader(SqliteOutboxOptions{":memory:"}));
+  EXPECT_FALSE(SqliteOutbox::open_reader(SqliteOutboxOptions{}));
+}
+
+TEST(SqliteOutboxSchema, AnIdemSchemaNewerThanThisBuildIsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("newer.db");
+  {
+    SqliteOptions options;
+    options.path = path;
+    ASSERT_TRUE(SqliteStore::open(options));
+    RawDb(path).exec("UPDATE idem_schema_version SET version = 99");
+  }
+  for (bool relay : {true, false}) {
+    auto reader = SqliteOutbox::open_reader(SqliteOutboxOptions{path, relay});
+    ASSERT_FALSE(reader);
+    EXPECT_EQ(reader.error().code, StoreErrc::corrupt) << reader.error().message;
+  }
+}
+
+}  // namespace
+}  // namespace idem

@@ -1,544 +1,56 @@
 #include "idem/postgres_store.hpp"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <exception>
 #include <future>
-#include <initializer_list>
-#include <limits>
 #include <mutex>
+#include <span>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "connection.hpp"
+#include "connection_setup.hpp"
 #include "errors.hpp"
 #include "idem/headers_codec.hpp"
+#include "interactive.hpp"
+#include "operations.hpp"
+#include "records.hpp"
 #include "schema.hpp"
+#include "session.hpp"
 
 namespace idem {
 
 namespace pd = postgres_detail;
+using pd::CompleteWrite;
+using pd::InteractiveOp;
+using pd::internal_error;
+using pd::Op;
+using pd::OpMode;
+using pd::PurgeArgs;
+using pd::bind_claim;
+using pd::bind_complete;
+using pd::bind_fence;
+using pd::fenced;
+using pd::parse_claim;
+using pd::read_record;
+using pd::run_complete_in_transaction;
+using pd::run_mark_retryable;
+using pd::run_resolve;
+using pd::ResolveArgs;
+using pd::Session;
+using pd::StatementSql;
 using pd::Stmt;
+using pd::limit_to_db;
+using pd::open_connection;
+using pd::setup_connection;
+using pd::silence_of;
+using pd::statement_op;
+using pd::unstorable;
 using SteadyClock = pd::SteadyClock;
-
-namespace {
-
-// PostgreSQL has no unsigned 64-bit type; the token's bits are stored as they are.
-std::int64_t token_to_db(std::uint64_t token) { return static_cast<std::int64_t>(token); }
-std::uint64_t token_from_db(std::int64_t value) { return static_cast<std::uint64_t>(value); }
-
-std::int64_t limit_to_db(std::size_t limit) {
-  return static_cast<std::int64_t>(std::min<std::size_t>(limit, std::numeric_limits<std::int64_t>::max()));
-}
-
-StoreError internal_error(std::string message) { return StoreError{StoreErrc::internal, std::move(message)}; }
-
-// Text the server would refuse (invalid UTF-8, NUL) is turned away before it can abort a batch.
-std::optional<StoreError> unstorable(std::initializer_list<std::string_view> texts) {
-  for (std::string_view text : texts) {
-    if (!pd::valid_text(text)) return internal_error("postgres: tenant and key must be valid UTF-8 without NUL bytes");
-  }
-  return std::nullopt;
-}
-std::optional<StoreError> unstorable(const RecordId& id) { return unstorable({id.tenant, id.key}); }
-
-// ---- reading results ------------------------------------------------------------------------
-
-// A record from its pd::kRecordColumnCount columns, starting at `col0`.
-StoreResult<Record> read_record(const PGresult* r, int row, int col0, std::string tenant, std::string key) {
-  pd::Reader in(r, row);
-  auto corrupt = [&](std::string_view what) {
-    return std::unexpected(StoreError{StoreErrc::corrupt, "postgres: record (\"" + tenant + "\", \"" + key +
-                                                              "\"): " + std::string(what)});
-  };
-  const auto state = in.null(col0) ? std::nullopt : parse_record_state(in.bytes(col0));
-  if (!state) return corrupt("unknown state \"" + std::string(in.bytes(col0)) + "\"");
-  Record rec;
-  rec.state = *state;
-  rec.request_hash = std::string(in.bytes(col0 + 1));
-  rec.fencing_token = token_from_db(in.int8(col0 + 2));
-  rec.lease_expires = from_epoch_ms(in.int8(col0 + 3));
-  rec.created = from_epoch_ms(in.int8(col0 + 7));
-  if (!in.null(col0 + 8)) rec.completed = from_epoch_ms(in.int8(col0 + 8));
-  rec.expires = from_epoch_ms(in.int8(col0 + 9));
-  if (rec.state == RecordState::completed) {
-    if (in.null(col0 + 4)) return corrupt("completed without a response status");
-    auto headers = decode_headers(in.bytes(col0 + 5));
-    if (!headers) return corrupt("response_headers cannot be decoded");
-    rec.response = StoredResponse{in.int4(col0 + 4), std::move(*headers), std::string(in.bytes(col0 + 6))};
-  }
-  if (!in.ok()) return corrupt("a column holds a value of an unexpected size");
-  rec.tenant = std::move(tenant);
-  rec.key = std::move(key);
-  return rec;
-}
-
-StoreResult<ClaimResult> parse_claim(const ClaimRequest& req, const PGresult* r) {
-  if (PQntuples(r) != 1 || PQnfields(r) != 2 + pd::kRecordColumnCount) {
-    return std::unexpected(internal_error("postgres: idem_claim returned an unexpected shape"));
-  }
-  pd::Reader in(r, 0);
-  const std::string_view outcome = in.bytes(0);
-  ClaimResult out;
-  if (outcome == "claimed") {
-    out.status = ClaimStatus::claimed;
-    const std::string_view kind = in.bytes(1);
-    if (kind == "fresh") {
-      out.kind = ClaimKind::fresh;
-    } else if (kind == "after_failure") {
-      out.kind = ClaimKind::after_failure;
-    } else if (kind == "after_lease_expiry") {
-      out.kind = ClaimKind::after_lease_expiry;
-    } else {
-      return std::unexpected(internal_error("postgres: idem_claim returned kind \"" + std::string(kind) + "\""));
-    }
-  } else if (outcome == "mismatch") {
-    out.status = ClaimStatus::mismatch;
-  } else if (outcome == "completed") {
-    out.status = ClaimStatus::completed;
-  } else if (outcome == "in_progress") {
-    out.status = ClaimStatus::in_progress;
-  } else if (outcome == "outcome_unknown") {
-    out.status = ClaimStatus::outcome_unknown;
-  } else {
-    return std::unexpected(internal_error("postgres: idem_claim returned outcome \"" + std::string(outcome) + "\""));
-  }
-  auto record = read_record(r, 0, 2, req.id.tenant, req.id.key);
-  if (!record) return std::unexpected(record.error());
-  out.record = std::move(*record);
-  return out;
-}
-
-StoreResult<FenceStatus> fenced(const PGresult* r) {
-  return pd::affected_rows(r) == 1 ? FenceStatus::ok : FenceStatus::lost;
-}
-
-void bind_fence(const Fence& fence, pd::Params& p) {
-  p.text(fence.id.tenant);
-  p.text(fence.id.key);
-  p.int8(token_to_db(fence.token));
-}
-
-// ---- requests as the statements bind them ---------------------------------------------------
-
-struct CompleteWrite {
-  CompleteRequest req;
-  std::string headers;  // req.response.headers, encoded
-};
-
-struct PurgeArgs {
-  TimePoint now;
-  std::size_t limit;
-};
-
-void bind_claim(const ClaimRequest& req, pd::Params& p) {
-  p.text(req.id.tenant);
-  p.text(req.id.key);
-  p.text(req.request_hash);
-  p.int8(token_to_db(req.token));
-  p.int8(to_epoch_ms(req.now));
-  p.int8(to_epoch_ms(req.lease_expires));
-  p.int8(to_epoch_ms(req.expires));
-  p.boolean(req.take_over_expired_lease);
-}
-
-void bind_complete(const CompleteWrite& w, pd::Params& p) {
-  bind_fence(w.req.fence, p);
-  p.int4(w.req.response.status);
-  p.bytea(w.headers);
-  p.bytea(w.req.response.body);
-  p.int8(to_epoch_ms(w.req.now));
-  p.int8(to_epoch_ms(w.req.expires));
-}
-
-// ---- operations -------------------------------------------------------------------------------
-
-// How an operation meets the server.
-enum class OpMode : unsigned char {
-  batched,      // one statement, sharing a pipelined transaction with other operations
-  alone,        // one statement in a transaction of its own (purge: a big delete delays no request)
-  interactive,  // a transaction of several round trips, with decisions between them
-};
-
-}  // namespace
-
-/// The store's side of a PostgresTransaction: one connection outside pipeline mode, for an
-/// interactive transaction. A failure that poisons the connection makes every later call fail.
-class PostgresTransaction::Session {
- public:
-  Session(PGconn* conn, std::chrono::milliseconds silence) : conn_(conn), silence_(silence) {}
-
-  PGconn* conn() const { return conn_; }
-  bool poisoned() const { return poison_.has_value(); }
-  const StoreError& poison_error() const { return *poison_; }
-
-  StoreResult<pd::Result> run(Stmt stmt, const pd::Params& params, const pd::Exchange& ex) {
-    if (poison_) return std::unexpected(*poison_);
-    return settle(pd::exec_prepared(conn_, pd::statement_name(stmt), params, silence_, ex));
-  }
-  StoreResult<pd::Result> sql(const std::string& sql, const pd::Params& params, int result_format,
-                              const pd::Exchange& ex) {
-    if (poison_) return std::unexpected(*poison_);
-    return settle(pd::exec(conn_, sql, params, result_format, silence_, ex));
-  }
-  StoreResult<Done> begin(std::string_view what) { return simple("BEGIN", {what, false, false}); }
-  StoreResult<Done> commit(std::string_view what) { return simple("COMMIT", {what, true, true}); }
-  // Rolls back; a failure here leaves the connection poisoned, which is all that matters.
-  void rollback() {
-    if (!poison_ && PQtransactionStatus(conn_) != PQTRANS_IDLE) (void)simple("ROLLBACK", {"rollback", false, false});
-  }
-
-  std::optional<StoreError> app_failure;  // the first failure of the application's statements
-
- private:
-  StoreResult<Done> simple(const char* sql, const pd::Exchange& ex) {
-    auto r = this->sql(sql, pd::Params{}, 0, ex);
-    if (!r) return std::unexpected(r.error());
-    return Done{};
-  }
-  StoreResult<pd::Result> settle(std::expected<pd::Result, pd::Failure> r) {
-    if (r) return std::move(*r);
-    if (r.error().poison) poison_ = r.error().error;
-    return std::unexpected(r.error().error);
-  }
-
-  PGconn* conn_;
-  std::chrono::milliseconds silence_;
-  std::optional<StoreError> poison_;
-};
-
-using Session = PostgresTransaction::Session;
-
-StoreResult<PostgresResult> PostgresTransaction::exec(std::string_view sql,
-                                                      std::span<const std::optional<std::string>> params) {
-  pd::Params p;
-  for (const auto& value : params) p.text_form(value ? value->c_str() : nullptr);
-  auto r = session_.sql(std::string(sql), p, 0, pd::Exchange{"application statement", true, false});
-  if (!r) {
-    if (!session_.app_failure) session_.app_failure = r.error();
-    return std::unexpected(r.error());
-  }
-  PostgresResult out;
-  const PGresult* res = r->get();
-  out.affected = pd::affected_rows(res);
-  const int rows = PQntuples(res), cols = PQnfields(res);
-  out.rows.reserve(static_cast<std::size_t>(rows));
-  for (int i = 0; i < rows; ++i) {
-    PostgresRow row;
-    row.reserve(static_cast<std::size_t>(cols));
-    for (int j = 0; j < cols; ++j) {
-      if (PQgetisnull(res, i, j)) {
-        row.emplace_back(std::nullopt);
-      } else {
-        row.emplace_back(std::string(PQgetvalue(res, i, j), static_cast<std::size_t>(PQgetlength(res, i, j))));
-      }
-    }
-    out.rows.push_back(std::move(row));
-  }
-  return out;
-}
-
-pg_conn* PostgresTransaction::native_handle() const { return session_.conn(); }
-
-namespace {
-
-class Op {
- public:
-  Op(OpMode mode, bool writes) : mode_(mode), writes_(writes) {}
-  virtual ~Op() = default;
-  OpMode mode() const { return mode_; }
-  bool writes() const { return writes_; }
-
-  // The record it touches, for lock ordering within a batch; null when none.
-  virtual const RecordId* id() const { return nullptr; }
-  // batched and alone: the statement, its parameters, and the reading of its result.
-  virtual Stmt stmt() const { return Stmt::ping; }
-  virtual const pd::Params* params() const { return nullptr; }
-  virtual void accept(const PGresult*) {}
-  // interactive: the whole transaction.
-  virtual void run(Session&) {}
-  // Replaces the outcome with an error.
-  virtual void fail(const StoreError& error) = 0;
-  // Calls the callback, once.
-  virtual void deliver() = 0;
-
- private:
-  OpMode mode_;
-  bool writes_;
-};
-
-template <class T>
-class TypedOp : public Op {
- public:
-  TypedOp(OpMode mode, bool writes, Callback<T> done) : Op(mode, writes), done_(std::move(done)) {}
-  void fail(const StoreError& error) override { result_ = std::unexpected(error); }
-  void deliver() override {
-    if (!result_) result_ = std::unexpected(internal_error("postgres: operation was never run"));
-    auto done = std::move(done_);
-    if (done) done(std::move(*result_));
-  }
-
- protected:
-  Callback<T> done_;
-  std::optional<StoreResult<T>> result_;
-};
-
-// One statement. The parameters point into the request the operation owns, which never moves.
-template <class T, class Req>
-class StatementOp final : public TypedOp<T> {
- public:
-  using Bind = void (*)(const Req&, pd::Params&);
-  using Parse = StoreResult<T> (*)(const Req&, const PGresult*);
-  using Key = const RecordId* (*)(const Req&);
-
-  StatementOp(OpMode mode, bool writes, Stmt stmt, Req req, Bind bind, Parse parse, Key key, Callback<T> done)
-      : TypedOp<T>(mode, writes, std::move(done)), stmt_(stmt), req_(std::move(req)), parse_(parse), key_(key) {
-    bind(req_, params_);
-  }
-  const RecordId* id() const override { return key_ ? key_(req_) : nullptr; }
-  Stmt stmt() const override { return stmt_; }
-  const pd::Params* params() const override { return &params_; }
-  void accept(const PGresult* r) override { this->result_ = parse_(req_, r); }
-
- private:
-  Stmt stmt_;
-  Req req_;
-  pd::Params params_;
-  Parse parse_;
-  Key key_;
-};
-
-template <class T>
-class InteractiveOp final : public TypedOp<T> {
- public:
-  using Body = std::move_only_function<StoreResult<T>(Session&)>;
-  InteractiveOp(bool writes, Body body, Callback<T> done)
-      : TypedOp<T>(OpMode::interactive, writes, std::move(done)), body_(std::move(body)) {}
-  void run(Session& session) override { this->result_ = body_(session); }
-
- private:
-  Body body_;
-};
-
-template <class T, class Req>
-std::unique_ptr<Op> statement_op(OpMode mode, bool writes, Stmt stmt, Req req,
-                                 typename StatementOp<T, Req>::Bind bind, typename StatementOp<T, Req>::Parse parse,
-                                 typename StatementOp<T, Req>::Key key, Callback<T> done) {
-  return std::make_unique<StatementOp<T, Req>>(mode, writes, stmt, std::move(req), bind, parse, key, std::move(done));
-}
-
-// ---- interactive transactions -----------------------------------------------------------------
-
-// Runs `step` between BEGIN and COMMIT. It returns the answer and whether to commit it (false:
-// roll back, e.g. nothing to change); an error rolls back.
-template <class T, class Step>
-StoreResult<T> in_transaction(Session& s, std::string_view what, Step&& step) {
-  if (auto begun = s.begin(what); !begun) return std::unexpected(begun.error());
-  StoreResult<std::pair<T, bool>> answer = step();
-  if (!answer || !answer->second) {
-    s.rollback();
-    if (!answer) return std::unexpected(answer.error());
-    return std::move(answer->first);
-  }
-  if (auto committed = s.commit(what); !committed) return std::unexpected(committed.error());
-  return std::move(answer->first);
-}
-
-// The record's state and expiry, locked until the end of the transaction; nullopt when absent.
-StoreResult<std::optional<std::pair<std::string, TimePoint>>> lock_record(Session& s, const RecordId& id,
-                                                                         std::string_view what) {
-  pd::Params p;
-  p.text(id.tenant);
-  p.text(id.key);
-  auto r = s.run(Stmt::lock_record, p, {what, false, false});
-  if (!r) return std::unexpected(r.error());
-  if (PQntuples(r->get()) == 0) return std::nullopt;
-  pd::Reader in(r->get(), 0);
-  std::pair<std::string, TimePoint> found{std::string(in.bytes(0)), from_epoch_ms(in.int8(1))};
-  if (!in.ok()) return std::unexpected(StoreError{StoreErrc::corrupt, "postgres: record has a malformed expiry"});
-  return found;
-}
-
-StoreResult<AdminStatus> run_mark_retryable(Session& s, const RecordId& id, TimePoint now) {
-  return in_transaction<AdminStatus>(s, "mark_retryable", [&]() -> StoreResult<std::pair<AdminStatus, bool>> {
-    auto found = lock_record(s, id, "mark_retryable");
-    if (!found) return std::unexpected(found.error());
-    if (!*found || (*found)->second <= now) return std::pair{AdminStatus::not_found, false};
-    if ((*found)->first == "completed") return std::pair{AdminStatus::wrong_state, false};
-    pd::Params p;
-    p.text(id.tenant);
-    p.text(id.key);
-    p.int8(token_to_db(new_fencing_token()));  // fences out a holder still running
-    if (auto r = s.run(Stmt::mark_retryable, p, {"mark_retryable", true, false}); !r) return std::unexpected(r.error());
-    return std::pair{AdminStatus::done, true};
-  });
-}
-
-struct ResolveArgs {
-  RecordId id;
-  StoredResponse response;
-  std::string headers;
-  TimePoint now, expires;
-};
-
-StoreResult<AdminStatus> run_resolve(Session& s, const ResolveArgs& a) {
-  return in_transaction<AdminStatus>(s, "resolve", [&]() -> StoreResult<std::pair<AdminStatus, bool>> {
-    auto found = lock_record(s, a.id, "resolve");
-    if (!found) return std::unexpected(found.error());
-    if (!*found || (*found)->second <= a.now) return std::pair{AdminStatus::not_found, false};
-    if ((*found)->first == "completed") return std::pair{AdminStatus::wrong_state, false};
-    pd::Params p;
-    p.text(a.id.tenant);
-    p.text(a.id.key);
-    p.int8(token_to_db(new_fencing_token()));
-    p.int4(a.response.status);
-    p.bytea(a.headers);
-    p.bytea(a.response.body);
-    p.int8(to_epoch_ms(a.now));
-    p.int8(to_epoch_ms(a.expires));
-    if (auto r = s.run(Stmt::resolve, p, {"resolve", true, false}); !r) return std::unexpected(r.error());
-    return std::pair{AdminStatus::done, true};
-  });
-}
-
-StoreResult<FenceStatus> run_complete_in_transaction(Session& s, const CompleteWrite& w, PostgresWork& work) {
-  constexpr std::string_view kWhat = "complete_in_transaction";
-  if (auto begun = s.begin(kWhat); !begun) return std::unexpected(begun.error());
-  auto fail = [&](StoreError error) -> StoreResult<FenceStatus> {
-    s.rollback();
-    return std::unexpected(std::move(error));
-  };
-
-  // Lock the record while we hold it: from here to the commit nobody can take it over.
-  pd::Params lock;
-  bind_fence(w.req.fence, lock);
-  auto locked = s.run(Stmt::lock_fenced, lock, {kWhat, false, false});
-  if (!locked) return fail(locked.error());
-  if (PQntuples(locked->get()) == 0) {
-    s.rollback();
-    return FenceStatus::lost;  // `work` must not run for a lost lease
-  }
-
-  std::string message;
-  bool ok = false;
-  try {
-    PostgresTransaction tx(s);
-    ok = work(tx, message);
-  } catch (const std::exception& e) {
-    message = std::string("threw: ") + e.what();
-  } catch (...) {
-    message = "threw a non-standard exception";
-  }
-  if (s.poisoned()) return std::unexpected(s.poison_error());  // no COMMIT was sent: nothing happened
-  switch (PQtransactionStatus(s.conn())) {
-    case PQTRANS_INTRANS:
-      break;
-    case PQTRANS_INERROR:
-      ok = false;  // one of its statements failed, whatever it returned
-      break;
-    case PQTRANS_IDLE: {
-      // It committed or rolled back the store's transaction: its own writes may be durable.
-      StoreError error = internal_error("postgres: complete_in_transaction: work ended the store's transaction");
-      error.in_doubt = true;
-      return std::unexpected(error);
-    }
-    default:
-      return std::unexpected(internal_error("postgres: complete_in_transaction: work left the connection busy"));
-  }
-  if (!ok) {
-    if (message.empty()) message = "(no message)";
-    if (s.app_failure) {
-      StoreError error = *s.app_failure;  // keep its code: a timeout stays retryable
-      error.message += "; work: " + message;
-      return fail(error);
-    }
-    return fail(internal_error("postgres: complete_in_transaction: work failed: " + message));
-  }
-
-  pd::Params p;
-  bind_complete(w, p);
-  auto updated = s.run(Stmt::complete, p, {kWhat, true, false});
-  if (!updated) return fail(updated.error());
-  if (pd::affected_rows(updated->get()) != 1) {
-    s.rollback();  // `work` changed the record itself: undo both
-    return FenceStatus::lost;
-  }
-  if (auto committed = s.commit(kWhat); !committed) return std::unexpected(committed.error());
-  return FenceStatus::ok;
-}
-
-// The statements' SQL, by Stmt, for one schema.
-using StatementSql = std::array<std::string, pd::kStatementCount>;
-
-// Puts a fresh connection in pipeline mode with the session settings and every statement
-// prepared, in one round trip.
-std::optional<pd::Failure> setup_connection(PGconn* conn, const StatementSql& sql, const PostgresOptions& o,
-                                            std::chrono::milliseconds silence) {
-  const pd::Exchange ex{"prepare connection", false, false};
-  auto lost = [&] { return pd::io_failure(conn, pd::Io::lost, ex); };
-  if (!PQenterPipelineMode(conn)) return lost();
-  const std::string timeout = std::to_string(o.statement_timeout.count());
-  pd::Params p;
-  p.text_form(timeout.c_str());
-  if (!PQsendQueryParams(conn, "SELECT set_config('statement_timeout', $1, false)", 1, nullptr, p.values(),
-                         p.lengths(), p.formats(), 0)) {
-    return lost();
-  }
-  for (int i = 0; i < pd::kStatementCount; ++i) {
-    if (!PQsendPrepare(conn, pd::statement_name(static_cast<Stmt>(i)), sql[static_cast<std::size_t>(i)].c_str(), 0,
-                       nullptr)) {
-      return lost();
-    }
-  }
-  if (!PQpipelineSync(conn)) return lost();
-  if (pd::Io io = pd::flush(conn, SteadyClock::now() + silence); io != pd::Io::ok) return pd::io_failure(conn, io, ex);
-  std::optional<pd::Failure> failure;
-  for (int i = 0; i < 1 + pd::kStatementCount; ++i) {
-    for (bool first = true;; first = false) {
-      pd::Result r;
-      if (pd::Io io = pd::next_result(conn, SteadyClock::now() + silence, r); io != pd::Io::ok) {
-        return pd::io_failure(conn, io, ex);
-      }
-      if (!r) break;
-      const auto status = PQresultStatus(r.get());
-      if (first && (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_PIPELINE_ABORTED)) continue;
-      if (!failure) failure = pd::result_failure(conn, r.get(), ex);
-      failure->poison = true;  // a connection that failed its setup is never used
-    }
-  }
-  pd::Result sync;
-  if (pd::Io io = pd::next_result(conn, SteadyClock::now() + silence, sync); io != pd::Io::ok) {
-    return pd::io_failure(conn, io, ex);
-  }
-  if (failure) return failure;
-  if (!sync || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC) {
-    if (sync) return pd::result_failure(conn, sync.get(), ex);
-    return lost();
-  }
-  return std::nullopt;
-}
-
-std::chrono::milliseconds silence_of(const PostgresOptions& o) {
-  // The server cancels a statement at statement_timeout; a second more without a word means the
-  // connection (or the server) is gone.
-  const Millis base = o.statement_timeout > Millis::zero() ? o.statement_timeout : Millis{60'000};
-  return base + Millis{1000};
-}
-
-std::expected<pd::Conn, pd::Failure> open_connection(const PostgresOptions& o, const StatementSql* sql) {
-  auto conn = pd::connect(o.conninfo, o.application_name, SteadyClock::now() + o.connect_timeout);
-  if (!conn) return conn;
-  if (sql) {
-    if (auto failed = setup_connection(conn->get(), *sql, o, silence_of(o))) return std::unexpected(*failed);
-  }
-  return conn;
-}
-
-}  // namespace
 
 // ---- the connection threads -------------------------------------------------------------------
 
@@ -846,7 +358,7 @@ class PostgresStore::Impl {
       op.fail(StoreError{StoreErrc::unavailable, "postgres: " + w.last_error});
       return;
     }
-    Session session(c, silence_);
+    Session session(c, silence_, options_.schema);
     op.run(session);
     if (session.poisoned()) {
       drop_connection(w, session.poison_error().message);

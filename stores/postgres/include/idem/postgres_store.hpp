@@ -100,6 +100,9 @@ class PostgresTransaction {
   /// connection is in its normal, non-pipeline mode). Do not BEGIN, COMMIT or ROLLBACK, do not
   /// close it, and leave no query running.
   pg_conn* native_handle() const;
+  /// The schema of the store's tables (PostgresOptions::schema), unquoted: where the
+  /// application's statements find idem's tables (the outbox: PostgresOutbox::enqueue).
+  const std::string& schema() const;
 
   class Session;  // store-internal
   explicit PostgresTransaction(Session& session) : session_(session) {}

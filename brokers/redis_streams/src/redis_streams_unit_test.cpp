@@ -30,7 +30,7 @@ constexpr std::string_view kSecret = "Sup3r-S3cret-pw";
 
 // ---- URLs ---------------------------------------------------------------------------------------
 
-TEST(Url, SourceWithEverything) {
+TEST(StreamUrl, SourceWithEverything) {
   auto u = parse_redis_stream_url(
       "redis+stream://app:p%40ss@cache.internal:6380/orders%3Aeu?group=billing&db=3&dead_letter=orders%3Adlq&start=%24",
       RedisStreamRole::source);
@@ -47,7 +47,7 @@ TEST(Url, SourceWithEverything) {
   EXPECT_FALSE(u->maxlen);
 }
 
-TEST(Url, SourceDefaults) {
+TEST(StreamUrl, SourceDefaults) {
   auto u = parse_redis_stream_url("redis+stream://127.0.0.1/events?group=g", RedisStreamRole::source);
   ASSERT_TRUE(u) << u.error().message;
   EXPECT_EQ(u->port, 6379);
@@ -58,7 +58,7 @@ TEST(Url, SourceDefaults) {
   EXPECT_TRUE(u->password.empty());
 }
 
-TEST(Url, ALoneUserinfoIsThePasswordAndARawAtBelongsToIt) {
+TEST(StreamUrl, ALoneUserinfoIsThePasswordAndARawAtBelongsToIt) {
   auto lone = parse_redis_stream_url("redis+stream://s%3Acret@h:1/s?group=g", RedisStreamRole::source);
   ASSERT_TRUE(lone) << lone.error().message;
   EXPECT_EQ(lone->user, "");
@@ -72,7 +72,7 @@ TEST(Url, ALoneUserinfoIsThePasswordAndARawAtBelongsToIt) {
   EXPECT_EQ(raw_at->host, "h");
 }
 
-TEST(Url, SinkWithMaxlenAndIpv6) {
+TEST(StreamUrl, SinkWithMaxlenAndIpv6) {
   auto u = parse_redis_stream_url("redis+stream://[::1]:7000/out?maxlen=100000&db=1", RedisStreamRole::sink);
   ASSERT_TRUE(u) << u.error().message;
   EXPECT_EQ(u->host, "::1");
@@ -86,7 +86,7 @@ TEST(Url, SinkWithMaxlenAndIpv6) {
   EXPECT_FALSE(plain->maxlen);
 }
 
-TEST(Url, BadUrlsAreInvalidSayWhyAndNeverQuoteThePassword) {
+TEST(StreamUrl, BadUrlsAreInvalidSayWhyAndNeverQuoteThePassword) {
   const std::string auth = "redis+stream://app:" + std::string(kSecret) + "@h:6379";
   struct Case {
     std::string url;
@@ -155,7 +155,7 @@ std::string random_bytes(std::mt19937& random, std::size_t max_len) {
   return s;
 }
 
-TEST(EntryCodec, HeadersAndBodiesOfArbitraryBytesRoundTrip) {
+TEST(StreamEntryCodec, HeadersAndBodiesOfArbitraryBytesRoundTrip) {
   std::mt19937 random(20260407);  // seeded: the same cases every run
   for (int round = 0; round < 500; ++round) {
     OutgoingMessage m;
@@ -176,7 +176,7 @@ TEST(EntryCodec, HeadersAndBodiesOfArbitraryBytesRoundTrip) {
   }
 }
 
-TEST(EntryCodec, NamesThatLookLikeTheEncodingAndRepeatsSurvive) {
+TEST(StreamEntryCodec, NamesThatLookLikeTheEncodingAndRepeatsSurvive) {
   OutgoingMessage m;
   m.message_id = "m-1";
   m.content_type = "text/plain";
@@ -203,7 +203,7 @@ TEST(EntryCodec, NamesThatLookLikeTheEncodingAndRepeatsSurvive) {
   EXPECT_EQ(d.headers, m.headers);
 }
 
-TEST(EntryCodec, AnEmptyIdIsNoIdAndADeliveryKeepsWhichItWas) {
+TEST(StreamEntryCodec, AnEmptyIdIsNoIdAndADeliveryKeepsWhichItWas) {
   OutgoingMessage m;
   m.body = "b";
   std::vector<std::string> args{"XADD", "s", "*"};
@@ -226,7 +226,7 @@ TEST(EntryCodec, AnEmptyIdIsNoIdAndADeliveryKeepsWhichItWas) {
   EXPECT_EQ(back.message_id, "");
 }
 
-TEST(EntryCodec, ForeignFieldsBecomeHeadersAndTheFirstOfEachFieldCounts) {
+TEST(StreamEntryCodec, ForeignFieldsBecomeHeadersAndTheFirstOfEachFieldCounts) {
   Delivery d;
   ASSERT_TRUE(decode_fields(as_entry({"*", "order", "42", "body", "first", "body", "second", "message_id", "a",
                                       "message_id", "b", "reason", "poison"}),
@@ -238,7 +238,7 @@ TEST(EntryCodec, ForeignFieldsBecomeHeadersAndTheFirstOfEachFieldCounts) {
             (MessageHeaders{{"order", "42"}, {"body", "second"}, {"message_id", "b"}, {"reason", "poison"}}));
 }
 
-TEST(EntryCodec, MalformedFieldListsAreErrors) {
+TEST(StreamEntryCodec, MalformedFieldListsAreErrors) {
   Delivery d;
   EXPECT_FALSE(decode_fields(as_entry({"*", "body"}), d));
   std::vector<Reply> not_strings(2);
@@ -250,7 +250,7 @@ TEST(EntryCodec, MalformedFieldListsAreErrors) {
 
 // ---- entry ids and reply shapes -------------------------------------------------------------------
 
-TEST(EntryIds, ParseAndPrevious) {
+TEST(StreamEntryIds, ParseAndPrevious) {
   auto id = parse_entry_id("1700000000000-7");
   ASSERT_TRUE(id);
   EXPECT_EQ(id->ms, 1700000000000u);
@@ -284,7 +284,7 @@ Reply integer(long long n) {
 }
 Reply nil() { return Reply{}; }
 
-TEST(ReplyShapes, ReadGroupEntriesWithDeletedOnes) {
+TEST(StreamReplyShapes, ReadGroupEntriesWithDeletedOnes) {
   auto none = parse_read_reply(nil());
   ASSERT_TRUE(none);
   EXPECT_TRUE(none->empty());
@@ -305,7 +305,7 @@ TEST(ReplyShapes, ReadGroupEntriesWithDeletedOnes) {
   EXPECT_FALSE(parse_read_reply(array({array({text("s"), array({array({text("1-1"), text("flat")})})})})));
 }
 
-TEST(ReplyShapes, AutoclaimOfRedis7AndOf62) {
+TEST(StreamReplyShapes, AutoclaimOfRedis7AndOf62) {
   auto seven = parse_claim_reply(array({text("0-0"), array({array({text("2-0"), array({text("body"), text("b")})})}),
                                         array({text("1-0"), text("1-5")})}));
   ASSERT_TRUE(seven) << seven.error();
@@ -322,7 +322,7 @@ TEST(ReplyShapes, AutoclaimOfRedis7AndOf62) {
   EXPECT_FALSE(parse_claim_reply(array({text("0-0"), array({}), array({integer(1)})})));
 }
 
-TEST(ReplyShapes, PendingCounts) {
+TEST(StreamReplyShapes, PendingCounts) {
   auto rows = parse_pending_counts(array({array({text("1-0"), text("c"), integer(10), integer(3)}),
                                           array({text("1-1"), text("c"), integer(10), integer(1LL << 40)})}));
   ASSERT_TRUE(rows) << rows.error();
@@ -335,7 +335,7 @@ TEST(ReplyShapes, PendingCounts) {
 
 // ---- the error mapping ----------------------------------------------------------------------------
 
-TEST(Errors, OneMappingForEveryFailure) {
+TEST(StreamErrors, OneMappingForEveryFailure) {
   using K = Failure::Kind;
   struct Case {
     Failure failure;
@@ -436,7 +436,7 @@ TEST(Errors, OneMappingForEveryFailure) {
   }
 }
 
-TEST(Errors, HandshakeRefusalsAreReadFromTheWireFailure) {
+TEST(StreamErrors, HandshakeRefusalsAreReadFromTheWireFailure) {
   const Failure failure{Failure::Kind::connect, "AUTH: WRONGPASS nope", "h:1"};
   auto auth = redis_detail::handshake_refusal(failure);  // views into `failure`
   ASSERT_TRUE(auth);
@@ -448,7 +448,7 @@ TEST(Errors, HandshakeRefusalsAreReadFromTheWireFailure) {
   EXPECT_EQ(error_code("OOM"), "OOM");
 }
 
-TEST(Errors, OutgoingMessagesAreScrubbedOfTheUrlsSecrets) {
+TEST(StreamErrors, OutgoingMessagesAreScrubbedOfTheUrlsSecrets) {
   const std::string url = "redis+stream://app:" + std::string(kSecret) + "@h:1/s?group=g";
   auto parsed = parse_redis_stream_url(url, RedisStreamRole::source);
   ASSERT_TRUE(parsed);
@@ -461,7 +461,7 @@ TEST(Errors, OutgoingMessagesAreScrubbedOfTheUrlsSecrets) {
 
 // ---- opening ----------------------------------------------------------------------------------------
 
-TEST(Open, SettingsOutOfRangeAreInvalidBeforeAnyConnect) {
+TEST(StreamOpen, SettingsOutOfRangeAreInvalidBeforeAnyConnect) {
   // Port 9 (discard) on loopback: nothing is contacted when the settings are refused first.
   const std::string url = "redis+stream://127.0.0.1:9/s?group=g";
   auto check = [&](SourceSettings s, const std::string& says) {
@@ -495,7 +495,7 @@ TEST(Open, SettingsOutOfRangeAreInvalidBeforeAnyConnect) {
   EXPECT_EQ(wrong_role.error().code, BrokerErrc::invalid);
 }
 
-TEST(Open, NothingListeningIsUnavailableAndTheMessageHidesThePassword) {
+TEST(StreamOpen, NothingListeningIsUnavailableAndTheMessageHidesThePassword) {
   // A port that was just free: connecting is refused at once.
   int port = 0;
   {
@@ -597,7 +597,7 @@ class FakeRedis {
   std::thread thread_;
 };
 
-TEST(SinkFake, AConnectionLostMidBatchLeavesTheUnansweredInDoubtAndTheNextPublishReconnects) {
+TEST(StreamSinkFake, AConnectionLostMidBatchLeavesTheUnansweredInDoubtAndTheNextPublishReconnects) {
   FakeRedis fake(2);
   auto sink = open_redis_stream_sink("redis+stream://127.0.0.1:" + std::to_string(fake.port()) + "/s", {});
   ASSERT_TRUE(sink) << sink.error().message;

@@ -18,7 +18,8 @@
 //                "0" (the default) delivers what was published before the first consumer came
 //                up, so nothing published early is lost; "$" skips it and starts with what comes
 //                next. An existing group keeps its position either way.
-//   maxlen       sinks: trims the stream to about N entries on each append (XADD MAXLEN ~ N).
+//   maxlen       sinks: trims the stream (or a message's destination stream) to about N entries
+//                on each append (XADD MAXLEN ~ N).
 //                Trimming drops the oldest entries whether or not a group has delivered them.
 //   db           the database to SELECT (default 0)
 //
@@ -77,7 +78,12 @@ struct RedisStreamEvents {
   std::function<void(std::string_view line)> on_warning;
 };
 
-/// Opens a source: connects, creates the group if it does not exist, and returns it. On its
+/// Opens a source: connects, creates the group if it does not exist, and returns it. Its consumer
+/// name is SourceSettings::consumer, or "HOSTNAME-PID". A receive returns at most min(max,
+/// prefetch) deliveries. Delivery::broker_ref is the entry id (what ack, requeue and dead_letter
+/// act on; ids stay valid across reconnects, so nothing goes stale); delivery_count is XPENDING's
+/// count for entries read again or claimed, 1 for new ones; handle numbers this source's
+/// deliveries and connection identifies the source (a delivery of another is refused). On its
 /// first receive it redelivers what is still pending for its consumer name (a restart under the
 /// same name); then new entries, and every claim_idle/2 it takes over entries pending longer than
 /// claim_idle with other consumers (XAUTOCLAIM). requeue() hands an entry back to this consumer's
@@ -90,10 +96,10 @@ BrokerResult<std::unique_ptr<MessageSource>> open_redis_stream_source(std::strin
                                                                       RedisStreamEvents events = {});
 
 /// Opens a sink: connects and returns it. Each publish pipelines one XADD per message and reads
-/// every reply (a reply is the broker's confirmation: the entry is appended, as durable as the
-/// server's persistence makes it: appendonly with appendfsync always or everysec); a connection that
-/// broke mid-batch leaves the unanswered messages unavailable and in doubt, and is opened again
-/// on the next publish. OutgoingMessage::destination, when set, names another stream.
+/// every reply. A reply is the broker's confirmation: the entry is appended, as durable as the
+/// server's persistence makes it (appendonly, with appendfsync always or everysec). A connection
+/// that broke mid-batch leaves the unanswered messages unavailable and in doubt, and is opened
+/// again on the next publish. OutgoingMessage::destination, when set, names another stream.
 BrokerResult<std::unique_ptr<MessageSink>> open_redis_stream_sink(std::string_view url, const SinkSettings& settings);
 
 }  // namespace idem

@@ -13,9 +13,10 @@ std::expected<std::string, std::string> percent_decode(std::string_view in, std:
       continue;
     }
     unsigned value = 0;
-    if (i + 2 >= in.size()) return std::unexpected("bad percent-escape in " + std::string(what));
+    const std::string bad = "bad percent-escape in " + std::string(what);
+    if (i + 2 >= in.size()) return std::unexpected(bad);
     auto [ptr, ec] = std::from_chars(in.data() + i + 1, in.data() + i + 3, value, 16);
-    if (ec != std::errc{} || ptr != in.data() + i + 3) return std::unexpected("bad percent-escape in " + std::string(what));
+    if (ec != std::errc{} || ptr != in.data() + i + 3) return std::unexpected(bad);
     out.push_back(static_cast<char>(value));
     i += 2;
   }

@@ -80,16 +80,18 @@ EOF
   pid_of[$name]=$!
 }
 
-# start_gateway BINARY NAME STORE_URL PORT ADMIN_PORT: an idem-gateway in front of the upstream,
-# with no [[route]] and warn-level logging; returns once its /healthz answers.
+# start_gateway BINARY NAME STORE_URL PORT ADMIN_PORT [EXTRA_TOML]: an idem-gateway in front of
+# the upstream, with no [[route]] and warn-level logging, EXTRA_TOML (tables such as [tenant])
+# appended to its config; returns once its /healthz answers.
 start_gateway() {
-  local binary=$1 name=$2 store=$3 port=$4 admin=$5
+  local binary=$1 name=$2 store=$3 port=$4 admin=$5 extra=${6:-}
   cat >"$work/$name.toml" <<EOF
 # No [[route]]: every POST and PATCH is handled, key optional (wrk always sends one).
 upstream_timeout = "30s"
 max_body = "1MiB"
 # No line per key, as nginx runs with access_log off.
 log_level = "warn"
+$extra
 EOF
   "$binary" --config "$work/$name.toml" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" \
     --upstream "http://127.0.0.1:$upstream_port" --store "$store" >"$work/$name.log" 2>&1 &

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
+
+#include "idem/fingerprint.hpp"
 
 namespace idem {
 namespace {
@@ -55,6 +58,51 @@ TEST(DeriveTenant, ARepeatedTenantHeaderIsRefused) {
   // Only the header the rule reads counts.
   EXPECT_EQ(derive_tenant(by_header, two_credentials), "");
   EXPECT_EQ(derive_tenant(TenantRule{}, twice), "");
+}
+
+TEST(DeriveTenant, HeaderValuesNamingADerivedNamespaceAreHashedIntoTheirOwn) {
+  // SPEC §12: a client that may set the tenant header must not reach a credential-hash tenant
+  // ("auth:..."), a token-claims tenant ("jwt:...") or another value's hashed form ("sha256:...").
+  TenantRule by_header{TenantRule::Source::header, "X-Tenant-Id"};
+  TenantRule by_credential{TenantRule::Source::authorization, ""};
+  std::vector<HeaderView> credential{{"Authorization", "Bearer sk_live_alice"}};
+  const std::string credential_tenant = derive_tenant(by_credential, credential).value();
+  const std::string claims = claims_tenant(R"({"sub":"alice"})");
+  std::vector<HeaderView> spaced{{"X-Tenant-Id", "acme corp"}};
+  const std::string hashed = derive_tenant(by_header, spaced).value();
+
+  for (const std::string& forged : {credential_tenant, claims, hashed, std::string("AUTH:x"), std::string("Jwt:x"),
+                                    std::string("SHA256:x")}) {
+    std::vector<HeaderView> headers{{"X-Tenant-Id", forged}};
+    const std::string tenant = derive_tenant(by_header, headers).value();
+    EXPECT_NE(tenant, forged) << forged;
+    EXPECT_EQ(tenant, "sha256:" + sha256_hex(forged)) << forged;
+    EXPECT_NE(tenant, credential_tenant);
+    EXPECT_NE(tenant, claims);
+    EXPECT_NE(tenant, hashed);
+  }
+  // Prefixes inside a value, or only similar, are nothing special.
+  std::vector<HeaderView> inner{{"X-Tenant-Id", "acme:auth:1"}};
+  EXPECT_EQ(derive_tenant(by_header, inner), "acme:auth:1");
+  std::vector<HeaderView> near{{"X-Tenant-Id", "authority"}};
+  EXPECT_EQ(derive_tenant(by_header, near), "authority");
+}
+
+TEST(DeriveTenant, ReservedPrefixes) {
+  EXPECT_TRUE(has_reserved_tenant_prefix("auth:"));
+  EXPECT_TRUE(has_reserved_tenant_prefix("jwt:abc"));
+  EXPECT_TRUE(has_reserved_tenant_prefix("ShA256:abc"));
+  EXPECT_FALSE(has_reserved_tenant_prefix("auth"));
+  EXPECT_FALSE(has_reserved_tenant_prefix("consumer ledger"));
+  EXPECT_FALSE(has_reserved_tenant_prefix(""));
+}
+
+TEST(ClaimsTenant, IsTheHashOfTheCanonicalClaimsInItsOwnNamespace) {
+  const std::string t = claims_tenant(R"({"sub":"user-1"})");
+  EXPECT_EQ(t, "jwt:" + sha256_hex(R"({"sub":"user-1"})"));
+  EXPECT_EQ(t.size(), 4u + 64u);
+  EXPECT_EQ(t.find(' '), std::string::npos);  // never a consumer's "consumer NAME"
+  EXPECT_NE(t, claims_tenant(R"({"sub":"user-2"})"));
 }
 
 }  // namespace

@@ -245,36 +245,127 @@ void parse_idempotency(const Context& parent, const toml::node& node, Config& co
   check_key_bounds(ctx, &node, config.defaults);
 }
 
-void parse_tenant(const Context& parent, const toml::node& node, Config& config) {
-  const Context ctx{parent.source, "[tenant]"};
-  const auto& table = expect_table(parent, "tenant", node);
+// The keys of a tenant table that only from = "jwt" takes.
+constexpr std::string_view kJwtKeys[] = {"claims", "keys",   "secret_file", "algorithms",
+                                         "audience", "issuer", "leeway",      "cache_size"};
+
+bool is_jwt_key(std::string_view key) {
+  for (const auto k : kJwtKeys) {
+    if (k == key) return true;
+  }
+  return false;
+}
+
+// A string, or an array of strings (`keys = "a.json"` or `keys = ["old.pem", "new.pem"]`).
+std::vector<std::string> get_strings(const Context& ctx, std::string_view key, const toml::node& node) {
+  if (node.is_array()) return get_string_array(ctx, key, node);
+  return {get_string(ctx, key, node)};
+}
+
+std::vector<auth::Algorithm> get_algorithms(const Context& ctx, const toml::node& node) {
+  std::vector<auth::Algorithm> out;
+  for (const auto& name : get_string_array(ctx, "algorithms", node)) {
+    if (lower(name) == "none") {
+      ctx.fail(&node, "algorithms: never \"none\": an unsigned token proves nothing");
+    }
+    const auto a = auth::parse_algorithm(name);
+    if (!a) {
+      ctx.fail(&node, "algorithms: " + quoted(name) +
+                          ": expected RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, HS256, HS384 or HS512");
+    }
+    out.push_back(*a);
+  }
+  if (out.empty()) ctx.fail(&node, "algorithms: list at least one algorithm, e.g. [\"RS256\"]");
+  return out;
+}
+
+// A [tenant] table, or a route's (already merged with [tenant]'s, see parse_route).
+TenantSetting parse_tenant_table(const Context& ctx, const toml::table& table, const toml::node* where,
+                                 Config& config) {
   std::optional<std::string> header;
   std::optional<std::string> from;
   const toml::node* from_node = nullptr;
+  const toml::node* jwt_node = nullptr;  // the first key only from = "jwt" takes
+  std::string jwt_key;
+  auth::JwtOptions jwt;
   for (const auto& [k, v] : table) {
-    if (k.str() == "header") {
+    const std::string_view key = k.str();
+    if (is_jwt_key(key) && jwt_node == nullptr) {
+      jwt_node = &v;
+      jwt_key = std::string(key);
+    }
+    if (key == "header") {
       header = get_header_name(ctx, "header", v);
-    } else if (k.str() == "from") {
+    } else if (key == "from") {
       from = get_string(ctx, "from", v);
       from_node = &v;
+    } else if (key == "claims") {
+      jwt.claims = get_strings(ctx, key, v);
+    } else if (key == "keys") {
+      jwt.key_files = get_strings(ctx, key, v);
+      if (jwt.key_files.empty()) ctx.fail(&v, "keys: list at least one file");
+    } else if (key == "secret_file") {
+      jwt.secret_file = get_string(ctx, key, v);
+      if (jwt.secret_file.empty()) ctx.fail(&v, "secret_file: must not be empty");
+    } else if (key == "algorithms") {
+      jwt.algorithms = get_algorithms(ctx, v);
+    } else if (key == "audience") {
+      jwt.audience = get_string(ctx, key, v);
+    } else if (key == "issuer") {
+      jwt.issuer = get_string(ctx, key, v);
+    } else if (key == "leeway") {
+      jwt.leeway = get_duration(ctx, key, v, /*allow_zero=*/true);
+    } else if (key == "cache_size") {
+      jwt.cache_size = static_cast<std::size_t>(get_int(ctx, key, v, 0, 10'000'000));
     } else {
-      ctx.fail(&v, "unknown key " + quoted(k.str()));
+      ctx.fail(&v, "unknown key " + quoted(key));
     }
   }
-  TenantRule rule;
+  TenantSetting setting;
+  if (from && *from == "jwt") {
+    if (header) ctx.fail(from_node, "from = \"jwt\" takes no header: the token is read from Authorization");
+    std::vector<std::string> warnings;
+    auto keys = auth::KeySet::load(std::move(jwt), &warnings);
+    if (!keys) {
+      // The message starts with the key it is about ("keys \"FILE\": ..."): point at its line.
+      const std::string& e = keys.error();
+      const toml::node* at = where;
+      for (const auto k : kJwtKeys) {
+        if (e.starts_with(k) && e.size() > k.size() && (e[k.size()] == ' ' || e[k.size()] == ':')) {
+          if (const toml::node* n = table.get(k)) at = n;
+          break;
+        }
+      }
+      ctx.fail(at, e);
+    }
+    for (auto& w : warnings) config.warnings.push_back(ctx.where + ": " + w);
+    if ((*keys)->options().leeway > 5min) {
+      config.warnings.push_back(ctx.where + ": leeway of " + std::to_string((*keys)->options().leeway.count()) +
+                                " ms accepts tokens that expired that long ago; a minute or two covers clock skew");
+    }
+    setting.jwt = std::move(*keys);
+    return setting;
+  }
+  if (jwt_node != nullptr) ctx.fail(jwt_node, jwt_key + ": only with from = \"jwt\"");
   if (from && *from == "authorization") {
     if (header) ctx.fail(from_node, "use either header = \"...\" or from = \"authorization\", not both");
-    rule.source = TenantRule::Source::authorization;
+    setting.rule.source = TenantRule::Source::authorization;
   } else if (from && *from == "none") {
     if (header) ctx.fail(from_node, "from = \"none\" takes no header");
-    rule.source = TenantRule::Source::none;
+    setting.rule.source = TenantRule::Source::none;
   } else if (from && *from != "header") {
-    ctx.fail(from_node, "from: " + quoted(*from) + ": expected \"header\", \"authorization\" or \"none\"");
+    ctx.fail(from_node, "from: " + quoted(*from) + ": expected \"header\", \"authorization\", \"jwt\" or \"none\"");
   } else if (header || from) {
-    rule.source = TenantRule::Source::header;
-    if (header) rule.header = *header;
+    setting.rule.source = TenantRule::Source::header;
+    if (header) setting.rule.header = *header;
   }
-  config.tenant = rule;
+  return setting;
+}
+
+void parse_tenant(const Context& parent, const toml::node& node, Config& config) {
+  const Context ctx{parent.source, "[tenant]"};
+  const auto& table = expect_table(parent, "tenant", node);
+  config.tenant = parse_tenant_table(ctx, table, &node, config);
 }
 
 std::string describe(const Route& route) {
@@ -283,7 +374,21 @@ std::string describe(const Route& route) {
   return methods + " " + route.path.text();
 }
 
-void parse_route(const Context& ctx, const toml::table& table, Config& config) {
+// A route's `tenant` table overrides [tenant]'s keys one by one, like the policy keys; one that
+// names its own source (from or header) starts afresh instead, so that [tenant]'s JWT keys, say,
+// do not follow a route that takes its tenant from a header.
+TenantSetting parse_route_tenant(const Context& route_ctx, const toml::node& node, const toml::table* global,
+                                 Config& config) {
+  const Context ctx{route_ctx.source, route_ctx.where + ": tenant"};
+  const auto* own = node.as_table();
+  if (own == nullptr) ctx.fail(&node, "expected a table (tenant.from = \"...\", or [route.tenant])");
+  toml::table merged;
+  if (global != nullptr && !own->contains("from") && !own->contains("header")) merged = *global;
+  for (const auto& [k, v] : *own) merged.insert_or_assign(k, toml::node_view<const toml::node>(v));
+  return parse_tenant_table(ctx, merged, &node, config);
+}
+
+void parse_route(const Context& ctx, const toml::table& table, const toml::table* global_tenant, Config& config) {
   Route route;
   route.policy = config.defaults;
   route.policy.key_required = true;
@@ -317,6 +422,8 @@ void parse_route(const Context& ctx, const toml::table& table, Config& config) {
       have_path = true;
     } else if (key == "required") {
       route.policy.key_required = get_bool(ctx, "required", v);
+    } else if (key == "tenant") {
+      route.tenant = parse_route_tenant(ctx, v, global_tenant, config);
     } else if (!apply_policy_key(ctx, key, v, route.policy, seen)) {
       ctx.fail(&v, "unknown key " + quoted(key));
     }
@@ -367,6 +474,12 @@ void parse_top(const Context& ctx, const toml::table& root, Config& config) {
       config.max_body = get_size(ctx, key, v);
     } else if (key == "max_header") {
       config.max_header = get_size(ctx, key, v, 1024);
+      // Beast keeps a header field's length in 16 bits and throws (out of the event loop, the
+      // connection dropped unanswered) for a longer field; a header block of at most 64 KiB
+      // cannot hold one, so a longer field is answered 431 instead.
+      if (config.max_header > 64 * 1024) {
+        ctx.fail(&v, "max_header: at most 64KiB (the HTTP parser cannot hold a longer header field)");
+      }
     } else if (key == "max_stored_response") {
       config.max_stored_response = get_size(ctx, key, v);
     } else if (key == "max_connections") {
@@ -416,7 +529,8 @@ void parse_top(const Context& ctx, const toml::table& root, Config& config) {
     for (const auto& element : *routes) {
       ++n;
       const Context route_ctx{ctx.source, "[[route]] #" + std::to_string(n)};
-      parse_route(route_ctx, *element.as_table(), config);
+      const toml::node* global_tenant = root.get("tenant");
+      parse_route(route_ctx, *element.as_table(), global_tenant ? global_tenant->as_table() : nullptr, config);
     }
   }
 }

@@ -145,7 +145,8 @@ TEST(Config, Defaults) {
   EXPECT_FALSE(c.defaults.store_server_errors);
   EXPECT_FALSE(c.defaults.key_required);
   EXPECT_EQ(c.defaults.on_lease_expiry, LeaseExpiry::reexecute);
-  EXPECT_EQ(c.tenant.source, TenantRule::Source::none);
+  EXPECT_EQ(c.tenant.rule.source, TenantRule::Source::none);
+  EXPECT_FALSE(c.tenant.jwt);
   EXPECT_TRUE(c.routes.empty());
   EXPECT_TRUE(c.warnings.empty());
 }
@@ -182,8 +183,8 @@ fingerprint.headers = ["Content-Type"]
 
 TEST(Config, TheIssueExampleParses) {
   const Config c = parse_config(kIssueExample, "config.toml");
-  EXPECT_EQ(c.tenant.source, TenantRule::Source::header);
-  EXPECT_EQ(c.tenant.header, "X-Tenant-Id");
+  EXPECT_EQ(c.tenant.rule.source, TenantRule::Source::header);
+  EXPECT_EQ(c.tenant.rule.header, "X-Tenant-Id");
   ASSERT_EQ(c.routes.size(), 1u);
   const Route& r = c.routes[0];
   EXPECT_EQ(r.methods, std::vector<std::string>{"POST"});
@@ -238,10 +239,10 @@ json_ignore = ["/x", "/y/0"]
 }
 
 TEST(Config, TenantFromAuthorization) {
-  EXPECT_EQ(parse_config("[tenant]\nfrom = \"authorization\"\n", "c").tenant.source,
+  EXPECT_EQ(parse_config("[tenant]\nfrom = \"authorization\"\n", "c").tenant.rule.source,
             TenantRule::Source::authorization);
-  EXPECT_EQ(parse_config("[tenant]\nfrom = \"none\"\n", "c").tenant.source, TenantRule::Source::none);
-  const auto h = parse_config("[tenant]\nfrom = \"header\"\n", "c").tenant;
+  EXPECT_EQ(parse_config("[tenant]\nfrom = \"none\"\n", "c").tenant.rule.source, TenantRule::Source::none);
+  const auto h = parse_config("[tenant]\nfrom = \"header\"\n", "c").tenant.rule;
   EXPECT_EQ(h.source, TenantRule::Source::header);
   EXPECT_EQ(h.header, "X-Tenant-Id");
 }
@@ -330,8 +331,10 @@ TEST(Config, TypeAndValueErrors) {
   EXPECT_NE(error_of("log_level = \"loud\"\n").find("log_level"), std::string::npos);
   EXPECT_NE(error_of("threads = 1000\n").find("threads: 1000 is outside 0..256"), std::string::npos);
   EXPECT_NE(error_of("max_header = \"100B\"\n").find("max_header: must be at least 1024 bytes"), std::string::npos);
+  EXPECT_NE(error_of("max_header = \"65537\"\n").find("max_header: at most 64KiB"), std::string::npos);
+  EXPECT_EQ(error_of("max_header = \"64KiB\"\n"), "");
   EXPECT_NE(error_of("[tenant]\nheader = \"X-T\"\nfrom = \"authorization\"\n").find("not both"), std::string::npos);
-  EXPECT_NE(error_of("[tenant]\nfrom = \"cookie\"\n").find("expected \"header\", \"authorization\" or \"none\""),
+  EXPECT_NE(error_of("[tenant]\nfrom = \"cookie\"\n").find("expected \"header\", \"authorization\", \"jwt\" or \"none\""),
             std::string::npos);
   EXPECT_NE(error_of("idempotency = 3\n").find("expected a table"), std::string::npos);
 }

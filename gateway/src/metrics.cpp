@@ -95,6 +95,7 @@ std::string_view to_string(Outcome outcome) {
     case Outcome::passed_through: return "passed_through";
     case Outcome::too_large: return "too_large";
     case Outcome::bad_request: return "bad_request";
+    case Outcome::unauthorized: return "unauthorized";
     case Outcome::count_: break;
   }
   return "?";

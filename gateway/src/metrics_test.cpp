@@ -26,7 +26,7 @@ TEST(Metrics, SumsShardsPerOutcome) {
   EXPECT_TRUE(has_line(text, "idem_requests_total{outcome=\"executed\"} 2")) << text;
   EXPECT_TRUE(has_line(text, "idem_requests_total{outcome=\"replayed\"} 1"));
   for (const auto* o : {"in_use", "mismatch", "missing", "invalid", "store_unavailable", "outcome_unknown",
-                        "passed_through"}) {
+                        "passed_through", "unauthorized"}) {
     EXPECT_TRUE(has_line(text, std::string("idem_requests_total{outcome=\"") + o + "\"} 0")) << o;
   }
   EXPECT_TRUE(has_line(text, "idem_finish_total{result=\"stored\"} 1"));

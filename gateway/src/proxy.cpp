@@ -666,6 +666,54 @@ Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_al
   co_return ex;
 }
 
+// The request's key as the log shows it ("-" when it has none or an invalid one).
+void append_key(std::string& line, const Policy& policy, const Request& req) {
+  std::string_view values[4];
+  std::size_t n = 0;
+  for (const auto& f : req) {
+    if (n < 4 && iequals(f.name_string(), policy.key_header)) values[n++] = f.value();
+  }
+  auto key = parse_key(std::span<const std::string_view>(values, n), policy.key);
+  if (key) {
+    log::append_quoted(line, *key);
+  } else {
+    line += '-';
+  }
+}
+
+void append_request(std::string& line, const Request& req) {
+  line += " method=";
+  line += req.method_string();
+  line += " path=";
+  log::append_quoted(line, http::split_target(req.target()).path);
+}
+
+void append_ms(std::string& line, Clock::time_point start) {
+  char ms[32];
+  std::snprintf(ms, sizeof ms, " ms=%.2f", std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  line += ms;
+}
+
+// The key line of a request refused before its key was claimed because its tenant could not be
+// derived: verdict=tenant_ambiguous or token_* with the reason (never the token or its claims).
+void log_tenant_refusal(const Problem& problem, const Policy& policy, const Request& req, unsigned status,
+                        Clock::time_point start) {
+  if (!log::enabled(LogLevel::info)) return;
+  std::string line;
+  line.reserve(256);
+  line += "key tenant=- key=";
+  append_key(line, policy, req);
+  append_request(line, req);
+  line += " verdict=";
+  line += problem.code;
+  line += " status=";
+  line += std::to_string(status);
+  line += " reason=";
+  log::append_quoted(line, problem.detail);
+  append_ms(line, start);
+  log::write(LogLevel::info, line);
+}
+
 void Handler::log_key(const Decision& d, const Policy& policy, const std::string& tenant, const Request& req,
                       const Exchange& ex, Clock::time_point start) {
   if (!log::enabled(LogLevel::info)) return;
@@ -679,22 +727,9 @@ void Handler::log_key(const Decision& d, const Policy& policy, const std::string
   } else if (d.verdict == Verdict::key_invalid || d.verdict == Verdict::key_missing) {
     line += '-';
   } else {
-    std::string_view values[4];
-    std::size_t n = 0;
-    for (const auto& f : req) {
-      if (n < 4 && iequals(f.name_string(), policy.key_header)) values[n++] = f.value();
-    }
-    auto key = parse_key(std::span<const std::string_view>(values, n), policy.key);
-    if (key) {
-      log::append_quoted(line, *key);
-    } else {
-      line += '-';
-    }
+    append_key(line, policy, req);
   }
-  line += " method=";
-  line += req.method_string();
-  line += " path=";
-  log::append_quoted(line, http::split_target(req.target()).path);
+  append_request(line, req);
   line += " verdict=";
   line += to_string(d.verdict);
   if (d.ticket && d.ticket->kind != ClaimKind::fresh) {
@@ -717,19 +752,24 @@ void Handler::log_key(const Decision& d, const Policy& policy, const std::string
     line += " store_error=";
     log::append_quoted(line, d.store_error->message);
   }
-  char ms[32];
-  std::snprintf(ms, sizeof ms, " ms=%.2f",
-                std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-  line += ms;
+  append_ms(line, start);
   log::write(LogLevel::info, line);
+}
+
+// Whether the request carries a header of that name (even an empty one).
+bool has_header(std::span<const HeaderView> headers, std::string_view name) {
+  for (const auto& h : headers) {
+    if (iequals(h.name, name)) return true;
+  }
+  return false;
 }
 
 Task<bool> Handler::handle(Request& req) {
   const auto start = Clock::now();
   const bool keep_alive = req.keep_alive() && !w_.draining;
   const unsigned version = req.version();
-  const Policy* policy =
-      w_.shared.router.policy_for(req.method_string(), http::split_target(req.target()).path);
+  const Router::Match route = w_.shared.router.match(req.method_string(), http::split_target(req.target()).path);
+  const Policy* policy = route.policy;
   if (policy == nullptr) {
     m_.count(Outcome::passed_through);
     const Exchange ex = co_await forward(req, nullptr, keep_alive);
@@ -737,14 +777,24 @@ Task<bool> Handler::handle(Request& req) {
   }
 
   const RequestView& view = s_.view.assign(req);
-  auto derived = derive_tenant(cfg_.tenant, view.headers);
-  if (!derived) {
-    m_.count(Outcome::bad_request);
-    const Problem problem = make_problem(400, "tenant_ambiguous", "The tenant is ambiguous", derived.error());
-    Response res = http::problem_response(problem, version, keep_alive);
-    co_return co_await write(res) && keep_alive;
+  TenantSource& source = w_.tenants.for_route(route.route);
+  std::string tenant;
+  // A verified token scopes keys, so a request without a key needs none: it passes through (or
+  // gets 400 idempotency_key_missing) and the upstream authenticates it as it always does. With
+  // a key, the token is checked before anything is claimed, forwarded or replayed.
+  if (!source.verifies_tokens() || has_header(view.headers, policy->key_header)) {
+    auto derived = source.derive(view.headers);
+    if (!derived) {
+      const Problem& problem = derived.error();
+      m_.count(problem.status == 401 ? Outcome::unauthorized : Outcome::bad_request);
+      Response res = http::problem_response(problem, version, keep_alive);
+      const unsigned status = res.result_int();
+      const bool written = co_await write(res);
+      log_tenant_refusal(problem, *policy, req, status, start);
+      co_return written && keep_alive;
+    }
+    tenant = std::move(*derived);
   }
-  std::string tenant = std::move(*derived);
   const auto t0 = Clock::now();
   Decision d = co_await async_begin_within(*policy, view, tenant);
   if (d.verdict != Verdict::pass_through && d.verdict != Verdict::key_missing && d.verdict != Verdict::key_invalid) {

@@ -68,18 +68,19 @@ Router::Router(const std::vector<Route>& routes, const Policy& defaults) : route
   unlisted_.key_required = false;
 }
 
-const Policy* Router::policy_for(std::string_view method, std::string_view path) const {
-  if (is_safe_method(method)) return nullptr;
-  for (const auto& route : routes_) {
+Router::Match Router::match(std::string_view method, std::string_view path) const {
+  if (is_safe_method(method)) return {};
+  for (std::size_t i = 0; i < routes_.size(); ++i) {
+    const Route& route = routes_[i];
     for (const auto& m : route.methods) {
       if (m == method) {
-        if (route.path.matches(path)) return &route.policy;
+        if (route.path.matches(path)) return {&route.policy, i};
         break;
       }
     }
   }
-  if (method == "POST" || method == "PATCH") return &unlisted_;
-  return nullptr;
+  if (method == "POST" || method == "PATCH") return {&unlisted_, kNoRoute};
+  return {};
 }
 
 }  // namespace idem::gateway

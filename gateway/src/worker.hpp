@@ -24,6 +24,7 @@
 #include "idem/gateway/config.hpp"
 #include "idem/gateway/metrics.hpp"
 #include "idem/gateway/routes.hpp"
+#include "idem/gateway/tenant.hpp"
 #include "idem/http/beast.hpp"
 #include "store_deadline.hpp"
 #include "timed_stream.hpp"
@@ -145,7 +146,8 @@ class Worker {
         index(index),
         shared(shared),
         metrics(metrics),
-        pool(*io, deadlines, shared, metrics) {}
+        pool(*io, deadlines, shared, metrics),
+        tenants(shared.config.tenant, shared.config.routes) {}
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -157,6 +159,8 @@ class Worker {
   const Shared& shared;
   MetricsShard& metrics;
   UpstreamPool pool;
+  /// This loop's tenant derivation, with its JWT verifiers and their caches (no locks).
+  TenantSources tenants;
 
   // Touched only on this worker's thread.
   bool draining = false;

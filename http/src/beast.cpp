@@ -85,6 +85,7 @@ Response problem_response(const Problem& problem, unsigned version, bool keep_al
     res.set(bhttp::field::retry_after, std::to_string(*problem.retry_after_seconds));
   }
   if (problem.conflict) res.set(kConflictHeader, "true");
+  if (problem.www_authenticate) res.set(bhttp::field::www_authenticate, *problem.www_authenticate);
   res.body() = problem_json(problem);
   res.keep_alive(keep_alive);
   res.prepare_payload();

@@ -92,6 +92,16 @@ TEST(ProblemResponse, AnyStatus) {
   EXPECT_EQ(odd.result_int(), 599u);
 }
 
+TEST(ProblemResponse, UnauthorizedCarriesWwwAuthenticate) {
+  Problem p = make_problem(401, "token_invalid", "t", "d");
+  EXPECT_EQ(header(problem_response(p, 11, true), "WWW-Authenticate"), "<absent>");
+  p.www_authenticate = "Bearer error=\"invalid_token\"";
+  const auto res = problem_response(p, 11, true);
+  EXPECT_EQ(res.result_int(), 401u);
+  EXPECT_EQ(header(res, "WWW-Authenticate"), "Bearer error=\"invalid_token\"");
+  EXPECT_EQ(header(res, "Content-Type"), "application/problem+json");
+}
+
 TEST(ReplayResponse, SameStatusHeadersAndBodyPlusMarker) {
   StoredResponse stored;
   stored.status = 201;

@@ -16,6 +16,8 @@ struct Problem {
   std::string detail; ///< this occurrence
   std::optional<long> retry_after_seconds;  ///< send as Retry-After
   bool conflict = false;                    ///< send X-Idempotency-Conflict: true
+  /// Send as WWW-Authenticate (401 answers, RFC 9110 §11.6.1), e.g. `Bearer error="invalid_token"`.
+  std::optional<std::string> www_authenticate;
 };
 
 /// The problem to answer for a refusing verdict; nullopt for pass_through, execute and replay.

@@ -3,6 +3,7 @@
 #include <expected>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "idem/http_view.hpp"
 
@@ -16,10 +17,34 @@ struct TenantRule {
   std::string header = "X-Tenant-Id";
 };
 
+// Tenant namespaces (SPEC §12: tenants from headers, credential hashes and token claims never
+// share one). Every tenant idem derives itself starts with one of these prefixes; a header value
+// that starts with one (in any case) is hashed like an unsafe value, so no client of a header-
+// scoped route can name a derived tenant. Message consumers' tenants are "consumer NAME": the
+// space keeps them out of every namespace below. A new derived namespace adds its prefix here.
+
+/// Tenants of `from = "authorization"`: "auth:" + hex SHA-256 of the whole header value.
+inline constexpr std::string_view kCredentialTenantPrefix = "auth:";
+/// Tenants of verified token claims (`from = "jwt"`): "jwt:" + hex SHA-256 of the claims.
+inline constexpr std::string_view kClaimsTenantPrefix = "jwt:";
+/// Header values that cannot be used verbatim: "sha256:" + hex SHA-256 of the value.
+inline constexpr std::string_view kHashedTenantPrefix = "sha256:";
+
+/// Whether `value` starts with a derived namespace's prefix (ASCII case-insensitively, so that
+/// a store comparing case-insensitively could not be fooled either).
+bool has_reserved_tenant_prefix(std::string_view value);
+
+/// The tenant of verified token claims: "jwt:" + lowercase hex SHA-256 of `canonical_claims`,
+/// the RFC 8785 form of a JSON object holding the claims that scope keys, e.g.
+/// {"iss":"https://auth.example","sub":"user-1"}. An operator can recompute it:
+/// printf '%s' '{"sub":"user-1"}' | sha256sum.
+std::string claims_tenant(std::string_view canonical_claims);
+
 /// The tenant of a request. `none` gives "" (one shared scope). `header` gives the header's value
-/// when it is 1-128 visible ASCII characters and "" when absent; any other value is hashed
-/// ("sha256:<hex>") so it stays a safe identifier. `authorization` gives
-/// "auth:<hex of SHA-256 of the header value>" (never the credential itself) and "" when absent.
+/// when it is 1-128 visible ASCII characters not starting with a reserved prefix (above) and ""
+/// when absent; any other value is hashed ("sha256:<hex>") so it stays a safe identifier in its
+/// own namespace. `authorization` gives "auth:<hex of SHA-256 of the header value>" (never the
+/// credential itself) and "" when absent.
 ///
 /// The header it reads appearing more than once is an error (one line saying so): the tenant
 /// would depend on which one a server picks, and a proxy in front that appends its own value

@@ -90,7 +90,9 @@ struct Config {
   /// [idempotency]: the policy of POST/PATCH requests no route lists (key optional) and the base
   /// every route overrides.
   Policy defaults;
-  TenantRule tenant;
+  /// [tenant]: whose keys they are, for every route without a `tenant` table of its own. With
+  /// from = "jwt" its keys are loaded when the configuration is (a bad key file is a ConfigError).
+  TenantSetting tenant;
   std::vector<Route> routes;
 
   /// Things worth saying at start-up that do not stop it (retention outside 1h-7d, ...).

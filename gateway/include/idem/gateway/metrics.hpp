@@ -26,7 +26,8 @@ enum class Outcome : std::uint8_t {
   outcome_unknown,    ///< 409 idempotency_outcome_unknown
   passed_through,     ///< not idempotent (safe method, unlisted PUT/DELETE, no key on an optional route)
   too_large,          ///< 413 request_too_large
-  bad_request,        ///< 400/431/501 for requests that could not be parsed or are refused as framed
+  bad_request,        ///< 400/431/501 for requests that could not be parsed or are refused as framed, 400 tenant_ambiguous
+  unauthorized,       ///< 401 token_missing, token_invalid, token_expired ([tenant] from = "jwt")
   count_
 };
 

@@ -1,10 +1,13 @@
 #pragma once
 
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "idem/engine.hpp"
+#include "idem/gateway/tenant.hpp"
 
 namespace idem::gateway {
 
@@ -33,6 +36,8 @@ struct Route {
   std::vector<std::string> methods;  ///< upper-case, e.g. {"POST"}
   PathPattern path;
   Policy policy;  ///< key_required = the route's `required` (default true)
+  /// The route's own `tenant` table; nullopt: [tenant]'s.
+  std::optional<TenantSetting> tenant;
 };
 
 /// Chooses the policy for a request (SPEC §3). Holds pointers into the routes and default
@@ -41,11 +46,23 @@ class Router {
  public:
   Router(const std::vector<Route>& routes, const Policy& defaults);
 
+  /// Route index of requests no route lists.
+  static constexpr std::size_t kNoRoute = static_cast<std::size_t>(-1);
+
+  /// What routing decided for a request.
+  struct Match {
+    const Policy* policy = nullptr;  ///< nullptr: passed through untouched
+    std::size_t route = kNoRoute;    ///< the index of the route that matched, or kNoRoute
+  };
+
+  /// The policy of a request (policy_for) and the route it came from.
+  Match match(std::string_view method, std::string_view path) const;
+
   /// The policy of a request, or nullptr when the gateway passes it through untouched:
   /// safe methods never are handled; the first route whose method and path match wins; POST and
   /// PATCH that no route lists get `defaults` with the key optional; anything else (PUT, DELETE,
   /// unknown methods) passes through.
-  const Policy* policy_for(std::string_view method, std::string_view path) const;
+  const Policy* policy_for(std::string_view method, std::string_view path) const { return match(method, path).policy; }
 
  private:
   const std::vector<Route>& routes_;

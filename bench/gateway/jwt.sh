@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# What `[tenant] from = "jwt"` costs against `[tenant] header = "X-Tenant-Id"`: one idem-gateway
+# binary run twice side by side, memory store, in front of one static nginx (`return 200 "ok"`),
+# driven by wrk in interleaved rounds (H J, J H, H J, ...) so both see the same drift of these
+# shared cores (see ab.sh).
+#
+# Both get the same requests (bench/gateway/jwt.lua): a POST with a fresh Idempotency-Key, an
+# `Authorization: Bearer <JWT>` (RS256, 2048-bit key, made here with openssl; one token per wrk
+# connection) and an `X-Tenant-Id`. The header gateway scopes by the header, the JWT gateway
+# verifies the token (once per token and event loop; then its cache answers). Per run: req/s and
+# the gateway's CPU per request (user + system, all its threads); at the end the medians and the
+# JWT/header ratios. Fails unless every request of both gateways was executed and answered 2xx
+# (a 401 would count as not executed). The uncached cost of a verification per algorithm is the
+# micro-benchmark auth/src/jwt_bench.cpp.
+#
+# usage: bench/gateway/jwt.sh [--quick] [--rounds N] [--duration SECONDS] [--threads N]
+#                             [--connections N] GATEWAY_BINARY
+#   --quick   one 1 s round per side: proves the script works (CI); figures not meaningful
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+here="$root/bench/gateway"
+me=jwt.sh
+# shellcheck source=bench/gateway/lib.sh
+source "$here/lib.sh"
+
+rounds=6
+duration=8
+threads=2
+connections=64
+binary=""
+while (($#)); do
+  case "$1" in
+    --quick) rounds=1; duration=1; shift ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --duration) duration=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --connections) connections=$2; shift 2 ;;
+    -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "$me: unknown option: $1" >&2; exit 2 ;;
+    *) [ -z "$binary" ] || { echo "$me: one gateway binary, please" >&2; exit 2; }; binary=$1; shift ;;
+  esac
+done
+[ -n "$binary" ] || { echo "$me: expected an idem-gateway binary; see --help" >&2; exit 2; }
+[ -x "$binary" ] || { echo "$me: not an executable: $binary" >&2; exit 2; }
+for n in "$rounds" "$duration" "$threads" "$connections"; do
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "$me: expected a positive integer, got \"$n\"" >&2; exit 2; }
+done
+require_tools wrk nginx python3 curl openssl
+
+work=$(mktemp -d -t idem-bench-jwt.XXXXXX)
+pids=()
+declare -A pid_of=()
+cleanup() {
+  local rc=$?
+  trap '' INT TERM
+  stop_processes
+  [ $rc -eq 0 ] || show_logs "$work"/*.log
+  rm -rf "$work"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# The key set and one token per connection, each of its own subject, valid for the whole run.
+"$py" - "$root/tests/gateway" "$work" "$connections" <<'EOF'
+import os, sys
+sys.path.insert(0, sys.argv[1])
+from jwt_tokens import KeyPair, write_jwks
+work, n = sys.argv[2], int(sys.argv[3])
+key = KeyPair.rsa(work, "bench-rsa")
+write_jwks(os.path.join(work, "jwks.json"), [key.jwk()])
+with open(os.path.join(work, "tokens.txt"), "w") as f:
+    for i in range(n):
+        f.write(key.token("client-%d" % (i + 1), ttl=24 * 3600) + "\n")
+EOF
+export IDEM_BENCH_TOKENS="$work/tokens.txt"
+
+read -r upstream_port < <(free_ports 1)
+start_nginx upstream "server { listen 127.0.0.1:$upstream_port; location / { return 200 \"ok\"; } }"
+wait_http -X POST "http://127.0.0.1:$upstream_port/"
+
+declare -A port=() admin=() tenant=()
+tenant[H]='[tenant]
+header = "X-Tenant-Id"'
+tenant[J]="[tenant]
+from = \"jwt\"
+claims = [\"iss\", \"sub\"]
+keys = \"$work/jwks.json\"
+algorithms = [\"RS256\"]
+audience = \"payments-api\"
+issuer = \"https://auth.example\""
+for side in H J; do
+  read -r port[$side] admin[$side] < <(free_ports 2)
+  start_gateway "$binary" "gw-$side" "memory:" "${port[$side]}" "${admin[$side]}" "${tenant[$side]}"
+done
+
+export IDEM_BENCH_RUN="$(date +%s)$$"
+export IDEM_BENCH_INVOCATION=0
+results="$work/results.tsv"
+: >"$results"
+
+# run SIDE ROUND: one wrk run against that gateway; appends "round side req/s cpu_us non2xx errors".
+run() {
+  local side=$1 round=$2 out="$work/wrk.txt" t0 t1
+  IDEM_BENCH_INVOCATION=$((IDEM_BENCH_INVOCATION + 1))
+  t0=$(ticks "${pid_of[gw-$side]}")
+  wrk -t"$threads" -c"$connections" -d"${duration}s" -s "$here/jwt.lua" "http://127.0.0.1:${port[$side]}/" \
+    -- "$threads" >"$out"
+  t1=$(ticks "${pid_of[gw-$side]}")
+  "$py" - "$out" "$side" "$round" "$t0" "$t1" "$(getconf CLK_TCK)" >>"$results" <<'EOF'
+import re, sys
+path, side, round_no, t0, t1, tick = sys.argv[1], sys.argv[2], sys.argv[3], *map(float, sys.argv[4:7])
+text = open(path).read()
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+done = int(re.search(r"(\d+) requests in", text).group(1))
+bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+errs = re.search(r"Socket errors:(.*)", text)
+print("%s\t%s\t%.0f\t%.1f\t%d\t%d" % (round_no, side, rps, (t1 - t0) / tick * 1e6 / done,
+      int(bad.group(1)) if bad else 0, sum(map(int, re.findall(r"\d+", errs.group(1)))) if errs else 0))
+EOF
+  IFS=$'\t' read -r _ _ rps cpu _ _ < <(tail -1 "$results")
+  printf '%s: round %d  %s  %8s req/s  %6s us CPU/request\n' "$me" "$round" "$side" "$rps" "$cpu" >&2
+}
+
+echo "$me: H = [tenant] header = \"X-Tenant-Id\"; J = [tenant] from = \"jwt\" (RS256, $connections tokens)" >&2
+echo "$me: store memory; $rounds rounds of wrk -t$threads -c$connections -d${duration}s each; load average $(cut -d' ' -f1 /proc/loadavg)" >&2
+for round in $(seq "$rounds"); do
+  if ((round % 2)); then run H "$round"; run J "$round"; else run J "$round"; run H "$round"; fi
+done
+
+failed=0
+awk -F'\t' '$5 > 0 || $6 > 0 { printf "jwt.sh: round %s, %s: %d non-2xx, %d socket errors\n", $1, $2, $5, $6; bad = 1 }
+  END { exit bad }' "$results" >&2 || failed=1
+for side in H J; do all_executed "gateway $side" "${admin[$side]}" || failed=1; done
+((failed == 0)) || { echo "$me: failed: not every request was answered 2xx and executed" >&2; exit 1; }
+
+"$py" - "$results" <<'EOF'
+import statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+side = lambda s, col: [float(r[col]) for r in rows if r[1] == s]
+h_rps, j_rps, h_cpu, j_cpu = side("H", 2), side("J", 2), side("H", 3), side("J", 3)
+rounds = sorted({r[0] for r in rows}, key=int)
+by = {(r[0], r[1]): float(r[2]) for r in rows}
+ratios = [by[(n, "J")] / by[(n, "H")] for n in rounds]
+print("tenant  median req/s  range            median us CPU/request  range")
+for name, rps, cpu in (("header", h_rps, h_cpu), ("jwt", j_rps, j_cpu)):
+    print("%-6s  %12.0f  %6.0f-%-8.0f  %21.1f  %.1f-%.1f" % (name, statistics.median(rps), min(rps), max(rps),
+                                                          statistics.median(cpu), min(cpu), max(cpu)))
+print("jwt/header: req/s %.3f (median of the rounds' ratios %.3f; rounds %s), CPU per request %.3f" % (
+    statistics.median(j_rps) / statistics.median(h_rps), statistics.median(ratios),
+    ", ".join("%.2f" % r for r in ratios), statistics.median(j_cpu) / statistics.median(h_cpu)))
+EOF

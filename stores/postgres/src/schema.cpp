@@ -28,6 +28,40 @@ struct Migration {
   const char* sql;  // "@S" stands for the schema
 };
 
+// The transactional outbox (docs/outbox.md), created by migration 2 and by an outbox reader
+// (ensure_outbox) in a schema that holds no idem store. Every statement is IF NOT EXISTS for that
+// reason, and a later change to the outbox must be written so that it applies to a table either
+// of them made. Its columns are what a service in any language fills with one INSERT; the
+// defaults make (message_id, body) enough. The CHECKs refuse, at the writer's INSERT, what the
+// relay could not publish.
+constexpr const char* kOutbox = R"sql(
+CREATE TABLE IF NOT EXISTS @S.idem_outbox (
+  id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- enqueue order
+  message_id       text COLLATE "C" NOT NULL UNIQUE  -- visible ASCII; a regex counts to 255 at most
+                   CHECK (message_id ~ '^[!-~]+$' AND octet_length(message_id) <= 256),
+  destination      text NOT NULL DEFAULT '' CHECK (char_length(destination) <= 256),
+  content_type     text NOT NULL DEFAULT 'application/json',
+  headers          jsonb NOT NULL DEFAULT '{}'
+                   CHECK (jsonb_typeof(headers) = 'object'
+                          AND NOT jsonb_path_exists(headers, '$.* ? (@.type() != "string")')),
+  body             bytea NOT NULL DEFAULT '',
+  created_ms       bigint NOT NULL DEFAULT (extract(epoch FROM now()) * 1000)::bigint,
+  state            text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent', 'dead')),
+  attempts         integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+  next_attempt_ms  bigint NOT NULL DEFAULT 0,
+  last_error       text,
+  sent_ms          bigint,
+  lease_owner      text,
+  lease_expires_ms bigint
+);
+-- The relays' claim: pending rows in id order (due and unleased ones are filtered on the way).
+CREATE INDEX IF NOT EXISTS idem_outbox_pending ON @S.idem_outbox (id) WHERE state = 'pending';
+-- purge_sent: sent rows by sent time.
+CREATE INDEX IF NOT EXISTS idem_outbox_sent ON @S.idem_outbox (sent_ms) WHERE state = 'sent';
+-- An operator's list of dead rows, and their count.
+CREATE INDEX IF NOT EXISTS idem_outbox_dead ON @S.idem_outbox (id) WHERE state = 'dead';
+)sql";
+
 // Append only: a released migration is never edited, a change is a new entry.
 //
 // Migration 1's idem_claim is the claim rule of core/src/store.cpp (decide_claim and
@@ -159,6 +193,7 @@ BEGIN
 END
 $claim$;
 )sql"},
+    {2, kOutbox},
 };
 
 constexpr const char* kVersionTable = R"sql(
@@ -204,26 +239,16 @@ std::expected<Done, Failure> check_version(int current, const std::string& schem
 
 int latest_schema_version() { return std::span(kMigrations).back().version; }
 
-std::expected<Done, Failure> migrate(PGconn* conn, const std::string& schema, bool run_migrations,
-                                     milliseconds silence) {
-  // Fast path, with no lock and no DDL: every open of an up-to-date schema (and every replica
-  // whose role may not create anything) ends here.
-  auto current = read_version(conn, schema, silence);
-  if (!current) return std::unexpected(current.error());
-  if (auto ok = check_version(*current, schema); !ok) return ok;
-  const int latest = latest_schema_version();
-  if (*current == latest) return Done{};
-  if (!run_migrations) {
-    return std::unexpected(schema_failure(
-        StoreErrc::corrupt, "postgres: schema " + quote_ident(schema) + " is at idem schema version " +
-                                std::to_string(*current) + ", this build needs " + std::to_string(latest) +
-                                "; open once with migrations enabled (PostgresOptions::migrate)"));
-  }
+namespace {
 
-  const Exchange ex{"migrate", true, false};
+// Runs `body` in a transaction holding the schema's migration lock, with the schema created if
+// missing: replicas (and relays) starting together queue there, the first does the work and the
+// others find it done.
+template <class Body>
+std::expected<Done, Failure> under_migration_lock(PGconn* conn, const std::string& schema, milliseconds silence,
+                                                  const Exchange& ex, Body&& body) {
   if (auto begun = exec(conn, "BEGIN", Params{}, 0, silence, ex); !begun) return std::unexpected(begun.error());
-  auto body = [&]() -> std::expected<Done, Failure> {
-    // Replicas starting together queue here; the first migrates, the others find it done.
+  auto done = [&]() -> std::expected<Done, Failure> {
     Params lock;
     const std::string lock_name = "idem.migrate:" + schema;
     lock.text(lock_name);
@@ -240,25 +265,11 @@ std::expected<Done, Failure> migrate(PGconn* conn, const std::string& schema, bo
     if (PQntuples(has_schema->get()) == 0) {
       if (auto made = exec_script(conn, "CREATE SCHEMA " + quote_ident(schema), silence, ex); !made) return made;
     }
-    if (auto made = exec_script(conn, in_schema(kVersionTable, schema), silence, ex); !made) return made;
-    auto now = read_version(conn, schema, silence);
-    if (!now) return std::unexpected(now.error());
-    if (auto ok = check_version(*now, schema); !ok) return ok;
-    for (const auto& m : kMigrations) {
-      if (m.version <= *now) continue;
-      Exchange step = ex;
-      const std::string what = "apply migration " + std::to_string(m.version);
-      step.what = what;
-      if (auto applied = exec_script(conn, in_schema(m.sql, schema), silence, step); !applied) return applied;
-    }
-    const std::string record = "INSERT INTO " + quote_ident(schema) +
-                               ".idem_schema_version (id, version) VALUES (1, " + std::to_string(latest) +
-                               ") ON CONFLICT (id) DO UPDATE SET version = excluded.version";
-    return exec_script(conn, record, silence, ex);
+    return body();
   }();
-  if (!body) {
-    if (!body.error().poison) (void)exec(conn, "ROLLBACK", Params{}, 0, silence, ex);
-    return body;
+  if (!done) {
+    if (!done.error().poison) (void)exec(conn, "ROLLBACK", Params{}, 0, silence, ex);
+    return done;
   }
   Exchange commit = ex;
   commit.commit_sent = true;
@@ -266,6 +277,73 @@ std::expected<Done, Failure> migrate(PGconn* conn, const std::string& schema, bo
     return std::unexpected(committed.error());
   }
   return Done{};
+}
+
+std::expected<bool, Failure> has_outbox(PGconn* conn, const std::string& schema, milliseconds silence) {
+  Params p;
+  const std::string table = quote_ident(schema) + ".idem_outbox";
+  p.text(table);
+  auto exists = exec(conn, "SELECT to_regclass($1::text) IS NOT NULL", p, 0, silence, {"read schema", false, false});
+  if (!exists) return std::unexpected(exists.error());
+  return PQntuples(exists->get()) == 1 && std::string_view(PQgetvalue(exists->get(), 0, 0)) == "t";
+}
+
+}  // namespace
+
+std::expected<Done, Failure> migrate(PGconn* conn, const std::string& schema, bool run_migrations,
+                                     milliseconds silence, int target) {
+  // Fast path, with no lock and no DDL: every open of an up-to-date schema (and every replica
+  // whose role may not create anything) ends here.
+  auto current = read_version(conn, schema, silence);
+  if (!current) return std::unexpected(current.error());
+  if (auto ok = check_version(*current, schema); !ok) return ok;
+  if (*current >= target) return Done{};
+  if (!run_migrations) {
+    return std::unexpected(schema_failure(
+        StoreErrc::corrupt, "postgres: schema " + quote_ident(schema) + " is at idem schema version " +
+                                std::to_string(*current) + ", this build needs " + std::to_string(target) +
+                                "; open once with migrations enabled (PostgresOptions::migrate)"));
+  }
+  const Exchange ex{"migrate", true, false};
+  return under_migration_lock(conn, schema, silence, ex, [&]() -> std::expected<Done, Failure> {
+    if (auto made = exec_script(conn, in_schema(kVersionTable, schema), silence, ex); !made) return made;
+    auto now = read_version(conn, schema, silence);
+    if (!now) return std::unexpected(now.error());
+    if (auto ok = check_version(*now, schema); !ok) return ok;
+    if (*now >= target) return Done{};
+    for (const auto& m : kMigrations) {
+      if (m.version <= *now || m.version > target) continue;
+      Exchange step = ex;
+      const std::string what = "apply migration " + std::to_string(m.version);
+      step.what = what;
+      if (auto applied = exec_script(conn, in_schema(m.sql, schema), silence, step); !applied) return applied;
+    }
+    const std::string record = "INSERT INTO " + quote_ident(schema) +
+                               ".idem_schema_version (id, version) VALUES (1, " + std::to_string(target) +
+                               ") ON CONFLICT (id) DO UPDATE SET version = excluded.version";
+    return exec_script(conn, record, silence, ex);
+  });
+}
+
+std::expected<Done, Failure> ensure_outbox(PGconn* conn, const std::string& schema, bool create,
+                                           milliseconds silence) {
+  // Fast path, no lock: a relay restarting, or one on an idem store's schema.
+  auto version = read_version(conn, schema, silence);
+  if (!version) return std::unexpected(version.error());
+  if (auto ok = check_version(*version, schema); !ok) return ok;
+  auto present = has_outbox(conn, schema, silence);
+  if (!present) return std::unexpected(present.error());
+  if (*present) return Done{};
+  if (!create) {
+    return std::unexpected(schema_failure(
+        StoreErrc::internal, "postgres: schema " + quote_ident(schema) +
+                                 " has no idem_outbox table (an idem store or idem-relay creates it): is it the "
+                                 "service's schema?"));
+  }
+  const Exchange ex{"create idem_outbox", true, false};
+  return under_migration_lock(conn, schema, silence, ex, [&]() -> std::expected<Done, Failure> {
+    return exec_script(conn, in_schema(kOutbox, schema), silence, ex);
+  });
 }
 
 const char* statement_name(Stmt stmt) {

@@ -13,11 +13,19 @@ namespace idem::postgres_detail {
 /// The version the last migration brings a schema to.
 int latest_schema_version();
 
-/// Brings `schema` to the latest version (creating it if missing) when `run_migrations`, under a
+/// Brings `schema` to `target` (the latest version but in the migration tests, which make
+/// schemas of older versions), creating it if missing, when `run_migrations`, under a
 /// transaction-level advisory lock so that replicas starting at once migrate it once; otherwise
 /// only checks it. A schema newer than this build is StoreErrc::corrupt.
 std::expected<Done, Failure> migrate(PGconn* conn, const std::string& schema, bool run_migrations,
-                                     std::chrono::milliseconds silence);
+                                     std::chrono::milliseconds silence, int target = latest_schema_version());
+
+/// Makes sure `schema` has the outbox table (migration 2's), for an outbox reader on a database
+/// that may hold no idem store: when it has none, creates it (and the schema) under the
+/// migration lock if `create`, else fails (StoreErrc::internal). Refuses a schema whose idem
+/// version is newer than this build. Takes no lock when the table is there.
+std::expected<Done, Failure> ensure_outbox(PGconn* conn, const std::string& schema, bool create,
+                                           std::chrono::milliseconds silence);
 
 /// The statements every connection prepares, by name.
 enum class Stmt : unsigned char {

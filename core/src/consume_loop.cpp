@@ -194,7 +194,9 @@ void ConsumeLoop::worker() {
       continue;
     }
     if ((*soonest)->ready_at > Steady::now() && !stopping_.load()) {
-      work_ready_.wait_until(lock, (*soonest)->ready_at);
+      // A copy: while this thread waits, another may take that task and free it.
+      const Steady::time_point until = (*soonest)->ready_at;
+      work_ready_.wait_until(lock, until);
       continue;
     }
     std::unique_ptr<Task> task = std::move(*soonest);

@@ -1,8 +1,10 @@
 #include "idem/open_store.hpp"
 
 #include "idem/memory_store.hpp"
+#include "idem/postgres_outbox.hpp"
 #include "idem/postgres_store.hpp"
 #include "idem/redis_store.hpp"
+#include "idem/sqlite_outbox.hpp"
 #include "idem/sqlite_store.hpp"
 #include "sqlite_url.hpp"
 
@@ -103,6 +105,45 @@ StoreResult<OpenedStore> open_store(std::string_view url, const OpenStoreOptions
       break;
   }
   return std::unexpected(bad_url("unsupported store URL"));
+}
+
+StoreResult<std::unique_ptr<OutboxReader>> open_outbox_reader(std::string_view url, const OutboxReaderOptions& options) {
+  // A library's message may quote the part of the URL it could not parse, password included.
+  const auto done = [url](auto opened) -> StoreResult<std::unique_ptr<OutboxReader>> {
+    if (!opened) {
+      StoreError error = std::move(opened.error());
+      error.message = scrub_secrets(error.message, url);
+      return std::unexpected(std::move(error));
+    }
+    return std::unique_ptr<OutboxReader>(std::move(*opened));
+  };
+  switch (scheme_of(url)) {
+    case Scheme::sqlite: {
+      auto parsed = open_detail::parse_sqlite_url(url);
+      if (!parsed) return std::unexpected(bad_url("outbox URL: " + parsed.error()));
+      SqliteOutboxOptions sqlite;
+      sqlite.path = parsed->path;
+      sqlite.relay = options.relay;
+      sqlite.busy_timeout = parsed->busy_timeout;
+      return done(SqliteOutbox::open_reader(std::move(sqlite)));
+    }
+    case Scheme::postgres: {
+      PostgresOutboxOptions pg;
+      pg.conninfo = std::string(url);
+      pg.schema = options.schema;
+      pg.relay = options.relay;
+      pg.connect_timeout = options.connect_timeout;
+      return done(PostgresOutbox::open_reader(std::move(pg)));
+    }
+    case Scheme::memory:
+    case Scheme::redis:
+    case Scheme::redis_cluster:
+    case Scheme::unknown:
+      break;
+  }
+  return std::unexpected(bad_url(
+      "the outbox needs SQLite or PostgreSQL (it commits in the transaction of the business writes): expected "
+      "sqlite:PATH or postgres://..., got \"" + redact_url(url) + "\""));
 }
 
 }  // namespace idem

@@ -103,5 +103,52 @@ TEST(OpenStore, PasswordsNeverAppearInNames) {
   EXPECT_EQ(check_store_url("mysql://u:pw@h/db")->find("pw"), std::string::npos);
 }
 
+TEST(OpenOutboxReader, AnSqliteUrlOpensTheOutboxOfAnExistingFile) {
+  const auto path = std::filesystem::temp_directory_path() / ("idem-open-outbox-" + std::to_string(::getpid()) + ".db");
+  const std::string url = "sqlite:" + path.string() + "?busy_timeout_ms=250";
+  auto missing = open_outbox_reader(url);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find("does not exist"), std::string::npos) << missing.error().message;
+  EXPECT_FALSE(std::filesystem::exists(path));  // never created
+
+  open_store("sqlite:" + path.string())->store.reset();  // the store's migrations make the table
+  auto relay = open_outbox_reader(url);
+  ASSERT_TRUE(relay) << relay.error().message;
+  EXPECT_TRUE((*relay)->ping());
+  auto second = open_outbox_reader(url);
+  ASSERT_FALSE(second);
+  EXPECT_NE(second.error().message.find("one relay per SQLite file"), std::string::npos) << second.error().message;
+  OutboxReaderOptions op;
+  op.relay = false;
+  auto operator_reader = open_outbox_reader(url, op);
+  ASSERT_TRUE(operator_reader) << operator_reader.error().message;
+  EXPECT_EQ((*operator_reader)->count()->pending, 0u);
+  relay->reset();
+  operator_reader->reset();
+  for (const char* suffix : {"", "-wal", "-shm", "-relay.lock"}) std::filesystem::remove(path.string() + suffix);
+}
+
+TEST(OpenOutboxReader, OtherSchemesAreRefusedSayingTheOutboxNeedsSqliteOrPostgres) {
+  for (const char* url : {"memory:", "redis://h:6379", "redis+cluster://a:1,b:2", "mysql://u:pw123@h/db", "nonsense"}) {
+    auto r = open_outbox_reader(url);
+    ASSERT_FALSE(r) << url;
+    EXPECT_NE(r.error().message.find("the outbox needs SQLite or PostgreSQL"), std::string::npos) << r.error().message;
+    EXPECT_EQ(r.error().message.find("pw123"), std::string::npos) << r.error().message;
+  }
+  auto bad = open_outbox_reader("sqlite:x.db?synchronous=sometimes");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("synchronous"), std::string::npos);
+}
+
+TEST(OpenOutboxReader, APostgresErrorNeverShowsThePassword) {
+  OutboxReaderOptions options;
+  options.connect_timeout = std::chrono::seconds(2);
+  for (const char* url : {"postgres://idem:s3cretpw@127.0.0.1:1/idem", "postgres://idem:s3cretpw@[broken/idem"}) {
+    auto r = open_outbox_reader(url, options);
+    ASSERT_FALSE(r) << url;
+    EXPECT_EQ(r.error().message.find("s3cretpw"), std::string::npos) << r.error().message;
+  }
+}
+
 }  // namespace
 }  // namespace idem

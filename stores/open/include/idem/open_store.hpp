@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "idem/clock.hpp"
+#include "idem/outbox.hpp"
 #include "idem/redact.hpp"  // redact_url, for printing a store URL
 #include "idem/store.hpp"
 #include "idem/store_admin.hpp"
@@ -44,5 +45,25 @@ std::optional<std::string> check_store_url(std::string_view url);
 /// The database file a valid `sqlite:` URL names (its options left out); nullopt for any other
 /// URL.
 std::optional<std::string> sqlite_path_of(std::string_view url);
+
+/// Settings for open_outbox_reader, whatever the database.
+struct OutboxReaderOptions {
+  /// A relay's reader (idem-relay): creates the outbox table if missing and, on SQLite, takes
+  /// the file's relay lock (one relay per file). False for an operator's (idemctl): it changes
+  /// no schema, takes no lock (it works while a relay runs) and cannot claim or settle.
+  bool relay = true;
+  /// PostgreSQL: the schema holding idem_outbox (the store's PostgresOptions::schema).
+  std::string schema = "public";
+  /// PostgreSQL: how long connecting may take. (SQLite: the URL's busy_timeout_ms applies.)
+  Millis connect_timeout{5000};
+};
+
+/// Opens the outbox a URL names (docs/outbox.md):
+///   sqlite:PATH[?busy_timeout_ms=N]   the outbox in an existing SQLite file (never created)
+///   postgres://USER[:PASS]@HOST[:PORT]/DB[?opts]   the outbox in options.schema
+/// Any other scheme is refused: the outbox shares a transaction with the business writes, which
+/// only SQLite and PostgreSQL give. Errors say what is wrong without echoing a password.
+StoreResult<std::unique_ptr<OutboxReader>> open_outbox_reader(std::string_view url,
+                                                              const OutboxReaderOptions& options = {});
 
 }  // namespace idem

@@ -26,6 +26,9 @@ void register_journal(CLI::App& app);
 /// Adds the operator's store commands: get, list, purge, release, resolve, stats.
 void register_store(CLI::App& app);
 
+/// Adds `idemctl outbox` and its commands: list, show, retry, drop, stats.
+void register_outbox(CLI::App& app);
+
 /// All of standard input, as bytes. Throws CLI::RuntimeError(kExitFailure) if it cannot be read.
 std::string read_stdin();
 

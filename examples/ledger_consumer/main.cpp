@@ -1,29 +1,45 @@
-// idem-ledger-consumer: an example message consumer (docs/consumers.md). It reads messages, one
-// JSON object a line on stdin, as a queue would deliver them (some twice, some concurrently to
-// several consumer processes), and posts each to an SQLite ledger exactly once: the posting and
-// the "processed" record commit in one transaction (idem::process_once_in_transaction).
+// idem-ledger-consumer: an example message consumer (docs/consumers.md). It posts each message
+// to an SQLite ledger exactly once: the posting and the "processed" record commit in one
+// transaction (idem::process_once_in_transaction). Messages come from a real broker, or from
+// stdin as a queue would deliver them (some twice, some concurrently to several consumers).
 //
+//   idem-ledger-consumer --db PATH --source URL [--workers N] [--name NAME] [--lease-ms N] ...
 //   idem-ledger-consumer --db PATH [--name NAME] [--lease-ms N] [--frozen ACCOUNT]... [--work-delay-ms N]
 //
+// With --source (amqp://...?queue=Q or redis+stream://HOST:PORT/STREAM?group=G), a message's id is
+// its message_id and its body {"account": "acct_1", "amount": 250}; the consume loop acks a message
+// once its posting committed, retries a failed one and dead-letters what can never be posted (no
+// id, an unreadable body, a frozen account after the attempts limit). It prints "ID OUTCOME" for
+// each, and runs until SIGTERM or SIGINT (then exits 0, in-flight postings finished).
+//
+// From stdin:
 // A message: {"id": "m-1", "account": "acct_1", "amount": 250}. For each line it prints one line
 // on stdout, "ID STATUS", flushed at once: what a real consumer would ack or not. STATUS, the last
 // word, is processed, duplicate, in_progress, handler_failed, lost, conflict, outcome_unknown,
 // invalid_id, rejected or store_error; ID is "-" when the line has no printable id. A line that
 // is not such a message is rejected (nothing changes) and the consumer goes on.
 //
-// Exit codes: 0 at the end of the input, 1 when the ledger cannot be opened, 2 for a bad flag.
+// Exit codes: 0 at the end of the input (or after SIGTERM), 1 when the ledger or the source cannot
+// be opened, 2 for a bad flag.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <csignal>
+
+#include "idem/consume_loop.hpp"
+#include "idem/open_broker.hpp"
+#include "idem/redact.hpp"
 #include "idem/sqlite_consumer.hpp"
 
 namespace {
@@ -34,8 +50,9 @@ struct Message {
   long long amount = 0;
 };
 
-// Parses one input line; on failure says why in `error`.
-bool parse(const std::string& line, Message& m, std::string& error) {
+// Parses one message: its id from the line's "id" (stdin), or given (a broker's message_id); on
+// failure says why in `error`.
+bool parse(const std::string& line, Message& m, std::string& error, const std::string* given_id = nullptr) {
   const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) {
     error = "not a JSON object";
@@ -44,11 +61,14 @@ bool parse(const std::string& line, Message& m, std::string& error) {
   const auto id = j.find("id");
   const auto account = j.find("account");
   const auto amount = j.find("amount");
-  if (id == j.end() || !id->is_string()) {
+  if (given_id) {
+    m.id = *given_id;
+  } else if (id == j.end() || !id->is_string()) {
     error = "no string \"id\"";
     return false;
+  } else {
+    m.id = id->get<std::string>();
   }
-  m.id = id->get<std::string>();
   if (account == j.end() || !account->is_string() || account->get<std::string>().empty()) {
     error = "no string \"account\"";
     return false;
@@ -124,6 +144,71 @@ bool post(sqlite3* db, const Message& m, std::string& error) {
   return ok;
 }
 
+// Consumes a broker until SIGTERM/SIGINT: the consume loop receives, `posting` runs each message
+// through process_once_in_transaction, and the loop acks, retries or dead-letters by the outcome.
+template <class Posting>
+int consume_broker(const std::string& url, std::size_t workers, std::size_t prefetch, Posting& posting) {
+  // The stop signals are taken by a thread of their own (sigwait), blocked everywhere else.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  idem::SourceSettings settings;
+  settings.prefetch = prefetch;
+  auto source = idem::open_source(url, settings);
+  if (!source) {
+    std::fprintf(stderr, "idem-ledger-consumer: --source %s: %s\n", idem::redact_url(url).c_str(),
+                 source.error().message.c_str());
+    return 1;
+  }
+  std::mutex out;
+  idem::ConsumeLoopOptions options;
+  options.workers = workers;
+  options.max_in_flight = prefetch;
+  options.on_outcome = [&out](const idem::Delivery& d, std::string_view outcome, std::string_view detail) {
+    const std::lock_guard lock(out);
+    std::printf("%s %.*s\n", printable(d.message_id).c_str(), static_cast<int>(outcome.size()), outcome.data());
+    std::fflush(stdout);
+    if (outcome.starts_with("dead_letter") && !detail.empty()) {
+      std::fprintf(stderr, "idem-ledger-consumer: %s: %.*s\n", printable(d.message_id).c_str(),
+                   static_cast<int>(detail.size()), detail.data());
+    }
+  };
+  options.on_warning = [](std::string_view line) {
+    std::fprintf(stderr, "idem-ledger-consumer: %.*s\n", static_cast<int>(line.size()), line.data());
+  };
+  idem::ConsumeLoop loop(**source, [&](const idem::Delivery& d, const idem::DeliveryAttempt&) {
+    Message m;
+    std::string error;
+    if (!parse(d.body, m, error, &d.message_id)) {
+      return idem::MessageDisposition::dead_letter_it("rejected", "not a ledger posting: " + error);
+    }
+    return idem::disposition_of(posting(m));
+  }, options);
+  std::atomic<bool> done{false};
+  std::thread waiter([&] {
+    // A timed wait, so that this thread also ends when run() does by itself (a refusing broker).
+    const timespec tick{0, 200'000'000};
+    while (!done.load()) {
+      if (sigtimedwait(&stop_signals, nullptr, &tick) > 0) {
+        loop.stop();
+        return;
+      }
+    }
+  });
+  auto result = loop.run();
+  done.store(true);
+  waiter.join();
+  if (!result) {
+    std::fprintf(stderr, "idem-ledger-consumer: --source %s: %s\n", idem::redact_url(url).c_str(),
+                 result.error().message.c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -140,6 +225,13 @@ int main(int argc, char** argv) {
   app.add_option("--frozen", frozen, "postings to this account fail (handler_failed); repeatable");
   app.add_option("--work-delay-ms", work_delay_ms, "sleep inside each posting's transaction (tests)")
       ->check(CLI::NonNegativeNumber);
+  std::string source_url;
+  std::size_t workers = 4;
+  std::size_t prefetch = 32;
+  app.add_option("--source", source_url, "consume a broker (amqp://...?queue=Q, redis+stream://...?group=G) instead of stdin");
+  app.add_option("--workers", workers, "postings at once (--source)")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--prefetch", prefetch, "messages held unacknowledged at once (--source)")
+      ->check(CLI::Range(1, 65535))->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -162,6 +254,23 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // The posting of one message, in the store's transaction; `frozen` accounts refuse it.
+  auto posting = [&](const Message& m) {
+    const bool is_frozen = std::find(frozen.begin(), frozen.end(), m.account) != frozen.end();
+    // The payload that must match on redelivery: what the message asks for, not its formatting.
+    const std::string payload = m.account + "\n" + std::to_string(m.amount);
+    return idem::process_once_in_transaction(
+        *consumer, **store, m.id, payload, [&](sqlite3* db, std::string& work_error) {
+          if (work_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(work_delay_ms));
+          if (is_frozen) {
+            work_error = "account " + m.account + " is frozen";
+            return false;
+          }
+          return post(db, m, work_error);
+        });
+  };
+  if (!source_url.empty()) return consume_broker(source_url, workers, prefetch, posting);
+
   std::string line;
   while (std::getline(std::cin, line)) {
     if (line.empty()) continue;
@@ -172,18 +281,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       continue;
     }
-    const bool is_frozen = std::find(frozen.begin(), frozen.end(), m.account) != frozen.end();
-    // The payload that must match on redelivery: what the message asks for, not its formatting.
-    const std::string payload = m.account + "\n" + std::to_string(m.amount);
-    auto outcome = idem::process_once_in_transaction(
-        *consumer, **store, m.id, payload, [&](sqlite3* db, std::string& work_error) {
-          if (work_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(work_delay_ms));
-          if (is_frozen) {
-            work_error = "account " + m.account + " is frozen";
-            return false;
-          }
-          return post(db, m, work_error);
-        });
+    auto outcome = posting(m);
     if (!outcome) {
       std::printf("%s store_error\n", printable(m.id).c_str());
       std::fprintf(stderr, "idem-ledger-consumer: %s: %s\n", printable(m.id).c_str(), outcome.error().message.c_str());

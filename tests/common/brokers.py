@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -204,7 +205,13 @@ class Handler:
                 self.end_headers()
                 self.wfile.write(reply)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Request)
+        class Server(http.server.ThreadingHTTPServer):
+            def handle_error(self, request, client_address):
+                # A sidecar killed mid-request resets its connection: expected here, not news.
+                if not isinstance(sys.exc_info()[1], OSError):
+                    super().handle_error(request, client_address)
+
+        self.server = Server(("127.0.0.1", 0), Request)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

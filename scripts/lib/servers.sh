@@ -135,7 +135,10 @@ start_rabbitmq_node() {  # the node described by DIR/rabbitmq/env.sh; waits unti
   rdir=$(rabbitmq_dir)
   [ -f "$rdir/env.sh" ] || { echo "servers.sh: no RabbitMQ node under $dir" >&2; return 1; }
   rm -f "$rdir/pid"
-  as_rabbitmq bash -c 'source "$0/env.sh" && nohup /usr/lib/rabbitmq/bin/rabbitmq-server >>"$0/server.log" 2>&1 &' "$rdir"
+  # Detached from our stdin, stdout and stderr: a test (or ctest) reading them until EOF must
+  # not wait for the node to exit.
+  as_rabbitmq bash -c 'source "$0/env.sh" || exit 1; nohup /usr/lib/rabbitmq/bin/rabbitmq-server >>"$0/server.log" 2>&1 </dev/null &' \
+    "$rdir" </dev/null >/dev/null 2>&1
   # `wait PIDFILE` returns once the node is up and its applications are running.
   if ! rabbitmqctl_in wait --timeout 90 "$rdir/pid" >"$dir/rabbitmq-wait.log" 2>&1; then
     echo "servers.sh: RabbitMQ did not come up; see $rdir/server.log and $rdir/log" >&2

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <thread>
 
 #include "amqp_test_support.hpp"
@@ -47,6 +48,16 @@ TEST(AmqpRestart, ReceiveRecoversOldDeliveriesAreStaleAndTheirMessagesComeBack) 
   NodeBack node;
   ASSERT_EQ(servers("stop-rabbitmq"), 0);
   node.stopped = true;
+
+  // Acks on a socket whose peer is gone, before anything read the close: a send fails
+  // (ECONNRESET, or EPIPE once the reset was seen). That must be an error, not SIGPIPE
+  // (librabbitmq sends with MSG_NOSIGNAL): with SIGPIPE's default action this process would die.
+  std::signal(SIGPIPE, SIG_DFL);
+  auto first = source->ack(std::span(held).first(1));
+  auto second = source->ack(std::span(held).subspan(1, 1));
+  ASSERT_TRUE(!first || !second) << "one of two sends to a closed socket fails";
+  const auto& failed = !first ? first.error() : second.error();
+  EXPECT_EQ(failed.code, BrokerErrc::unavailable) << failed.message;
 
   // While the broker is down: receive and ping say unavailable (retryable), again and again,
   // and a publish is unavailable and was not sent.

@@ -80,7 +80,7 @@ class AmqpSource final : public MessageSource {
   }
 
   BrokerResult<std::vector<Delivery>> receive(std::size_t max, Millis wait) override {
-    if (max == 0) return std::vector<Delivery>{};
+    if (max == 0) return service();
     const auto deadline = Steady::now() + wait;
     for (;;) {
       if (!conn_) {
@@ -194,9 +194,20 @@ class AmqpSource final : public MessageSource {
   }
 
   std::string name() const override { return name_; }
+
   std::uint64_t reconnects() const override { return reconnects_.load(std::memory_order_relaxed); }
 
  private:
+  // receive(0, ...): a caller with no room for deliveries (a consume loop whose workers are all
+  // busy) still keeps the connections alive: heartbeats go out and what arrived is read (and
+  // kept), without waiting and without reconnecting.
+  BrokerResult<std::vector<Delivery>> service() {
+    if (dead_letters_) dead_letters_->service();
+    if (!conn_) return std::unexpected(still_down());
+    if (auto alive = conn_->keep_alive(); !alive) return std::unexpected(lose(alive.error()));
+    if (auto p = pump(); !p) return std::unexpected(lose(p.error()));
+    return std::vector<Delivery>{};
+  }
   static std::string default_consumer_name() {
     char host[256] = {};
     if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "localhost");

@@ -329,7 +329,7 @@ int servers(const std::string& command, const std::string& args) {
 int close_connections_named(const std::string& name_part) {
   int status = 0;
   const std::string listing =
-      run_capture(servers_command("rabbitmqctl", "list_connections --quiet --no-table-headers pid user_provided_name"), &status);
+      run_capture(servers_command("rabbitmqctl", "list_connections --quiet --no-table-headers pid client_properties"), &status);
   if (status != 0) throw std::runtime_error("rabbitmqctl list_connections failed: " + listing);
   int closed = 0;
   std::istringstream lines(listing);

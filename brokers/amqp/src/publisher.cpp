@@ -33,9 +33,16 @@ struct ConfirmPublisher::Batch {
   std::map<std::uint64_t, std::size_t> pending;  // delivery tag -> message index
   std::vector<std::optional<Failure>> returned;
   bool broken = false;  // the channel or connection went: nothing more to wait for
+  std::optional<BrokerError> channel_error;  // why the broker closed the channel, if it did
 
   Batch(std::span<const Outgoing> m, std::vector<PublishResult>& r)
       : messages(m), results(r), state(m.size(), State::unsent), returned(m.size()) {}
+
+  void fail_unsent(const BrokerError& e) {
+    for (std::size_t i = 0; i < state.size(); ++i) {
+      if (state[i] == State::unsent) set(i, std::unexpected(e));
+    }
+  }
 
   void set(std::size_t i, BrokerResult<Done> result, bool was_returned = false) {
     results[i].result = std::move(result);
@@ -89,21 +96,21 @@ std::vector<PublishResult> ConfirmPublisher::publish(std::span<const Outgoing> m
   if (messages.empty()) return results;
   Batch batch(messages, results);
   if (auto r = ready(); !r) {
-    for (std::size_t i = 0; i < messages.size(); ++i) batch.set(i, std::unexpected(r.error()));
+    batch.fail_unsent(r.error());
     return results;
   }
   if (conn_->blocked()) {
-    const BrokerError e{BrokerErrc::unavailable,
-                        endpoint_.where + ": RabbitMQ is blocking publishers (a memory or disk alarm): " + conn_->blocked_reason(),
-                        false};
-    for (std::size_t i = 0; i < messages.size(); ++i) batch.set(i, std::unexpected(e));
+    batch.fail_unsent(BrokerError{BrokerErrc::unavailable,
+                                  endpoint_.where + ": RabbitMQ is blocking publishers (a memory or disk alarm): " + conn_->blocked_reason(),
+                                  false});
     return results;
   }
 
   const auto deadline = Steady::now() + confirm_timeout;
-  const std::uint32_t frame_max = conn_->frame_max();
-  for (std::size_t i = 0; i < messages.size() && !batch.broken; ++i) {
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    if (batch.broken && !recover(batch)) break;
     const Outgoing& m = messages[i];
+    const std::uint32_t frame_max = conn_->frame_max();
     if (auto why = unpublishable(m, frame_max)) {
       batch.set(i, std::unexpected(BrokerError{BrokerErrc::rejected, endpoint_.where + ": cannot publish the message: " + *why, false}));
       continue;
@@ -115,6 +122,15 @@ std::vector<PublishResult> ConfirmPublisher::publish(std::span<const Outgoing> m
                                                    std::to_string(*max_message_size_) + ")",
                                                false}));
       continue;
+    }
+    // A body past one frame may be past the broker's max_message_size, and the broker answers
+    // that by closing the channel, losing the confirms in flight. Such a message goes alone:
+    // after the confirms of those before it, and confirmed before the next is sent, so that only
+    // it fails (and the broker's limit, learned then, keeps the next ones from being sent).
+    const bool alone = m.body.size() > frame_max;
+    if (alone) {
+      await_confirms(batch, deadline);
+      if (batch.broken && !recover(batch)) break;
     }
     auto writable = conn_->wait_writable(deadline);
     if (!writable) {
@@ -131,25 +147,15 @@ std::vector<PublishResult> ConfirmPublisher::publish(std::span<const Outgoing> m
       connection_lost(batch, conn_->library_failure(st, "publishing"));
       break;
     }
-    // Read confirms as they come, so a large batch never waits on a full socket buffer.
-    if (i % 64 == 63) {
+    if (alone) {
+      await_confirms(batch, deadline);
+    } else if (i % 64 == 63) {
+      // Read confirms as they come, so a large batch never waits on a full socket buffer.
       if (auto r = drain(&batch); !r) connection_lost(batch, r.error());
     }
   }
-
-  while (!batch.broken && !batch.pending.empty()) {
-    if (auto r = drain(&batch); !r) {
-      connection_lost(batch, r.error());
-      break;
-    }
-    if (batch.broken || batch.pending.empty()) break;
-    auto w = conn_->wait(deadline);
-    if (!w) {
-      connection_lost(batch, w.error());
-      break;
-    }
-    if (*w == Connection::Wait::timeout) break;
-  }
+  if (batch.broken) recover(batch);  // settles what is unsent with the reason
+  await_confirms(batch, deadline);
 
   for (std::size_t i = 0; i < messages.size(); ++i) {
     if (batch.state[i] == Batch::State::pending) {
@@ -165,6 +171,42 @@ std::vector<PublishResult> ConfirmPublisher::publish(std::span<const Outgoing> m
     }
   }
   return results;
+}
+
+void ConfirmPublisher::await_confirms(Batch& batch, Steady::time_point deadline) {
+  while (!batch.broken && !batch.pending.empty()) {
+    if (auto r = drain(&batch); !r) {
+      connection_lost(batch, r.error());
+      return;
+    }
+    if (batch.broken || batch.pending.empty()) return;
+    auto w = conn_->wait(deadline);
+    if (!w) {
+      connection_lost(batch, w.error());
+      return;
+    }
+    if (*w == Connection::Wait::timeout) return;
+  }
+}
+
+bool ConfirmPublisher::recover(Batch& batch) {
+  if (!batch.broken) return true;
+  if (!batch.channel_error) return false;  // the connection went: connection_lost settled everything
+  const BrokerError cause = *batch.channel_error;
+  if (cause.code == BrokerErrc::rejected) {
+    // One message was refused; the others may go on a new channel.
+    if (auto r = ready(); r) {
+      batch.broken = false;
+      batch.channel_error.reset();
+      return true;
+    } else {
+      batch.fail_unsent(not_sent(r.error()));
+    }
+  } else {
+    batch.fail_unsent(cause);  // the same cause stops the rest (no such exchange, no permission)
+  }
+  batch.channel_error.reset();
+  return false;
 }
 
 std::expected<void, Failure> ConfirmPublisher::drain(Batch* batch) {
@@ -293,9 +335,7 @@ void ConfirmPublisher::channel_lost(Batch& batch, const Failure& failure) {
     }
   }
   batch.pending.clear();
-  for (std::size_t i = 0; i < batch.messages.size(); ++i) {
-    if (batch.state[i] == Batch::State::unsent) batch.set(i, std::unexpected(not_sent(BrokerError{BrokerErrc::unavailable, error.message, false})));
-  }
+  batch.channel_error = error;
   batch.broken = true;
 }
 
@@ -306,9 +346,7 @@ void ConfirmPublisher::connection_lost(Batch& batch, Failure failure) {
   const BrokerError unsent = not_sent(map_error(failure));
   for (const auto& [tag, i] : batch.pending) batch.set(i, std::unexpected(in_doubt));
   batch.pending.clear();
-  for (std::size_t i = 0; i < batch.messages.size(); ++i) {
-    if (batch.state[i] == Batch::State::unsent) batch.set(i, std::unexpected(unsent));
-  }
+  batch.fail_unsent(unsent);
   batch.broken = true;
   conn_.reset();
 }

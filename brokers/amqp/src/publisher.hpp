@@ -56,6 +56,12 @@ class ConfirmPublisher {
   std::expected<void, Failure> drain(Batch* batch);
   std::expected<void, Failure> handle(const amqp_frame_t& frame, Batch* batch);
   void settle(Batch& batch, std::uint64_t tag, bool multiple, bool acked);
+  /// Reads answers until every message sent is settled, the channel or connection goes, or
+  /// `deadline`.
+  void await_confirms(Batch& batch, Steady::time_point deadline);
+  /// After the broker closed the channel: a new channel if the cause was one message, so the
+  /// rest of the batch goes on; false (the unsent settled with the cause) otherwise.
+  bool recover(Batch& batch);
   void channel_lost(Batch& batch, const Failure& failure);
   void connection_lost(Batch& batch, Failure failure);
 

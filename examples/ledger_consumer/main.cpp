@@ -144,16 +144,21 @@ bool post(sqlite3* db, const Message& m, std::string& error) {
   return ok;
 }
 
+// SIGTERM and SIGINT: taken by a thread of their own (sigtimedwait) in broker mode, blocked in
+// every other thread, which is why main blocks them before any thread starts.
+sigset_t stop_signal_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
 // Consumes a broker until SIGTERM/SIGINT: the consume loop receives, `posting` runs each message
 // through process_once_in_transaction, and the loop acks, retries or dead-letters by the outcome.
 template <class Posting>
 int consume_broker(const std::string& url, std::size_t workers, std::size_t prefetch, Posting& posting) {
-  // The stop signals are taken by a thread of their own (sigwait), blocked everywhere else.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const sigset_t stop_signals = stop_signal_set();
 
   idem::SourceSettings settings;
   settings.prefetch = prefetch;
@@ -238,6 +243,10 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
+  if (!source_url.empty()) {
+    const sigset_t set = stop_signal_set();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before the store's threads start
+  }
   auto store = idem::SqliteStore::open({.path = db_path});
   if (!store) {
     std::fprintf(stderr, "idem-ledger-consumer: --db %s: %s\n", db_path.c_str(), store.error().message.c_str());

@@ -205,7 +205,7 @@ stop_rabbitmq() {  # stop_rabbitmq [epmd]
     local proc
     for proc in /proc/[0-9]*; do
       [ "$(cat "$proc/comm" 2>/dev/null)" = epmd ] || continue
-      if tr '\0' '\n' <"$proc/environ" 2>/dev/null | grep -qx "ERL_EPMD_PORT=$port"; then
+      if tr '\0' '\n' 2>/dev/null <"$proc/environ" | grep -qx "ERL_EPMD_PORT=$port"; then
         kill "${proc#/proc/}" 2>/dev/null || true
       fi
     done

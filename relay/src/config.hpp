@@ -1,0 +1,45 @@
+#pragma once
+
+// idem-relay's configuration (docs/outbox.md, "idem-relay"): a TOML file, then flags.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "idem/sidecar/settings.hpp"
+
+namespace idem::relay {
+
+using namespace std::chrono_literals;
+
+/// Everything idem-relay runs with; defaults are written here and in docs/outbox.md.
+struct Config {
+  std::string outbox;  ///< sqlite:PATH or postgres://... (may carry a password)
+  std::string sink;    ///< amqp://...?exchange=E, redis+stream://HOST:PORT/STREAM, http(s)://... (may carry a password)
+  std::optional<sidecar::ListenAddress> admin_listen = sidecar::ListenAddress{"127.0.0.1", 9102};
+  std::string name;                     ///< this relay's name on the rows it holds; default HOST-PID
+  std::size_t batch = 100;              ///< rows claimed and published at once
+  Millis poll_interval = 200ms;         ///< how long to wait when nothing is pending
+  std::uint32_t max_attempts = 20;      ///< publishes of a row before it is dead
+  Millis retry_min = 500ms;
+  Millis retry_max = 60s;
+  Millis lease = 60s;                   ///< PostgreSQL: rows held this long by a relay that vanished
+  Millis retention = std::chrono::days(7);  ///< sent rows are deleted after this
+  Millis webhook_timeout = 30s;         ///< one POST to a webhook
+  Millis connect_timeout = 5s;
+  Millis confirm_timeout = 10s;         ///< a broker's publisher confirm
+  gateway::LogLevel log_level = gateway::LogLevel::info;
+};
+
+using sidecar::Flags;
+
+/// Reads the file (if any), applies the flags, checks the whole. Throws sidecar::ConfigError.
+Config load(const Flags& flags);
+
+/// The same for TOML text (tests).
+Config parse(std::string_view toml, const Flags& flags);
+
+}  // namespace idem::relay

@@ -1,0 +1,46 @@
+#include "webhook_sink.hpp"
+
+#include "idem/client/retry.hpp"
+#include "idem/redact.hpp"
+#include "idem/sidecar/message_http.hpp"
+
+namespace idem::relay {
+
+WebhookSink::WebhookSink(std::string url, client::Transport& transport, Millis timeout)
+    : url_(std::move(url)), transport_(transport), timeout_(timeout) {}
+
+std::string WebhookSink::name() const { return redact_url(url_); }
+
+std::optional<Millis> WebhookSink::take_retry_after() { return std::exchange(retry_after_, std::nullopt); }
+
+std::vector<BrokerResult<Done>> WebhookSink::publish(std::span<const OutgoingMessage> messages) {
+  std::vector<BrokerResult<Done>> results;
+  results.reserve(messages.size());
+  for (const OutgoingMessage& m : messages) {
+    auto response = transport_.perform(sidecar::message_post(url_, m.message_id, m.content_type, m.headers, m.body), timeout_);
+    if (!response) {
+      // Not sent: the endpoint may or may not have taken it (in doubt unless it never connected).
+      results.push_back(std::unexpected(BrokerError{BrokerErrc::unavailable,
+                                                    "the webhook did not answer: " + response.error().message,
+                                                    response.error().in_doubt()}));
+      continue;
+    }
+    const int status = response->status;
+    if (status >= 200 && status < 300) {
+      results.push_back(Done{});
+      continue;
+    }
+    std::string detail = sidecar::describe_answer("the webhook", status, response->body);
+    if (sidecar::retryable_status(status)) {
+      if (auto value = client::find_header(response->headers, "Retry-After")) {
+        retry_after_ = client::parse_retry_after(*value, SystemClock::instance().now());
+      }
+      results.push_back(std::unexpected(BrokerError{BrokerErrc::unavailable, detail, true}));
+    } else {
+      results.push_back(std::unexpected(BrokerError{BrokerErrc::rejected, detail, false}));
+    }
+  }
+  return results;
+}
+
+}  // namespace idem::relay

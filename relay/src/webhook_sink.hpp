@@ -1,0 +1,38 @@
+#pragma once
+
+// The webhook sink of idem-relay: each message is POSTed to an HTTP endpoint as idem-consume
+// delivers one (sidecar/message_http.hpp), with Idempotency-Key: <message id>, so that the endpoint (idem-gateway in front of a service, or a
+// handler deduping by key) runs it once however often it arrives.
+//
+//   2xx                                 sent
+//   408, 409, 425, 429, 5xx, no answer  unavailable: published again later (Retry-After kept)
+//   any other status                    rejected: the row is dead, with the answer
+
+#include <optional>
+#include <string>
+
+#include "idem/broker.hpp"
+#include "idem/client/transport.hpp"
+
+namespace idem::relay {
+
+/// A MessageSink that POSTs each message to one URL.
+class WebhookSink final : public MessageSink {
+ public:
+  WebhookSink(std::string url, client::Transport& transport, Millis timeout);
+
+  std::vector<BrokerResult<Done>> publish(std::span<const OutgoingMessage> messages) override;
+  BrokerResult<Done> ping() override { return Done{}; }  // an endpoint has no ping; its answers tell
+  std::string name() const override;
+
+  /// The wait the last answer's Retry-After asked for, if any (then cleared).
+  std::optional<Millis> take_retry_after();
+
+ private:
+  std::string url_;
+  client::Transport& transport_;
+  Millis timeout_;
+  std::optional<Millis> retry_after_;
+};
+
+}  // namespace idem::relay

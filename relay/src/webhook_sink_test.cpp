@@ -1,0 +1,66 @@
+#include "webhook_sink.hpp"
+
+#include <gtest/gtest.h>
+
+namespace idem::relay {
+namespace {
+
+class FakeEndpoint final : public client::Transport {
+ public:
+  std::expected<client::HttpResponse, client::TransportError> perform(const client::HttpRequest& request, Millis) override {
+    requests.push_back(request);
+    if (answers.empty()) return client::HttpResponse{200, {}, ""};
+    auto a = answers.front();
+    answers.erase(answers.begin());
+    return a;
+  }
+  std::vector<client::HttpRequest> requests;
+  std::vector<std::expected<client::HttpResponse, client::TransportError>> answers;
+};
+
+OutgoingMessage message(std::string id) {
+  OutgoingMessage m;
+  m.message_id = std::move(id);
+  m.content_type = "application/json";
+  m.headers = {{"event", "payment.succeeded"}};
+  m.body = "{}";
+  return m;
+}
+
+TEST(WebhookSink, PostsEachMessageWithItsKeyAndHeaders) {
+  FakeEndpoint endpoint;
+  WebhookSink sink("http://u:hunter2hunter2@127.0.0.1:9/receipts", endpoint, Millis(1000));
+  EXPECT_EQ(sink.name(), "http://u:***@127.0.0.1:9/receipts");
+  const std::vector<OutgoingMessage> batch = {message("a"), message("b")};
+  const auto results = sink.publish(batch);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(results[0] && results[1]);
+  ASSERT_EQ(endpoint.requests.size(), 2u);
+  EXPECT_EQ(client::find_header(endpoint.requests[1].headers, "Idempotency-Key"), "b");
+  EXPECT_EQ(client::find_header(endpoint.requests[1].headers, "Content-Type"), "application/json");
+  EXPECT_EQ(client::find_header(endpoint.requests[1].headers, "Idem-Header-event"), "payment.succeeded");
+}
+
+TEST(WebhookSink, AnswersDecideRetryOrRefusal) {
+  FakeEndpoint endpoint;
+  endpoint.answers = {client::HttpResponse{503, {{"Retry-After", "3"}}, "down"},
+                      client::HttpResponse{422, {}, "{\"error\":\"no such account\"}"},
+                      std::unexpected(client::TransportError{client::TransportErrc::could_not_connect, "refused"})};
+  WebhookSink sink("http://127.0.0.1:9/x", endpoint, Millis(1000));
+  const std::vector<OutgoingMessage> batch = {message("a"), message("b"), message("c")};
+  const auto results = sink.publish(batch);
+  ASSERT_EQ(results.size(), 3u);
+  ASSERT_FALSE(results[0]);
+  EXPECT_EQ(results[0].error().code, BrokerErrc::unavailable);
+  EXPECT_EQ(sink.take_retry_after(), Millis(3000));
+  EXPECT_FALSE(sink.take_retry_after());
+  ASSERT_FALSE(results[1]);
+  EXPECT_EQ(results[1].error().code, BrokerErrc::rejected);
+  EXPECT_NE(results[1].error().message.find("no such account"), std::string::npos);
+  ASSERT_FALSE(results[2]);
+  EXPECT_EQ(results[2].error().code, BrokerErrc::unavailable);
+  EXPECT_FALSE(results[2].error().in_doubt);  // never connected: the endpoint cannot have it
+}
+
+}  // namespace
+}  // namespace idem::relay

@@ -110,14 +110,14 @@ enum class Refusal : std::uint8_t {
 /// A refused token: what kind, and one line saying why, for the problem's detail and the log.
 /// The line never holds the token, key material or claim values.
 struct TokenError {
-  Refusal refusal = Refusal::invalid;
-  std::string reason;
+  Refusal refusal = Refusal::invalid;  ///< which 401
+  std::string reason;                  ///< e.g. "kid \"k2\" is not in the key set"
 };
 
 /// A verified token's tenant: "jwt:" + hex SHA-256 of the RFC 8785 form of its tenant claims
 /// (idem::claims_tenant).
 struct Verified {
-  std::string tenant;
+  std::string tenant;  ///< "jwt:<hex>"
   bool cached = false;  ///< found in the cache: no signature was checked
 };
 

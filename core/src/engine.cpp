@@ -19,6 +19,7 @@ std::string_view to_string(Verdict verdict) {
     case Verdict::key_missing: return "key_missing";
     case Verdict::key_invalid: return "key_invalid";
     case Verdict::store_unavailable: return "store_unavailable";
+    case Verdict::record_unreadable: return "record_unreadable";
   }
   return "unknown";
 }
@@ -134,6 +135,16 @@ void Engine::begin(const Policy& policy, const RequestView& request, std::string
   ClaimRequest copy = claim;  // the store consumes its request; the decision needs its fields
   store_.claim(std::move(claim), [terms, copy = std::move(copy),
                                   done = std::move(done)](StoreResult<ClaimResult> result) mutable {
+    if (!result && result.error().code == StoreErrc::undecryptable) {
+      // Not a store outage: retrying later cannot help until an operator restores the key, and
+      // executing would run the operation a second time.
+      Decision d = refuse(Verdict::record_unreadable,
+                          "a request with this key was executed, but its stored response cannot be read "
+                          "(it is encrypted with a key this server does not have, or was altered); it was not "
+                          "executed again");
+      d.store_error = std::move(result.error());
+      return done(std::move(d));
+    }
     if (!result) {
       Decision d = refuse(Verdict::store_unavailable,
                           "the idempotency store is unavailable; nothing was executed, retry later",

@@ -72,6 +72,10 @@ std::optional<Problem> problem_for(const Decision& decision) {
       p.retry_after_seconds = std::max<long>(1, decision.retry_after.count());
       return p;
     }
+    case Verdict::record_unreadable:
+      // No Retry-After: the same keys give the same answer; an operator restoring the key does.
+      return make_problem(500, "idempotency_record_unreadable", "The stored response for this key cannot be read",
+                          decision.detail);
   }
   return std::nullopt;
 }

@@ -25,6 +25,7 @@ TEST(ProblemFor, MapsEveryRefusalToSpecStatusAndCode) {
       {Verdict::outcome_unknown, 409, "idempotency_outcome_unknown"},
       {Verdict::mismatch, 422, "idempotency_key_mismatch"},
       {Verdict::store_unavailable, 503, "idempotency_store_unavailable"},
+      {Verdict::record_unreadable, 500, "idempotency_record_unreadable"},
   };
   for (const auto& c : cases) {
     auto p = problem_for(decision(c.verdict, std::chrono::seconds{3}));

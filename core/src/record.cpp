@@ -27,6 +27,7 @@ std::string_view to_string(StoreErrc code) {
     case StoreErrc::timeout: return "timeout";
     case StoreErrc::corrupt: return "corrupt";
     case StoreErrc::internal: return "internal";
+    case StoreErrc::undecryptable: return "undecryptable";
   }
   return "unknown";
 }

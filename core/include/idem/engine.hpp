@@ -47,6 +47,9 @@ enum class Verdict : std::uint8_t {
   key_missing,        ///< 400 idempotency_key_missing
   key_invalid,        ///< 400 idempotency_key_invalid
   store_unavailable,  ///< 503 idempotency_store_unavailable, with Retry-After; nothing executed
+  /// 500 idempotency_record_unreadable: the key's stored response is encrypted and cannot be
+  /// decrypted (key missing, bytes altered); neither replayed nor executed again.
+  record_unreadable,
 };
 
 /// "pass_through", "execute", ... (metric labels, logs).
@@ -69,7 +72,7 @@ struct Decision {
   std::optional<StoredResponse> replay;  ///< for replay
   std::chrono::seconds retry_after{0};   ///< for in_use and store_unavailable
   std::string detail;                    ///< a sentence for the client and the log
-  std::optional<StoreError> store_error; ///< for store_unavailable
+  std::optional<StoreError> store_error; ///< for store_unavailable and record_unreadable (why, for the log)
 };
 
 /// What finish() should do with a response (SPEC §4.3).

@@ -15,6 +15,10 @@ enum class StoreErrc : std::uint8_t {
   timeout,      ///< the store did not answer in time; a write may or may not have happened
   corrupt,      ///< the store answered with data this version cannot read
   internal,     ///< a bug or an unexpected answer
+  /// A stored response is encrypted and the configured keys cannot open it (its key is missing,
+  /// its bytes were altered, or it was copied from another record): EncryptedStore. Not
+  /// retryable, and nothing was changed; the record must be neither replayed nor executed again.
+  undecryptable,
 };
 
 /// "unavailable", "timeout", ...

@@ -75,9 +75,17 @@ StoreResult<OpenedStore> opened(std::string_view url, StoreResult<std::unique_pt
   return out;
 }
 
-}  // namespace
+// The backend wrapped in an EncryptedStore when the options carry keys.
+StoreResult<OpenedStore> encrypted(StoreResult<OpenedStore> opened, const OpenStoreOptions& options) {
+  if (!opened || !options.encryption) return opened;
+  auto wrapped = std::make_unique<EncryptedStore>(std::move(opened->store), opened->admin, options.encryption);
+  opened->encrypted = wrapped.get();
+  opened->admin = wrapped.get();
+  opened->store = std::move(wrapped);
+  return opened;
+}
 
-StoreResult<OpenedStore> open_store(std::string_view url, const OpenStoreOptions& options) {
+StoreResult<OpenedStore> open_backend(std::string_view url, const OpenStoreOptions& options) {
   if (auto problem = check_store_url(url)) return std::unexpected(bad_url(*problem));
   switch (scheme_of(url)) {
     case Scheme::memory:
@@ -105,6 +113,12 @@ StoreResult<OpenedStore> open_store(std::string_view url, const OpenStoreOptions
       break;
   }
   return std::unexpected(bad_url("unsupported store URL"));
+}
+
+}  // namespace
+
+StoreResult<OpenedStore> open_store(std::string_view url, const OpenStoreOptions& options) {
+  return encrypted(open_backend(url, options), options);
 }
 
 StoreResult<std::unique_ptr<OutboxReader>> open_outbox_reader(std::string_view url, const OutboxReaderOptions& options) {

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "idem/testing/test_keys.hpp"
 #include "sqlite_url.hpp"
 
 namespace idem {
@@ -19,6 +20,36 @@ TEST(OpenStore, MemoryAndSqliteOpenWithAnOperatorInterface) {
   EXPECT_NE(sqlite->admin, nullptr);
   EXPECT_TRUE(BlockingStore(*sqlite->store).ping());
   sqlite->store.reset();
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path.string() + suffix);
+}
+
+TEST(OpenStore, KeysWrapTheBackendInAnEncryptedStore) {
+  const auto path = std::filesystem::temp_directory_path() / ("idem-open-enc-" + std::to_string(::getpid()) + ".db");
+  OpenStoreOptions options;
+  options.encryption = testing::test_key_ring(testing::test_key_line("k1", 1));
+  auto opened = open_store("sqlite:" + path.string(), options);
+  ASSERT_TRUE(opened) << opened.error().message;
+  ASSERT_NE(opened->encrypted, nullptr);
+  EXPECT_EQ(static_cast<Store*>(opened->encrypted), opened->store.get());
+  EXPECT_EQ(static_cast<StoreAdmin*>(opened->encrypted), opened->admin);
+  EXPECT_EQ(opened->encrypted->keys(), options.encryption);
+  ClaimRequest claim;
+  claim.id = RecordId{"t", "key-0000000000000001"};
+  claim.request_hash = "h";
+  claim.token = new_fencing_token();
+  claim.now = SystemClock::instance().now();
+  claim.lease_expires = claim.now + std::chrono::minutes(1);
+  claim.expires = claim.now + std::chrono::hours(1);
+  BlockingStore store(*opened->store);
+  ASSERT_EQ(store.claim(claim)->status, ClaimStatus::claimed);
+  ASSERT_EQ(store.complete(CompleteRequest{Fence{claim.id, claim.token}, StoredResponse{200, {}, "secret"}, claim.now,
+                                           claim.expires}),
+            FenceStatus::ok);
+  EXPECT_EQ((*store.get(claim.id))->response->body, "secret");
+  auto raw = BlockingStore(opened->encrypted->inner()).get(claim.id);
+  EXPECT_EQ(sealed_key_id(*(*raw)->response), "k1");
+  EXPECT_EQ(open_store("memory:")->encrypted, nullptr);  // no keys, no decorator
+  opened->store.reset();
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path.string() + suffix);
 }
 

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "idem/clock.hpp"
+#include "idem/encrypted_store.hpp"
 #include "idem/outbox.hpp"
 #include "idem/redact.hpp"  // redact_url, for printing a store URL
 #include "idem/store.hpp"
@@ -18,6 +19,9 @@ struct OpenedStore {
   std::unique_ptr<Store> store;
   StoreAdmin* admin = nullptr;  ///< the same object as `store`, seen as StoreAdmin
   std::string name;             ///< the URL with any password removed, for logs
+  /// With OpenStoreOptions::encryption: `store` itself, seen as the decorator (to swap its keys,
+  /// or to reach the backend beneath); null otherwise.
+  EncryptedStore* encrypted = nullptr;
 };
 
 /// Settings that apply to every backend opened by URL.
@@ -26,6 +30,9 @@ struct OpenStoreOptions {
   const Clock* clock = nullptr;
   /// How often the store's own reaper deletes expired records; zero: none.
   Millis reaper_interval{0};
+  /// Keys to encrypt stored responses with (docs/security.md): the backend is then wrapped in an
+  /// EncryptedStore. Null (the default): responses are stored as they are.
+  std::shared_ptr<const KeyRing> encryption;
 };
 
 /// Opens the store a URL names:

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "idem/problem.hpp"
+#include "idem/sqlite_outbox.hpp"
 
 namespace idem::payments {
 namespace {
@@ -299,6 +300,16 @@ Plan plan_bonus(sqlite3* db, std::string_view body, std::string id, std::int64_t
   return p;
 }
 
+OutboxMessage payment_succeeded(const Plan& p) {
+  OutboxMessage m;
+  m.message_id = p.id + "/payment.succeeded";
+  m.content_type = "application/json";
+  m.headers = {{"event-type", "payment.succeeded"}};
+  json event = {{"type", "payment.succeeded"}, {"payment", json::parse(p.outcome.body, nullptr, false)}};
+  m.body = event.dump();
+  return m;
+}
+
 Applied apply(sqlite3* db, const Plan& p, std::string& error) {
   switch (p.op) {
     case Op::none:
@@ -320,7 +331,12 @@ Applied apply(sqlite3* db, const Plan& p, std::string& error) {
       if (auto r = run(credit, db, 1, error); r != Applied::ok) return r;
       Stmt row(db, "INSERT INTO payments (id, from_account, to_account, amount, currency, created, request_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
       row.text(1, p.id).text(2, p.account).text(3, p.to).integer(4, p.amount).text(5, p.currency).integer(6, p.created).text(7, p.request_key);
-      return run(row, db, 1, error);
+      if (auto r = run(row, db, 1, error); r != Applied::ok) return r;
+      // The event leaves with the payment or not at all: the same transaction (SPEC §11).
+      if (p.outbox && !SqliteOutbox::enqueue(db, payment_succeeded(p), SystemClock::instance().now(), error)) {
+        return Applied::error;
+      }
+      return Applied::ok;
     }
     case Op::order: {
       Stmt s(db, "INSERT INTO orders (id, account, amount, currency, description, created, request_key) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 WHERE EXISTS (SELECT 1 FROM accounts WHERE id = ?2 AND currency = ?4)");

@@ -1,6 +1,6 @@
 // idem-payments: the example ledger service (docs/payments.md).
 //
-//   idem-payments [--listen HOST:PORT] [--db PATH] [--idempotency off|inprocess] [--lease-ms N]
+//   idem-payments [--listen HOST:PORT] [--db PATH] [--idempotency off|inprocess] [--lease-ms N] [--outbox on|off]
 //
 // Exit codes: 0 after SIGINT/SIGTERM, 1 when start-up fails, 2 for a bad flag.
 #include <CLI/CLI.hpp>
@@ -23,6 +23,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"off", "inprocess"}))
       ->capture_default_str();
   app.add_option("--lease-ms", lease_ms, "inprocess: key lease in milliseconds")->check(CLI::PositiveNumber);
+  std::string outbox = "on";
+  app.add_option("--outbox", outbox, "on: each succeeded payment enqueues payment.succeeded (docs/outbox.md)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -41,6 +45,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.inprocess = mode == "inprocess";
+  options.outbox = outbox == "on";
   options.lease = std::chrono::milliseconds(lease_ms);
   try {
     idem::payments::Service service(options);

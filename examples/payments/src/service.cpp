@@ -31,6 +31,7 @@
 #include "idem/http/message.hpp"
 #include "idem/payments/ledger.hpp"
 #include "idem/problem.hpp"
+#include "idem/sqlite_outbox.hpp"
 #include "idem/sqlite_store.hpp"
 #include "idem/tenant.hpp"
 
@@ -104,6 +105,11 @@ sqlite3* open_ledger(const std::string& path) {
   if (!migrate(db, error)) {
     sqlite3_close(db);
     throw std::runtime_error("--db " + path + ": " + error);
+  }
+  // In-process mode the store's migrations made it; off mode this service writes its own events.
+  if (auto created = SqliteOutbox::create_table(db); !created) {
+    sqlite3_close(db);
+    throw std::runtime_error("--db " + path + ": outbox: " + created.error().message);
   }
   return db;
 }
@@ -234,6 +240,7 @@ Response Service::Impl::write_off(const Request& req, const WriteRoute& route) {
   Outcome outcome = execute_now(db, [&](sqlite3* conn) {
     Plan plan = route.plan(conn, body, new_id(route.prefix), unix_now());
     plan.request_key = key;
+    plan.outbox = options.outbox;
     return plan;
   });
   return make_response(outcome, req.version(), req.keep_alive());
@@ -269,6 +276,7 @@ asio::awaitable<Response> Service::Impl::write_inprocess(const Request& req, con
   for (int attempt = 0; attempt < 100; ++attempt) {
     Plan plan = route.plan(db, body, new_id(route.prefix), unix_now());
     plan.request_key = key;
+    plan.outbox = options.outbox;
     Response res = make_response(plan.outcome, version, keep_alive);
     const TimePoint now = engine->clock().now();
     auto stale = std::make_shared<bool>(false);

@@ -157,6 +157,10 @@ StoreResult<Statements> prepare_statements(sqlite3* db) {
 
 // ---- enqueue ----------------------------------------------------------------------------------
 
+StoreResult<Done> SqliteOutbox::create_table(sqlite3* db) {
+  return sqlite_detail::ensure_outbox(db, /*create=*/true, sqlite3_db_filename(db, "main"));
+}
+
 bool SqliteOutbox::enqueue(sqlite3* db, const OutboxMessage& message, TimePoint now, std::string& error) {
   if (db == nullptr) {
     error = "outbox: enqueue got no database connection";

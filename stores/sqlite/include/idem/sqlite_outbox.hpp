@@ -52,6 +52,11 @@ class SqliteOutbox final : public OutboxReader {
   /// everything of the transaction rolls back.
   static bool enqueue(sqlite3* db, const OutboxMessage& message, TimePoint now, std::string& error);
 
+  /// Creates the outbox table (and its indexes) on the application's own connection if the file
+  /// has none: for a service that enqueues in transactions of its own, on a database no
+  /// SqliteStore opened. Idempotent; run it once at start-up, outside any transaction.
+  static StoreResult<Done> create_table(sqlite3* db);
+
   /// Opens the outbox of an existing database file on a connection of its own (WAL mode, busy
   /// timeout). Errors: unavailable when the file is missing or cannot be opened, or (relay)
   /// when another relay holds the file's relay lock; corrupt for a file that is not a database

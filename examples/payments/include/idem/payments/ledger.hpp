@@ -4,6 +4,8 @@
 #include <string>
 #include <string_view>
 
+#include "idem/outbox.hpp"
+
 struct sqlite3;
 
 // The payments example's business logic: plain functions over an SQLite connection, no HTTP.
@@ -41,6 +43,9 @@ struct Plan {
   std::string description;  ///< order only
   std::int64_t created = 0; ///< Unix seconds
   std::string request_key;  ///< the Idempotency-Key the request came with ("" if none)
+  /// Whether apply enqueues the plan's events in the outbox (idem_outbox, docs/outbox.md), in
+  /// the same transaction as its writes: a transfer enqueues payment.succeeded.
+  bool outbox = false;
 };
 
 /// The result of apply.
@@ -63,7 +68,12 @@ Plan plan_order(sqlite3* db, std::string_view body, std::string id, std::int64_t
 /// POST /v1/bonuses {"account","amount","currency"}: credits the account (an accrual).
 Plan plan_bonus(sqlite3* db, std::string_view body, std::string id, std::int64_t now);
 
-/// Performs a plan's writes on `db`, inside the caller's transaction.
+/// The event a succeeded payment publishes: id "<pay_id>/payment.succeeded" (stable, so that
+/// consumers dedupe by it), body {"type": "payment.succeeded", "payment": {...the 201 body...}}.
+OutboxMessage payment_succeeded(const Plan& plan);
+
+/// Performs a plan's writes on `db`, inside the caller's transaction (and its events, see
+/// Plan::outbox).
 Applied apply(sqlite3* db, const Plan& plan, std::string& error);
 
 /// Plans and applies in one BEGIN IMMEDIATE transaction on `db` (the service without in-process

@@ -368,6 +368,30 @@ void parse_tenant(const Context& parent, const toml::node& node, Config& config)
   config.tenant = parse_tenant_table(ctx, table, &node, config);
 }
 
+// [encryption]: the key file is read here, so a missing, malformed or world-readable one stops
+// the start (exit 2) instead of failing the first request that completes.
+void parse_encryption(const Context& parent, const toml::node& node, Config& config) {
+  const Context ctx{parent.source, "[encryption]"};
+  const auto& table = expect_table(parent, "encryption", node);
+  const toml::node* file_node = nullptr;
+  for (const auto& [k, v] : table) {
+    if (k.str() == "key_file") {
+      config.encryption_key_file = get_string(ctx, "key_file", v);
+      if (config.encryption_key_file.empty()) ctx.fail(&v, "key_file: must not be empty");
+      file_node = &v;
+    } else {
+      ctx.fail(&v, "unknown key " + quoted(k.str()));
+    }
+  }
+  if (file_node == nullptr) ctx.fail(&node, "missing key \"key_file\" (leave [encryption] out to store responses unencrypted)");
+  std::vector<std::string> warnings;
+  auto keys = KeyRing::load(config.encryption_key_file, &warnings);
+  // No "(line N)" of the TOML file: the message names the key file, and its own line.
+  if (!keys) ctx.fail(nullptr, "key_file: " + keys.error());
+  for (auto& w : warnings) config.warnings.push_back("[encryption]: " + w);
+  config.encryption_keys = std::move(*keys);
+}
+
 std::string describe(const Route& route) {
   std::string methods;
   for (const auto& m : route.methods) methods += (methods.empty() ? "" : ",") + m;
@@ -511,6 +535,8 @@ void parse_top(const Context& ctx, const toml::table& root, Config& config) {
       } else {
         ctx.fail(&v, "log_level: " + quoted(level) + ": expected \"error\", \"warn\", \"info\" or \"debug\"");
       }
+    } else if (key == "encryption") {
+      parse_encryption(ctx, v, config);
     } else if (key == "idempotency" || key == "tenant" || key == "route") {
       // Parsed after every top-level key, so routes inherit the finished [idempotency].
     } else {

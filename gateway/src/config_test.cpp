@@ -2,9 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
+
 
 namespace idem::gateway {
 namespace {
@@ -414,6 +418,72 @@ TEST(Config, LoadConfigReadsFilesAndNamesMissingOnes) {
     EXPECT_EQ(std::string(e.what()), path + ": cannot read the file");
   }
   EXPECT_EQ(load_config(std::nullopt).listen.port, 8080);
+}
+
+// [encryption]: the key file is read with the configuration, so any problem with it is exit 2.
+class EncryptionConfig : public ::testing::Test {
+ protected:
+  std::string dir = ::testing::TempDir() + "idem-enc-config-" + std::to_string(::getpid());
+  std::string path = dir + "/keys";
+  // 32 bytes of 0x01 and of 0x02, and 16 bytes of 'x', in base64 (fixed test keys).
+  const std::string key = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+  const std::string key2 = "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=";
+  const std::string short_key = "eHh4eHh4eHh4eHh4eHh4eA==";
+  void SetUp() override { std::filesystem::create_directories(dir); }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  void write(const std::string& text, std::filesystem::perms mode = std::filesystem::perms::owner_read |
+                                                                    std::filesystem::perms::owner_write) {
+    std::ofstream(path, std::ios::trunc) << text;
+    std::filesystem::permissions(path, mode);
+  }
+  std::string toml() const { return "[encryption]\nkey_file = \"" + path + "\"\n"; }
+};
+
+TEST_F(EncryptionConfig, OffUnlessConfigured) {
+  const Config config = parse_config("", "config.toml");
+  EXPECT_EQ(config.encryption_keys, nullptr);
+  EXPECT_TRUE(config.encryption_key_file.empty());
+}
+
+TEST_F(EncryptionConfig, LoadsTheKeyFile) {
+  write("# keys\nold " + key + " \nnew " + key2 + " decrypt-only\n");
+  const Config config = parse_config(toml(), "config.toml");
+  ASSERT_NE(config.encryption_keys, nullptr);
+  EXPECT_EQ(config.encryption_key_file, path);
+  EXPECT_EQ(*config.encryption_keys->sealing_key_id(), "old");
+  EXPECT_EQ(config.encryption_keys->keys().size(), 2u);
+}
+
+TEST_F(EncryptionConfig, EveryKeyDecryptOnlyWarns) {
+  write("old " + key + " decrypt-only\n");
+  const Config config = parse_config(toml(), "config.toml");
+  ASSERT_EQ(config.warnings.size(), 1u);
+  EXPECT_NE(config.warnings[0].find("[encryption]: " + path + ": every key is decrypt-only"), std::string::npos)
+      << config.warnings[0];
+}
+
+TEST_F(EncryptionConfig, BadKeyFilesAreOneLineErrorsWithoutKeyMaterial) {
+  write("k1 " + short_key + "\n");
+  EXPECT_EQ(error_of(toml()), "config.toml: [encryption]: key_file: " + path +
+                                  ": line 1: key \"k1\": the key is 16 bytes, expected 32; make one with `openssl rand "
+                                  "-base64 32`");
+  write("k1 " + key + "\nk1 " + key + "\n");
+  const std::string twice = error_of(toml());
+  EXPECT_NE(twice.find("key id \"k1\" is listed twice"), std::string::npos) << twice;
+  EXPECT_EQ(twice.find(key), std::string::npos) << twice;
+  write(key + " k1\n");  // columns swapped: the key is where the id belongs
+  const std::string swapped = error_of(toml());
+  EXPECT_NE(swapped.find("the key id must be"), std::string::npos) << swapped;
+  EXPECT_EQ(swapped.find(key), std::string::npos) << swapped;
+  write("k1 " + key + "\n", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                                std::filesystem::perms::others_read);
+  EXPECT_NE(error_of(toml()).find("lets other users read or change it; chmod 600"), std::string::npos);
+  std::filesystem::remove(path);
+  EXPECT_NE(error_of(toml()).find("cannot read the key file"), std::string::npos);
+  EXPECT_NE(error_of("[encryption]\n").find("missing key \"key_file\""), std::string::npos);
+  EXPECT_NE(error_of("[encryption]\nkey_file = \"\"\n").find("must not be empty"), std::string::npos);
+  EXPECT_NE(error_of("[encryption]\nkeyfile = \"x\"\n").find("unknown key \"keyfile\""), std::string::npos);
+  EXPECT_NE(error_of("encryption = \"x\"\n").find("expected a table [encryption]"), std::string::npos);
 }
 
 }  // namespace

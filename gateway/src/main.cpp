@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "idem/encrypted_store.hpp"
 #include "idem/engine.hpp"
 #include "idem/gateway/config.hpp"
 #include "idem/gateway/log.hpp"
@@ -35,8 +36,10 @@ int fail(int code, const std::string& message) {
   return code;
 }
 
-// Opens the configured store; on failure returns null and sets `error`.
-std::unique_ptr<Store> open_configured_store(const StoreUrl& url, std::string& error) {
+// Opens the configured store, encrypting stored responses when the configuration has keys
+// (`encrypted` then points at the decorator); on failure returns null and sets `error`.
+std::unique_ptr<Store> open_configured_store(const Config& config, EncryptedStore*& encrypted, std::string& error) {
+  const StoreUrl& url = config.store;
   if (url.kind == StoreUrl::Kind::sqlite) {
     // The directory is created like the file itself would be: a missing ./var is not an error.
     const std::filesystem::path path(url.path);
@@ -51,11 +54,13 @@ std::unique_ptr<Store> open_configured_store(const StoreUrl& url, std::string& e
   }
   OpenStoreOptions options;
   options.reaper_interval = Millis{0};  // the gateway runs its own reaper for every store
+  options.encryption = config.encryption_keys;
   auto opened = open_store(url.text, options);
   if (!opened) {
     error = "store " + redact_url(url.text) + ": " + opened.error().message;
     return nullptr;
   }
+  encrypted = opened->encrypted;
   return std::move(opened->store);
 }
 
@@ -118,8 +123,19 @@ int run(int argc, char** argv) {
   raise_open_files_limit(config);
 
   std::string error;
-  std::unique_ptr<Store> store = open_configured_store(config.store, error);
+  // The key ring sits behind an atomic pointer in the decorator: a reload (SIGHUP, when it comes)
+  // is `encrypted->set_keys(*KeyRing::load(config.encryption_key_file))`; requests in flight keep
+  // the ring they started with. Until then a restart applies a changed key file.
+  EncryptedStore* encrypted = nullptr;
+  std::unique_ptr<Store> store = open_configured_store(config, encrypted, error);
   if (!store) return fail(1, error);
+  if (encrypted != nullptr) {
+    const auto keys = encrypted->keys();
+    const std::string* sealing = keys->sealing_key_id();
+    log::write(LogLevel::info, "encryption: " + std::to_string(keys->keys().size()) + " key(s) from " +
+                                   config.encryption_key_file + "; new responses " +
+                                   (sealing != nullptr ? "encrypted with key id " + *sealing : "stored unencrypted"));
+  }
   Engine engine(*store);
   auto gateway = std::make_unique<Gateway>(config, engine);
   try {

@@ -96,6 +96,7 @@ std::string_view to_string(Outcome outcome) {
     case Outcome::too_large: return "too_large";
     case Outcome::bad_request: return "bad_request";
     case Outcome::unauthorized: return "unauthorized";
+    case Outcome::record_unreadable: return "record_unreadable";
     case Outcome::count_: break;
   }
   return "?";
@@ -112,6 +113,7 @@ Outcome outcome_of(Verdict verdict) {
     case Verdict::key_missing: return Outcome::missing;
     case Verdict::key_invalid: return Outcome::invalid;
     case Verdict::store_unavailable: return Outcome::store_unavailable;
+    case Verdict::record_unreadable: return Outcome::record_unreadable;
   }
   return Outcome::passed_through;
 }

@@ -26,7 +26,7 @@ TEST(Metrics, SumsShardsPerOutcome) {
   EXPECT_TRUE(has_line(text, "idem_requests_total{outcome=\"executed\"} 2")) << text;
   EXPECT_TRUE(has_line(text, "idem_requests_total{outcome=\"replayed\"} 1"));
   for (const auto* o : {"in_use", "mismatch", "missing", "invalid", "store_unavailable", "outcome_unknown",
-                        "passed_through", "unauthorized"}) {
+                        "passed_through", "unauthorized", "record_unreadable"}) {
     EXPECT_TRUE(has_line(text, std::string("idem_requests_total{outcome=\"") + o + "\"} 0")) << o;
   }
   EXPECT_TRUE(has_line(text, "idem_finish_total{result=\"stored\"} 1"));
@@ -60,6 +60,8 @@ TEST(Metrics, VerdictsMapToOutcomes) {
   EXPECT_EQ(outcome_of(Verdict::key_missing), Outcome::missing);
   EXPECT_EQ(outcome_of(Verdict::key_invalid), Outcome::invalid);
   EXPECT_EQ(outcome_of(Verdict::pass_through), Outcome::passed_through);
+  EXPECT_EQ(outcome_of(Verdict::record_unreadable), Outcome::record_unreadable);
+  EXPECT_EQ(to_string(Outcome::record_unreadable), "record_unreadable");
   EXPECT_EQ(to_string(Outcome::store_unavailable), "store_unavailable");
 }
 

@@ -821,6 +821,13 @@ Task<bool> Handler::handle(Request& req) {
   ex.keep_alive = keep_alive && written;
       break;
     }
+    case Verdict::record_unreadable:
+      // Only an operator can fix this (restore the key, or resolve the record), so it is said at
+      // error level too, which log_level = "warn" still shows. The message names the record and
+      // the key id, never key material; the client's problem says neither.
+      log::write(LogLevel::error, "encryption: refused to replay, and did not execute: " +
+                                      (d.store_error ? d.store_error->message : std::string("unreadable record")));
+      [[fallthrough]];
     default: {
       Response res = http::problem_response(*problem_for(d), version, keep_alive);
       ex.status = res.result_int();

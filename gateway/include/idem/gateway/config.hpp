@@ -3,12 +3,14 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "idem/encryption.hpp"
 #include "idem/engine.hpp"
 #include "idem/gateway/routes.hpp"
 #include "idem/tenant.hpp"
@@ -94,6 +96,12 @@ struct Config {
   /// from = "jwt" its keys are loaded when the configuration is (a bad key file is a ConfigError).
   TenantSetting tenant;
   std::vector<Route> routes;
+
+  /// [encryption] key_file: encrypts stored responses at rest (docs/security.md); empty: off.
+  std::string encryption_key_file;
+  /// The keys read from encryption_key_file when the configuration was loaded (a bad file is a
+  /// ConfigError); null when encryption is off.
+  std::shared_ptr<const KeyRing> encryption_keys;
 
   /// Things worth saying at start-up that do not stop it (retention outside 1h-7d, ...).
   std::vector<std::string> warnings;

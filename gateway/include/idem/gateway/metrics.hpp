@@ -28,6 +28,9 @@ enum class Outcome : std::uint8_t {
   too_large,          ///< 413 request_too_large
   bad_request,        ///< 400/431/501 for requests that could not be parsed or are refused as framed, 400 tenant_ambiguous
   unauthorized,       ///< 401 token_missing, token_invalid, token_expired ([tenant] from = "jwt")
+  /// 500 idempotency_record_unreadable: an encrypted record the keys cannot open (key missing,
+  /// bytes altered); neither replayed nor executed. Alert on it: nothing but an operator fixes it.
+  record_unreadable,
   count_
 };
 

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 
 #include "idem/fingerprint.hpp"
@@ -222,6 +223,25 @@ std::optional<std::string> base64_decode(std::string_view text) {
       OPENSSL_cleanse(out.data(), out.size());
       return std::nullopt;
     }
+  }
+  return out;
+}
+
+std::string base64_encode(const unsigned char* bytes, std::size_t size) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((size + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 2 < size; i += 3) {
+    const std::uint32_t n = (std::uint32_t{bytes[i]} << 16) | (std::uint32_t{bytes[i + 1]} << 8) | bytes[i + 2];
+    for (int shift : {18, 12, 6, 0}) out.push_back(kAlphabet[(n >> shift) & 63]);
+  }
+  if (i < size) {
+    const std::uint32_t n = (std::uint32_t{bytes[i]} << 16) | (i + 1 < size ? std::uint32_t{bytes[i + 1]} << 8 : 0);
+    out.push_back(kAlphabet[(n >> 18) & 63]);
+    out.push_back(kAlphabet[(n >> 12) & 63]);
+    out.push_back(i + 1 < size ? kAlphabet[(n >> 6) & 63] : '=');
+    out.push_back('=');
   }
   return out;
 }
@@ -492,6 +512,84 @@ std::expected<StoredResponse, OpenError> KeyRing::open(const RecordId& id, Store
   plain.erase(0, kPrefixSize + hsize);
   out.body = std::move(plain);
   return out;
+}
+
+std::expected<KeyInfo, std::string> add_key_to_file(const std::string& path, std::string id, bool decrypt_only) {
+  std::shared_ptr<const KeyRing> existing;
+  struct stat st {};
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (exists) {
+    auto loaded = KeyRing::load(path);
+    if (!loaded) return std::unexpected(loaded.error());
+    existing = std::move(*loaded);
+  } else if (errno != ENOENT) {
+    return std::unexpected(path + ": " + std::strerror(errno));
+  }
+  const auto taken = [&](const std::string& candidate) { return existing && existing->contains(candidate); };
+  if (id.empty()) {
+    char date[16];
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    ::gmtime_r(&now, &utc);
+    std::strftime(date, sizeof date, "%Y-%m-%d", &utc);
+    id = date;
+    for (int n = 2; taken(id); ++n) id = std::string(date) + "." + std::to_string(n);
+  } else if (!valid_key_id(id)) {
+    return std::unexpected("key id " + quoted(id) + ": expected 1-" + std::to_string(kMaxIdLength) +
+                           " characters of A-Z a-z 0-9 . _ -");
+  } else if (taken(id)) {
+    return std::unexpected(path + ": key id " + quoted(id) + " is already listed");
+  }
+
+  std::array<unsigned char, kKeySize> bytes{};
+  if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
+    return std::unexpected(std::string("no randomness for a key (OpenSSL RAND_bytes failed)"));
+  }
+  std::string text;
+  if (!exists) {
+    text = "# idem encryption keys (docs/security.md): \"ID BASE64-KEY\" or \"ID BASE64-KEY decrypt-only\".\n"
+           "# The last key not marked decrypt-only encrypts new records; every key decrypts.\n";
+  } else if (st.st_size > 0) {
+    // A file whose last line has no newline would have the new key glued onto it.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    char last = '\n';
+    if (fd >= 0) {
+      if (::pread(fd, &last, 1, st.st_size - 1) != 1) last = '\n';
+      ::close(fd);
+    }
+    if (last != '\n') text.push_back('\n');
+  }
+  text += id + " " + base64_encode(bytes.data(), bytes.size()) + (decrypt_only ? " decrypt-only" : "") + "\n";
+  OPENSSL_cleanse(bytes.data(), bytes.size());
+
+  const int flags = O_WRONLY | O_APPEND | O_CLOEXEC | (exists ? 0 : O_CREAT | O_EXCL);
+  const int fd = ::open(path.c_str(), flags, 0600);
+  std::string error;
+  if (fd < 0) {
+    error = path + ": cannot write the key file: " + std::strerror(errno);
+  } else {
+    std::size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        error = path + ": writing the key file failed: " + std::strerror(errno);
+        break;
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    if (error.empty() && ::fsync(fd) != 0) error = path + ": fsync of the key file failed: " + std::strerror(errno);
+    ::close(fd);
+  }
+  OPENSSL_cleanse(text.data(), text.size());
+  if (!error.empty()) return std::unexpected(error);
+
+  auto reloaded = KeyRing::load(path);
+  if (!reloaded) return std::unexpected(reloaded.error());
+  for (const KeyInfo& info : (*reloaded)->keys()) {
+    if (info.id == id) return info;
+  }
+  return std::unexpected(path + ": the new key is not in the file after writing it");
 }
 
 }  // namespace idem

@@ -321,5 +321,47 @@ TEST_F(KeyFile, ErrorsNameTheFile) {
                               "-base64 32`");
 }
 
+TEST_F(KeyFile, AddKeyCreatesAPrivateFileAndAppendsToIt) {
+  auto first = add_key_to_file(path, "", false);
+  ASSERT_TRUE(first) << first.error();
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto second = add_key_to_file(path, "", true);  // the same day: the date with a suffix
+  ASSERT_TRUE(second) << second.error();
+  EXPECT_EQ(second->id, first->id + ".2");
+  EXPECT_TRUE(second->decrypt_only);
+  auto named = add_key_to_file(path, "2031-rotation", false);
+  ASSERT_TRUE(named) << named.error();
+  auto ring = KeyRing::load(path);
+  ASSERT_TRUE(ring) << ring.error();
+  ASSERT_EQ((*ring)->keys().size(), 3u);
+  EXPECT_EQ(*(*ring)->sealing_key_id(), "2031-rotation");
+  EXPECT_NE((*ring)->keys()[0].check, (*ring)->keys()[2].check);  // fresh bytes every time
+  auto again = add_key_to_file(path, "2031-rotation", false);
+  ASSERT_FALSE(again);
+  EXPECT_NE(again.error().find("already listed"), std::string::npos) << again.error();
+  EXPECT_FALSE(add_key_to_file(path, "bad id", false));
+}
+
+TEST_F(KeyFile, AddKeyKeepsAHandWrittenFileIntact) {
+  write(key_line("old", 1).substr(0, key_line("old", 1).size() - 1), 0600);  // no final newline
+  auto added = add_key_to_file(path, "new", false);
+  ASSERT_TRUE(added) << added.error();
+  auto ring = KeyRing::load(path);
+  ASSERT_TRUE(ring) << ring.error();
+  EXPECT_EQ((*ring)->keys()[0].id, "old");
+  EXPECT_EQ(*(*ring)->sealing_key_id(), "new");
+  write(key_line("old", 1), 0644);
+  auto refused = add_key_to_file(path, "new2", false);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().find("chmod 600"), std::string::npos);
+  write("old tooshort\n", 0600);
+  EXPECT_FALSE(add_key_to_file(path, "new3", false));  // an invalid file is not appended to
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "old tooshort\n");
+}
+
 }  // namespace
 }  // namespace idem

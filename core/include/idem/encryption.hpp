@@ -122,4 +122,10 @@ class KeyRing {
   const Key* sealing_ = nullptr;
 };
 
+/// Appends a new key of 32 random bytes (OpenSSL's CSPRNG) to the key file at `path`, creating it
+/// with mode 0600 when it does not exist; the key's bytes go only to the file. `id` empty: today's
+/// UTC date (2025-01-31, then 2025-01-31.2, ...). The file must load before and after (same rules
+/// as KeyRing::load), and `id` must be new. Returns the new key's description.
+std::expected<KeyInfo, std::string> add_key_to_file(const std::string& path, std::string id, bool decrypt_only);
+
 }  // namespace idem

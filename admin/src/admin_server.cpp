@@ -27,6 +27,7 @@ namespace {
 
 constexpr int kTimeoutSeconds = 2;
 constexpr std::uint32_t kMaxHead = 8 * 1024;
+constexpr std::uint64_t kMaxBody = 1024 * 1024;
 
 void set_timeouts(tcp::socket& socket) {
   timeval tv{kTimeoutSeconds, 0};
@@ -57,22 +58,31 @@ struct AdminServer::Impl {
     beast::flat_buffer buffer(kMaxHead);
     bhttp::request_parser<bhttp::string_body> parser;
     parser.header_limit(kMaxHead);
-    parser.body_limit(kMaxHead);
+    parser.body_limit(kMaxBody);
     bhttp::read(socket, buffer, parser, ec);
     bhttp::response<bhttp::string_body> res;
     res.version(11);
     res.keep_alive(false);
     if (ec) {
       if (ec == bhttp::error::end_of_stream || ec == asio::error::eof) return;
-      res.result(bhttp::status::bad_request);
+      const bool too_large = ec == bhttp::error::body_limit;
+      res.result(too_large ? bhttp::status::payload_too_large : bhttp::status::bad_request);
       res.set(bhttp::field::content_type, "text/plain; charset=utf-8");
-      res.body() = "bad request\n";
+      res.body() = too_large ? "request body too large\n" : "bad request\n";
     } else {
       const auto& req = parser.get();
       AdminResponse answer;
       try {
-        answer = handler(std::string_view(req.method_string().data(), req.method_string().size()),
-                         std::string_view(req.target().data(), req.target().size()));
+        AdminRequest request;
+        request.method = std::string_view(req.method_string().data(), req.method_string().size());
+        request.target = std::string_view(req.target().data(), req.target().size());
+        request.body = req.body();
+        request.header = [&req](std::string_view name) -> std::string_view {
+          const auto it = req.find(boost::beast::string_view(name.data(), name.size()));
+          if (it == req.end()) return {};
+          return std::string_view(it->value().data(), it->value().size());
+        };
+        answer = handler(request);
       } catch (const std::exception& e) {
         answer = AdminResponse{500, "text/plain; charset=utf-8", std::string("internal error: ") + e.what() + "\n"};
       }

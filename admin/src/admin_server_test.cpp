@@ -32,9 +32,12 @@ std::string exchange(std::uint16_t port, const std::string& request) {
 }
 
 TEST(AdminServer, AnswersWhatItsHandlerSays) {
-  auto server = AdminServer::start("127.0.0.1", 0, [](std::string_view method, std::string_view target) {
-    if (target == "/healthz") return AdminResponse{200, "text/plain; charset=utf-8", "ok\n"};
-    return AdminResponse{404, "text/plain; charset=utf-8", std::string(method) + " " + std::string(target) + "?\n"};
+  auto server = AdminServer::start("127.0.0.1", 0, [](const AdminRequest& r) {
+    if (r.target == "/healthz") return AdminResponse{200, "text/plain; charset=utf-8", "ok\n"};
+    if (r.method == "POST") {
+      return AdminResponse{200, "text/plain", std::string(r.header("x-key")) + ":" + std::string(r.body)};
+    }
+    return AdminResponse{404, "text/plain; charset=utf-8", std::string(r.method) + " " + std::string(r.target) + "?\n"};
   });
   ASSERT_TRUE(server) << server.error();
   const auto port = (*server)->port();
@@ -45,23 +48,26 @@ TEST(AdminServer, AnswersWhatItsHandlerSays) {
   const auto missing = exchange(port, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(missing.rfind("HTTP/1.1 404", 0), 0u) << missing;
   EXPECT_NE(missing.find("GET /nope?"), std::string::npos);
+  const auto posted = exchange(port, "POST /x HTTP/1.1\r\nHost: x\r\nX-Key: k1\r\nContent-Length: 5\r\n\r\nhello");
+  EXPECT_NE(posted.find("\r\n\r\nk1:hello"), std::string::npos) << posted;
 }
 
 TEST(AdminServer, GarbageGetsA400AndTheServerGoesOn) {
-  auto server = AdminServer::start("127.0.0.1", 0, [](std::string_view, std::string_view) { return AdminResponse{}; });
+  auto server = AdminServer::start("127.0.0.1", 0, [](const AdminRequest&) { return AdminResponse{}; });
   ASSERT_TRUE(server);
   EXPECT_EQ(exchange((*server)->port(), "\x01\x02 garbage\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
   EXPECT_EQ(exchange((*server)->port(), "GET / HTTP/1.1\r\nHost: " + std::string(20000, 'h') + "\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
+  EXPECT_EQ(exchange((*server)->port(), "POST / HTTP/1.1\r\nContent-Length: 2000000\r\n\r\nx").rfind("HTTP/1.1 413", 0), 0u);
   EXPECT_EQ(exchange((*server)->port(), "GET / HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
 }
 
 TEST(AdminServer, AnAddressInUseIsOneLine) {
-  auto first = AdminServer::start("127.0.0.1", 0, [](std::string_view, std::string_view) { return AdminResponse{}; });
+  auto first = AdminServer::start("127.0.0.1", 0, [](const AdminRequest&) { return AdminResponse{}; });
   ASSERT_TRUE(first);
-  auto second = AdminServer::start("127.0.0.1", (*first)->port(), [](std::string_view, std::string_view) { return AdminResponse{}; });
+  auto second = AdminServer::start("127.0.0.1", (*first)->port(), [](const AdminRequest&) { return AdminResponse{}; });
   ASSERT_FALSE(second);
   EXPECT_NE(second.error().find("cannot listen on 127.0.0.1:"), std::string::npos) << second.error();
-  EXPECT_FALSE(AdminServer::start("not-an-ip", 0, [](std::string_view, std::string_view) { return AdminResponse{}; }));
+  EXPECT_FALSE(AdminServer::start("not-an-ip", 0, [](const AdminRequest&) { return AdminResponse{}; }));
 }
 
 TEST(PrometheusText, SamplesAndLabels) {

@@ -167,7 +167,8 @@ int run(int argc, char** argv) {
   if (config.admin_listen) {
     auto started = admin::AdminServer::start(
         config.admin_listen->host, config.admin_listen->port,
-        [&](std::string_view, std::string_view target) -> admin::AdminResponse {
+        [&](const admin::AdminRequest& request) -> admin::AdminResponse {
+          const std::string_view target = request.target;
           if (target == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n"};
           if (target == "/readyz") {
             if (!loop.ready()) return {503, "text/plain; charset=utf-8", "not ready: the broker does not answer\n"};

@@ -115,7 +115,8 @@ int run(int argc, char** argv) {
   if (config.admin_listen) {
     auto started = admin::AdminServer::start(
         config.admin_listen->host, config.admin_listen->port,
-        [&](std::string_view, std::string_view target) -> admin::AdminResponse {
+        [&](const admin::AdminRequest& request) -> admin::AdminResponse {
+          const std::string_view target = request.target;
           if (target == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n"};
           if (target == "/readyz") {
             if (!loop.stats().ready) return {503, "text/plain; charset=utf-8", "not ready: the outbox or the sink does not answer\n"};

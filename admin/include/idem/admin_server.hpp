@@ -1,8 +1,10 @@
 #pragma once
 
-// A small HTTP listener for the sidecars' admin endpoints (/metrics, /healthz, /readyz):
-// idem-consume and idem-relay. One connection at a time, each bounded by a 2 s read and write
-// timeout and a 8 KiB request head: it serves scrapers and probes, not traffic. Boost.Beast is
+// A small HTTP listener for the sidecars' admin endpoints (/metrics, /healthz, /readyz) of
+// idem-consume and idem-relay, and for the examples' small endpoints (examples/notifier's
+// webhook). One connection and one request at a time, each bounded by a 2 s read and write
+// timeout, an 8 KiB request head and a 1 MiB body: it serves probes, scrapers and a relay's
+// sequential POSTs, not traffic. Boost.Beast is
 // this module's dependency and stays out of this header.
 
 #include <cstdint>
@@ -22,10 +24,19 @@ struct AdminResponse {
   std::string body;
 };
 
-/// Answers one request, given its method and target ("/metrics"); called on the server's thread.
-using AdminHandler = std::function<AdminResponse(std::string_view method, std::string_view target)>;
+/// One request as the handler sees it; valid during the call.
+struct AdminRequest {
+  std::string_view method;
+  std::string_view target;  ///< "/metrics", "/v1/receipts/pay_1?x=y"
+  std::string_view body;
+  /// The value of the first header called `name` (any case); empty when absent.
+  std::function<std::string_view(std::string_view name)> header;
+};
 
-/// A listener on its own thread, stopped by its destructor.
+/// Answers one request; called on the server's thread.
+using AdminHandler = std::function<AdminResponse(const AdminRequest& request)>;
+
+/// A listener on its own thread, stopped by its destructor. Requests over the limits get 400/413.
 class AdminServer {
  public:
   /// Binds HOST:PORT (port 0: a free one) and starts serving; fails with one line ("cannot

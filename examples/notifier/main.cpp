@@ -120,7 +120,7 @@ idem::admin::AdminResponse show_receipts(sqlite3* reader, std::mutex& reader_mut
   sqlite3_bind_text(stmt, 1, payment_id.data(), static_cast<int>(payment_id.size()), SQLITE_TRANSIENT);
   while (sqlite3_step(stmt) == SQLITE_ROW) {
     receipts.push_back({{"event_id", reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0))},
-                        {"to", reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1))},
+                        {"payer", reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1))},
                         {"amount", sqlite3_column_int64(stmt, 2)},
                         {"currency", reinterpret_cast<const char*>(sqlite3_column_text(stmt, 3))},
                         {"sent_at", sqlite3_column_int64(stmt, 4)}});

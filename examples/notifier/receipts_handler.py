@@ -85,7 +85,7 @@ def make_handler(db_path):
             if not rows:
                 return self.answer(404, {"error": "no receipt for this payment"})
             self.answer(200, {"object": "receipts", "receipts": [
-                {"event_id": r[0], "to": r[1], "amount": r[2], "currency": r[3], "sent_at": r[4]} for r in rows]})
+                {"event_id": r[0], "payer": r[1], "amount": r[2], "currency": r[3], "sent_at": r[4]} for r in rows]})
 
     return Handler
 

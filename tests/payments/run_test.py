@@ -6,6 +6,7 @@ are gone.
 IDEM_RUN_BUILD_DIR (optional) reuses a configured build directory instead of the README's
 default Release build in build/run. The ledger and the store go to a fresh IDEM_RUN_VAR.
 """
+import json
 import os
 import re
 import shutil
@@ -54,6 +55,28 @@ def check_three(outputs, where):
         fail("%s: the third line should be 422 idempotency_key_mismatch:\n%s" % (where, mismatch))
 
 
+def check_receipt(readme, first):
+    """The tour's last line shows the payment's one receipt (the outbox, idem-relay and
+    idem-notifier carried it there); its payment id is the one the first answer gave."""
+    lines = [line for line in readme if "/v1/receipts/" in line]
+    if len(lines) != 1:
+        fail("the README tour should end with one curl of /v1/receipts/PAYMENT_ID")
+    payment = json.loads(first.strip().splitlines()[-1])["id"]
+    line = re.sub(r"/v1/receipts/pay_[0-9a-f]+", "/v1/receipts/" + payment, lines[0])
+    deadline = time.monotonic() + 15
+    while True:
+        out = run_curl(line)
+        try:
+            receipts = json.loads(out)["receipts"]
+            break
+        except (ValueError, KeyError):
+            if time.monotonic() > deadline:
+                fail("no receipt for %s within 15 s: %s" % (payment, out))
+            time.sleep(0.2)
+    if len(receipts) != 1 or receipts[0]["event_id"] != payment + "/payment.succeeded":
+        fail("expected one receipt for %s: %s" % (payment, out))
+
+
 def main():
     readme = readme_curl_lines()
     var = tempfile.mkdtemp(prefix="idem-run-")
@@ -65,7 +88,7 @@ def main():
     try:
         for line in proc.stdout:
             banner.append(line)
-            if "Ctrl-C stops both" in line:
+            if "Ctrl-C stops all four" in line:
                 break
             if time.monotonic() > deadline:
                 fail("scripts/run did not start in time")
@@ -73,14 +96,15 @@ def main():
             fail("scripts/run exited %s before it was ready:\n%s" % (proc.wait(), "".join(banner[-30:])))
         text = "".join(banner)
         pids = [int(p) for p in re.findall(r"\bpid (\d+)", text)]
-        if len(pids) != 2:
-            fail("expected two pids in the banner:\n" + text)
+        if len(pids) != 4:
+            fail("expected four pids in the banner:\n" + text)
         printed = [l.strip() for l in banner if l.strip().startswith("curl -si")]
         if len(printed) != 3:
             fail("expected three curl -si lines in the banner:\n" + text)
 
-        outputs = [run_curl(line) for line in readme]
+        outputs = [run_curl(line) for line in readme if "/v1/receipts/" not in line]
         check_three(outputs, "README tour")
+        check_receipt(readme, outputs[0])
         check_three([run_curl(line) for line in printed], "scripts/run's lines")
 
         proc.send_signal(signal.SIGINT)
@@ -93,7 +117,8 @@ def main():
                 fail("process %d still runs after scripts/run stopped" % pid)
             except ProcessLookupError:
                 pass
-        print("scripts/run: README tour and printed lines answered 201 / replay / 422; SIGINT stopped pids %s"
+        print("scripts/run: README tour and printed lines answered 201 / replay / 422, the receipt came; "
+              "SIGINT stopped pids %s"
               % pids, flush=True)
     finally:
         if proc.poll() is None:

@@ -29,6 +29,9 @@ void register_store(CLI::App& app);
 /// Adds `idemctl outbox` and its commands: list, show, retry, drop, stats.
 void register_outbox(CLI::App& app);
 
+/// Adds `idemctl keys` and its commands: add, list, usage (encryption at rest).
+void register_keys(CLI::App& app);
+
 /// All of standard input, as bytes. Throws CLI::RuntimeError(kExitFailure) if it cannot be read.
 std::string read_stdin();
 

@@ -31,7 +31,22 @@ std::string describe(const RecordId& id) { return "tenant " + json_quoted(id.ten
 
 }  // namespace
 
-nlohmann::json record_json(const Record& r, TimePoint now, bool with_body) {
+std::optional<Encryption> open_for_display(Record& record, const KeyRing* keys) {
+  if (!record.response || !is_sealed(*record.response)) return std::nullopt;
+  Encryption e;
+  e.key_id = std::string(sealed_key_id(*record.response).value_or(""));
+  if (keys == nullptr) return e;
+  auto opened = keys->open(RecordId{record.tenant, record.key}, *record.response);
+  if (!opened) {
+    e.error = opened.error().message;
+    return e;
+  }
+  record.response = std::move(*opened);
+  e.opened = true;
+  return e;
+}
+
+nlohmann::json record_json(const Record& r, TimePoint now, bool with_body, const std::optional<Encryption>& encryption) {
   nlohmann::json j;
   j["tenant"] = r.tenant;
   j["key"] = r.key;
@@ -43,8 +58,18 @@ nlohmann::json record_json(const Record& r, TimePoint now, bool with_body) {
   j["completed"] = r.completed ? nlohmann::json(format_time(*r.completed)) : nullptr;
   j["expires"] = format_time(r.expires);
   j["expired"] = r.expires <= now;
-  if (r.response) {
+  if (encryption && !encryption->opened) {
     nlohmann::json res;
+    res["encrypted"] = true;
+    res["key_id"] = encryption->key_id;
+    res["error"] = encryption->error.empty() ? nlohmann::json(nullptr) : nlohmann::json(encryption->error);
+    j["response"] = std::move(res);
+  } else if (r.response) {
+    nlohmann::json res;
+    if (encryption) {
+      res["encrypted"] = true;
+      res["key_id"] = encryption->key_id;
+    }
     res["status"] = r.response->status;
     res["headers"] = headers_json(r.response->headers);
     res["body_size"] = r.response->body.size();
@@ -56,21 +81,30 @@ nlohmann::json record_json(const Record& r, TimePoint now, bool with_body) {
   return j;
 }
 
-int run_get(Store& store, const RecordId& id, bool body_only, TimePoint now, const Output& o) {
+int run_get(Store& store, const RecordId& id, bool body_only, TimePoint now, const Output& o, const KeyRing* keys) {
   auto found = wait_for<std::optional<Record>>([&](auto cb) { store.get(id, std::move(cb)); });
   if (!found) return store_error(o, found.error());
   if (!*found) return error(o, kExitFailure, "no record for " + describe(id));
-  const Record& r = **found;
+  Record& r = **found;
+  const std::optional<Encryption> encryption = open_for_display(r, keys);
+  const bool sealed = encryption && !encryption->opened;
   if (body_only) {
     if (!r.response) {
       return error(o, kExitFailure, describe(id) + " has no stored response (state " + std::string(to_string(r.state)) + ")");
     }
+    if (sealed && !encryption->error.empty()) return error(o, kExitFailure, "cannot decrypt: " + encryption->error);
+    if (sealed) {
+      return error(o, kExitFailure, describe(id) + "'s response is encrypted with key id " +
+                                        json_quoted(encryption->key_id) + ": give --key-file to print it");
+    }
     o.out.write(r.response->body.data(), static_cast<std::streamsize>(r.response->body.size()));
     return kExitOk;
   }
+  const int status = sealed && !encryption->error.empty() ? kExitFailure : kExitOk;
   if (o.json) {
-    write_json(o.out, record_json(r, now, /*with_body=*/true));
-    return kExitOk;
+    write_json(o.out, record_json(r, now, /*with_body=*/true, encryption));
+    if (status != kExitOk) error(o, status, "cannot decrypt: " + encryption->error);
+    return status;
   }
   const auto line = [&](std::string_view name, const std::string& value) {
     o.out << pad(std::string(name), 15) << value << '\n';
@@ -86,7 +120,12 @@ int run_get(Store& store, const RecordId& id, bool body_only, TimePoint now, con
   }
   if (r.completed) line("completed", format_time(*r.completed));
   line("expires", format_time(r.expires) + (r.expires <= now ? " (expired: as if absent; purge deletes it)" : ""));
-  if (r.response) {
+  if (sealed) {
+    line("response", "encrypted with key id " + json_quoted(encryption->key_id) +
+                         (encryption->error.empty() ? " (--key-file shows it)" : "; cannot be decrypted"));
+    if (status != kExitOk) return error(o, status, "cannot decrypt: " + encryption->error);
+  } else if (r.response) {
+    if (encryption) line("encrypted", "key id " + json_quoted(encryption->key_id));
     line("status", std::to_string(r.response->status));
     for (const Header& h : r.response->headers) line("header", h.name + ": " + h.value);
     line("body", std::to_string(r.response->body.size()) + " bytes (--body prints them)");
@@ -96,7 +135,7 @@ int run_get(Store& store, const RecordId& id, bool body_only, TimePoint now, con
   return kExitOk;
 }
 
-int run_list(StoreAdmin& admin, const ListArgs& args, TimePoint now, const Output& o) {
+int run_list(StoreAdmin& admin, const ListArgs& args, TimePoint now, const Output& o, const KeyRing* keys) {
   ListQuery query;
   query.state = args.state;
   query.after = args.after;
@@ -113,21 +152,46 @@ int run_list(StoreAdmin& admin, const ListArgs& args, TimePoint now, const Outpu
     if (!args.all || !full_page) break;
   }
   const bool more = full_page && !args.all;
+  std::vector<std::optional<Encryption>> encryption;
+  std::size_t sealed = 0;
+  std::vector<std::string> unreadable;
+  for (Record& r : shown) {
+    encryption.push_back(open_for_display(r, keys));
+    if (encryption.back() && !encryption.back()->opened) ++sealed;
+    if (encryption.back() && !encryption.back()->error.empty()) unreadable.push_back(encryption.back()->error);
+  }
+  const int status = unreadable.empty() ? kExitOk : kExitFailure;
+  const auto report = [&] {
+    for (const std::string& why : unreadable) error(o, status, "cannot decrypt: " + why);
+    if (keys == nullptr && sealed > 0) {
+      error(o, kExitOk, std::to_string(sealed) + " response" + (sealed == 1 ? " is" : "s are") +
+                            " encrypted (STATUS enc); --key-file shows their statuses");
+    }
+    return status;
+  };
   if (o.json) {
     nlohmann::json records = nlohmann::json::array();
-    for (const Record& r : shown) records.push_back(record_json(r, now, /*with_body=*/false));
+    for (std::size_t i = 0; i < shown.size(); ++i) {
+      records.push_back(record_json(shown[i], now, /*with_body=*/false, encryption[i]));
+    }
     nlohmann::json j{{"records", std::move(records)}};
     j["next_after"] = more ? nlohmann::json{{"tenant", query.after->tenant}, {"key", query.after->key}} : nullptr;
     write_json(o.out, j);
-    return kExitOk;
+    for (const std::string& why : unreadable) error(o, status, "cannot decrypt: " + why);
+    return status;
   }
   if (shown.empty()) {
     o.out << "no records\n";
     return kExitOk;
   }
   o.out << pad("STATE", 17) << pad("STATUS", 7) << pad("CREATED", 25) << pad("EXPIRES", 25) << "TENANT KEY\n";
-  for (const Record& r : shown) {
-    o.out << pad(std::string(to_string(r.state)), 17) << pad(r.response ? std::to_string(r.response->status) : "-", 7)
+  for (std::size_t i = 0; i < shown.size(); ++i) {
+    const Record& r = shown[i];
+    const std::optional<Encryption>& e = encryption[i];
+    const std::string shown_status = e && !e->opened ? (e->error.empty() ? "enc" : "?")
+                                     : r.response   ? std::to_string(r.response->status)
+                                                    : "-";
+    o.out << pad(std::string(to_string(r.state)), 17) << pad(shown_status, 7)
           << pad(format_time(r.created), 25) << pad(format_time(r.expires), 25)
           << (r.tenant.empty() ? "''" : shell_quote(r.tenant)) << ' ' << shell_quote(r.key)
           << (r.expires <= now ? "  (expired)" : "") << '\n';
@@ -136,7 +200,7 @@ int run_list(StoreAdmin& admin, const ListArgs& args, TimePoint now, const Outpu
     error(o, kExitOk, "more records may follow: add --after " + shell_quote(query.after->tenant) + " " +
                           shell_quote(query.after->key) + " (or use --all)");
   }
-  return kExitOk;
+  return report();
 }
 
 int run_purge(Store& store, TimePoint now, std::size_t batch, const Output& o) {
@@ -255,6 +319,8 @@ struct StoreArgs {
   std::string response_body;
   std::vector<std::string> headers;
   std::string retention = "24h";
+  // get, list, resolve
+  std::string key_file;
 };
 
 const CLI::Validator kHeaderLine(
@@ -286,8 +352,24 @@ void add_id(CLI::App* cmd, const std::shared_ptr<StoreArgs>& args) {
   cmd->add_option("key", args->key, "the idempotency key")->required();
 }
 
-// Opens the store or ends the command (exit 1, the reason on stderr).
-OpenedStore open_or_fail(const std::string& url) {
+// The keys of --key-file (or $IDEM_KEY_FILE); null when neither is given. A key file that does
+// not load ends the command (exit 2), as it would stop the gateway.
+std::shared_ptr<const KeyRing> keys_or_fail(const std::string& path) {
+  if (path.empty()) return nullptr;
+  auto keys = KeyRing::load(path);
+  if (!keys) fail(kExitUsage, "--key-file: " + keys.error());
+  return *keys;
+}
+
+void add_key_file(CLI::App* cmd, const std::shared_ptr<StoreArgs>& args, const std::string& what) {
+  cmd->add_option("--key-file", args->key_file,
+                  "the gateway's [encryption] key file (default: $IDEM_KEY_FILE): " + what)
+      ->envname("IDEM_KEY_FILE");
+}
+
+// Opens the store or ends the command (exit 1, the reason on stderr). With `keys`, through an
+// EncryptedStore: what it writes is encrypted.
+OpenedStore open_or_fail(const std::string& url, std::shared_ptr<const KeyRing> keys = nullptr) {
   if (url == "memory:" || url == "memory" || url == "memory://") {
     fail(kExitUsage, "--store memory: is empty in a new process; name the gateway's store (sqlite:PATH, ...)");
   }
@@ -301,7 +383,9 @@ OpenedStore open_or_fail(const std::string& url) {
                              " does not exist (idemctl never creates a store: give the path the gateway uses)");
     }
   }
-  auto opened = open_store(url);
+  OpenStoreOptions options;
+  options.encryption = std::move(keys);
+  auto opened = open_store(url, options);
   if (!opened) fail(kExitFailure, "cannot open store " + redact_url(url) + ": " + opened.error().message);
   return std::move(*opened);
 }
@@ -316,10 +400,12 @@ void register_store(CLI::App& app) {
   CLI::App* get = add_store_command(app, args, "get", "Print one record: state, hash, token, times, response");
   add_id(get, args);
   get->add_flag("--body", args->body, "print only the stored response body, raw");
+  add_key_file(get, args, "decrypts an encrypted response (without it: only its key id)");
   get->callback([args, output, now] {
     if (args->body && args->json) fail(kExitUsage, "--body and --json exclude each other (--json has body_base64)");
+    const auto keys = keys_or_fail(args->key_file);
     OpenedStore s = open_or_fail(args->url);
-    finish(run_get(*s.store, {args->tenant, args->key}, args->body, now(), output()));
+    finish(run_get(*s.store, {args->tenant, args->key}, args->body, now(), output(), keys.get()));
   });
 
   CLI::App* list = add_store_command(app, args, "list", "List records in (tenant, key) order, without bodies");
@@ -332,6 +418,7 @@ void register_store(CLI::App& app) {
   list->add_option("--tenant", args->only_tenant, "only this tenant's records ('' for no tenant)")
       ->type_name("TENANT");
   list->add_flag("--all", args->all, "every record, page after page");
+  add_key_file(list, args, "shows the status of encrypted responses (without it: enc)");
   list->callback([args, output, now] {
     ListArgs l;
     if (!args->state.empty()) l.state = parse_record_state(args->state);
@@ -339,8 +426,9 @@ void register_store(CLI::App& app) {
     l.tenant = args->only_tenant;
     l.limit = args->limit;
     l.all = args->all;
+    const auto keys = keys_or_fail(args->key_file);
     OpenedStore s = open_or_fail(args->url);
-    finish(run_list(*s.admin, l, now(), output()));
+    finish(run_list(*s.admin, l, now(), output(), keys.get()));
   });
 
   CLI::App* purge = add_store_command(app, args, "purge", "Delete expired records now, in batches; print how many");
@@ -377,6 +465,7 @@ void register_store(CLI::App& app) {
       ->check(kHeaderLine);
   resolve->add_option("--retention", args->retention, "how long the outcome is replayed (default 24h)")
       ->check(kDuration);
+  add_key_file(resolve, args, "encrypts the response as the gateway would (give it when the gateway encrypts)");
   resolve->callback([args, output, now] {
     std::string why;
     auto body = read_data_argument(args->response_body, why);
@@ -387,7 +476,7 @@ void register_store(CLI::App& app) {
     for (const std::string& line : args->headers) response.headers.push_back(*parse_header_line(line));
     const Millis retention = *parse_duration(args->retention);
     if (retention <= Millis{0}) fail(kExitUsage, "--retention must be positive");
-    OpenedStore s = open_or_fail(args->url);
+    OpenedStore s = open_or_fail(args->url, keys_or_fail(args->key_file));
     finish(run_resolve(*s.admin, {args->tenant, args->key}, std::move(response), now(), retention, output()));
   });
 

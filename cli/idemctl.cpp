@@ -1,7 +1,8 @@
 // idemctl: one CLI for users and operators of idem. Send requests with safe retries (send, and the
 // client journal: pending, dead-letters, resume), operate a store (get, list, purge, release,
-// resolve, stats), operate an outbox (outbox list, show, retry, drop, stats), and check
-// fingerprints (canonicalize, fingerprint). One file per command group.
+// resolve, stats), operate an outbox (outbox list, show, retry, drop, stats), manage the keys that
+// encrypt stored responses (keys add, list, usage), and check fingerprints (canonicalize,
+// fingerprint). One file per command group.
 
 #include <CLI/CLI.hpp>
 
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   register_journal(app);
   register_store(app);
   register_outbox(app);
+  register_keys(app);
   register_canonicalize(app);
   register_fingerprint(app);
   for (const char* name : {"canonicalize", "fingerprint"}) app.get_subcommand(name)->group("Fingerprints");

@@ -8,15 +8,30 @@
 #include <optional>
 
 #include "common.hpp"
+#include "idem/encryption.hpp"
 #include "idem/store.hpp"
 #include "idem/store_admin.hpp"
 
 namespace idem::cli {
 
+/// How a record's response was stored encrypted (docs/security.md), as the commands show it.
+struct Encryption {
+  std::string key_id;  ///< the key that sealed it ("" when its marker is unreadable)
+  bool opened = false; ///< decrypted with the given keys: the record now holds the original
+  std::string error;   ///< with keys given: why it could not be decrypted
+};
+
+/// Decrypts `record`'s response in place when it is sealed and `keys` are given. nullopt for a
+/// plaintext response (or none); otherwise how it was sealed and whether it could be opened.
+std::optional<Encryption> open_for_display(Record& record, const KeyRing* keys);
+
 /// `get`: prints one record (state, hash, token, times, response status, headers, body size), or
 /// with `body_only` the stored body's raw bytes. Exit 1 when absent (or, with `body_only`, when no
-/// response is stored).
-int run_get(Store& store, const RecordId& id, bool body_only, TimePoint now, const Output& o);
+/// response is stored). `store` is the backend itself (sealed responses as stored): with `keys`
+/// an encrypted response is decrypted and shown, without them only its key id (and `body_only`
+/// is exit 1); one that cannot be decrypted is exit 1 with the reason.
+int run_get(Store& store, const RecordId& id, bool body_only, TimePoint now, const Output& o,
+            const KeyRing* keys = nullptr);
 
 /// What `list` shows.
 struct ListArgs {
@@ -28,8 +43,10 @@ struct ListArgs {
 };
 
 /// `list`: records in (tenant, key) order, without bodies. When a page is full, says how to ask
-/// for the next one.
-int run_list(StoreAdmin& admin, const ListArgs& args, TimePoint now, const Output& o);
+/// for the next one. `admin` is the backend's: encrypted responses show as "enc" without `keys`,
+/// with their status when `keys` open them; any that cannot be opened make it exit 1.
+int run_list(StoreAdmin& admin, const ListArgs& args, TimePoint now, const Output& o,
+             const KeyRing* keys = nullptr);
 
 /// `purge`: deletes expired records, `batch` per store call, until fewer remain; prints how many.
 int run_purge(Store& store, TimePoint now, std::size_t batch, const Output& o);
@@ -47,7 +64,9 @@ int run_resolve(StoreAdmin& admin, const RecordId& id, StoredResponse response, 
 int run_stats(StoreAdmin& admin, TimePoint now, const Output& o);
 
 /// The JSON form of a record, as `get --json` prints it (the body base64-encoded when
-/// `with_body`, else only its size).
-nlohmann::json record_json(const Record& record, TimePoint now, bool with_body);
+/// `with_body`, else only its size). An encrypted response adds "encrypted": true and "key_id";
+/// one not opened has no status, headers or body, and "error" when it could not be.
+nlohmann::json record_json(const Record& record, TimePoint now, bool with_body,
+                           const std::optional<Encryption>& encryption = std::nullopt);
 
 }  // namespace idem::cli

@@ -11,6 +11,11 @@ WebhookSink::WebhookSink(std::string url, client::Transport& transport, Millis t
 
 std::string WebhookSink::name() const { return redact_url(url_); }
 
+BrokerResult<Done> WebhookSink::ping() {
+  if (away_) return std::unexpected(BrokerError{BrokerErrc::unavailable, *away_, false});
+  return Done{};
+}
+
 std::optional<Millis> WebhookSink::take_retry_after() { return std::exchange(retry_after_, std::nullopt); }
 
 std::vector<BrokerResult<Done>> WebhookSink::publish(std::span<const OutgoingMessage> messages) {
@@ -20,11 +25,13 @@ std::vector<BrokerResult<Done>> WebhookSink::publish(std::span<const OutgoingMes
     auto response = transport_.perform(sidecar::message_post(url_, m.message_id, m.content_type, m.headers, m.body), timeout_);
     if (!response) {
       // Not sent: the endpoint may or may not have taken it (in doubt unless it never connected).
+      away_ = "the webhook did not answer: " + response.error().message;
       results.push_back(std::unexpected(BrokerError{BrokerErrc::unavailable,
                                                     "the webhook did not answer: " + response.error().message,
                                                     response.error().in_doubt()}));
       continue;
     }
+    away_.reset();
     const int status = response->status;
     if (status >= 200 && status < 300) {
       results.push_back(Done{});

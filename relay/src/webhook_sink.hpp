@@ -22,7 +22,10 @@ class WebhookSink final : public MessageSink {
   WebhookSink(std::string url, client::Transport& transport, Millis timeout);
 
   std::vector<BrokerResult<Done>> publish(std::span<const OutgoingMessage> messages) override;
-  BrokerResult<Done> ping() override { return Done{}; }  // an endpoint has no ping; its answers tell
+  /// An endpoint has no ping: its last answer tells. Unavailable when the last POST got no HTTP
+  /// answer at all (refused, reset, timed out): the endpoint is away, and the relay counts no
+  /// attempt against the row. Ok when it answered, whatever the status.
+  BrokerResult<Done> ping() override;
   std::string name() const override;
 
   /// The wait the last answer's Retry-After asked for, if any (then cleared).
@@ -33,6 +36,7 @@ class WebhookSink final : public MessageSink {
   client::Transport& transport_;
   Millis timeout_;
   std::optional<Millis> retry_after_;
+  std::optional<std::string> away_;  // why the last POST got no answer; nullopt once one did
 };
 
 }  // namespace idem::relay

@@ -60,6 +60,11 @@ TEST(WebhookSink, AnswersDecideRetryOrRefusal) {
   ASSERT_FALSE(results[2]);
   EXPECT_EQ(results[2].error().code, BrokerErrc::unavailable);
   EXPECT_FALSE(results[2].error().in_doubt);  // never connected: the endpoint cannot have it
+  // The last POST got no answer: the endpoint is away (the relay counts no attempt then).
+  EXPECT_FALSE(sink.ping());
+  const std::vector<OutgoingMessage> one = {message("d")};
+  EXPECT_TRUE(sink.publish(one)[0]);
+  EXPECT_TRUE(sink.ping());
 }
 
 }  // namespace

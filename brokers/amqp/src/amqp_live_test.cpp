@@ -406,10 +406,11 @@ TEST(AmqpLive, HeartbeatsKeepAWaitingSourceAndAnIdleSinkWorking) {
   TestQueue q("heartbeat");
   RawAmqp raw;
   raw.declare_queue(q.queue);
-  auto source = open_source(q.source_url("&heartbeat=1"), test_settings());
-  auto sink = open_sink(q.sink_url("&heartbeat=1"));
-  // Four heartbeat intervals of waiting: the broker would close a silent connection after two.
-  auto waited = source->receive(10, 4s);
+  // Heartbeats of 2 s, not 1: a loaded 2-core test machine can stall the broker for a second.
+  auto source = open_source(q.source_url("&heartbeat=2"), test_settings());
+  auto sink = open_sink(q.sink_url("&heartbeat=2"));
+  // Three heartbeat intervals of waiting: the broker closes a connection silent for two.
+  auto waited = source->receive(10, 6s);
   ASSERT_TRUE(waited) << waited.error().message;
   EXPECT_TRUE(waited->empty());
   EXPECT_EQ(source->reconnects(), 0u) << "the connection lived through the wait";
@@ -426,19 +427,19 @@ TEST(AmqpLive, ReceiveOfNothingKeepsABusySourceAlive) {
   TestQueue q("busy");
   auto sink = open_sink(q.sink_url());
   publish_ok(*sink, {message("busy-1", "x")});
-  auto source = open_source(q.source_url("&heartbeat=1"), test_settings());
+  auto source = open_source(q.source_url("&heartbeat=2"), test_settings());
   auto held = receive_n(*source, 1);
   ASSERT_EQ(held.size(), 1u);
   publish_ok(*sink, {message("busy-2", "y")});
-  // No room for more deliveries for four heartbeat intervals: receive(0, ...) never waits and
+  // No room for more deliveries for three heartbeat intervals: receive(0, ...) never waits and
   // returns nothing, but keeps the connection alive and keeps what arrives.
-  const auto until = Steady::now() + 4s;
+  const auto until = Steady::now() + 6s;
   while (Steady::now() < until) {
     const auto start = Steady::now();
     auto none = source->receive(0, 1s);
     ASSERT_TRUE(none) << none.error().message;
     EXPECT_TRUE(none->empty());
-    EXPECT_LT(Steady::now() - start, 100ms);
+    EXPECT_LT(Steady::now() - start, 500ms) << "receive(0, 1s) does not wait";
     std::this_thread::sleep_for(250ms);
   }
   EXPECT_EQ(source->reconnects(), 0u);
@@ -481,6 +482,84 @@ TEST(AmqpLive, AConnectionTheBrokerClosesIsReplacedAndItsDeliveriesAreStale) {
   EXPECT_TRUE(source->ping());
   source.reset();
   EXPECT_TRUE(wait_ready(q.queue, 0));
+}
+
+TEST(AmqpLive, AConfirmThatNeverComesIsATimeoutInDoubt) {
+  TestQueue q("confirm-timeout");
+  Proxy proxy;
+  SinkSettings settings;
+  settings.confirm_timeout = 500ms;
+  auto sink = open_sink(proxy.via(q.sink_url()), settings);
+  proxy.freeze();
+  const auto start = Steady::now();
+  auto r = sink->publish(std::vector<OutgoingMessage>{message("t-1", "x")});
+  const auto took = Steady::now() - start;
+  ASSERT_FALSE(r[0]);
+  EXPECT_EQ(r[0].error().code, BrokerErrc::timeout) << r[0].error().message;
+  EXPECT_TRUE(r[0].error().in_doubt);
+  EXPECT_TRUE(r[0].error().retryable());
+  EXPECT_GE(took, 450ms);
+  EXPECT_LT(took, 3s);
+  proxy.thaw();
+  // The late confirm of t-1 arrives on the same connection and is ignored; t-2 is confirmed.
+  publish_ok(*sink, {message("t-2", "y")});
+  EXPECT_TRUE(wait_ready(q.queue, 2)) << "the message in doubt was taken after all";
+}
+
+TEST(AmqpLive, ALostConnectionMidBatchLeavesTheUnconfirmedInDoubtAndTheNextPublishReconnects) {
+  TestQueue q("midbatch");
+  Proxy proxy;
+  auto sink = open_sink(proxy.via(q.sink_url()));
+  proxy.freeze();  // written, never confirmed
+  std::vector<OutgoingMessage> batch;
+  for (int i = 0; i < 100; ++i) batch.push_back(message("mb-" + std::to_string(i), "x"));
+  auto publishing = std::async(std::launch::async, [&] { return sink->publish(batch); });
+  std::this_thread::sleep_for(500ms);
+  proxy.cut();
+  proxy.thaw();
+  ASSERT_EQ(publishing.wait_for(10s), std::future_status::ready);
+  const auto results = publishing.get();
+  ASSERT_EQ(results.size(), batch.size());
+  for (const auto& r : results) {
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, BrokerErrc::unavailable) << r.error().message;
+    EXPECT_TRUE(r.error().in_doubt) << "written before the connection broke: " << r.error().message;
+  }
+  publish_ok(*sink, {message("after-cut", "z")});
+  EXPECT_TRUE(wait_ready(q.queue, 1)) << "the frozen bytes never reached the broker; the next publish did";
+}
+
+TEST(AmqpLive, ASilentBrokerIsFoundByHeartbeatsAndTheSourceRecovers) {
+  TestQueue q("silent");
+  RawAmqp raw;
+  raw.declare_queue(q.queue);
+  Proxy proxy;
+  SourceSettings settings = test_settings();
+  settings.connect_timeout = 1s;
+  auto source = open_source(proxy.via(q.source_url("&heartbeat=2")), settings);
+  proxy.freeze();
+  // 1.5 heartbeat intervals without a byte: the connection is taken as dead.
+  const auto start = Steady::now();
+  BrokerError seen{BrokerErrc::internal, "", false};
+  while (Steady::now() - start < 10s) {
+    auto got = source->receive(10, 500ms);
+    if (!got) {
+      seen = got.error();
+      break;
+    }
+  }
+  // The dead connection is dropped within the same receive, which tries a new one through the
+  // frozen proxy: the caller sees that attempt fail (unavailable or timeout), retryable.
+  EXPECT_TRUE(seen.retryable()) << seen.message;
+  EXPECT_FALSE(seen.message.empty());
+  EXPECT_LT(Steady::now() - start, 8s) << "found within 1.5 intervals (3 s), and a failed reconnect";
+  proxy.thaw();
+  auto sink = open_sink(q.sink_url());
+  publish_ok(*sink, {message("s-1", "x")});
+  auto got = receive_n(*source, 1, 30s);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_GE(source->reconnects(), 1u);
+  ASSERT_TRUE(source->ack(got));
 }
 
 }  // namespace

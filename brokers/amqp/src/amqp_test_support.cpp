@@ -2,7 +2,11 @@
 
 #include <amqp_framing.h>
 #include <amqp_tcp_socket.h>
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +16,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include "idem/testing/loopback_listener.hpp"
 
 namespace idem::amqptest {
 namespace {
@@ -341,6 +347,113 @@ int close_connections_named(const std::string& name_part) {
     if (servers("rabbitmqctl", "close_connection " + shell_quote(pid) + " 'closed by an idem test' >/dev/null") == 0) ++closed;
   }
   return closed;
+}
+
+// ---- Proxy -------------------------------------------------------------------------------------
+
+Proxy::Proxy() {
+  auto parsed = parse_amqp_url(server_url(), AmqpUrlRole::sink);
+  if (!parsed) throw std::runtime_error(parsed.error().message);
+  target_port_ = parsed->port;
+  const auto listener = testing::listen_on_loopback("amqp test proxy");
+  listen_fd_ = listener.fd;
+  port_ = listener.port;
+  thread_ = std::thread([this] { loop(); });
+}
+
+Proxy::~Proxy() {
+  stop_ = true;
+  thread_.join();
+  ::close(listen_fd_);
+}
+
+std::string Proxy::via(const std::string& url) const {
+  // amqp://user:pass@127.0.0.1:PORT/...: the port after the last '@'.
+  const auto at = url.rfind('@');
+  const auto colon = url.find(':', at);
+  const auto slash = url.find('/', colon);
+  return url.substr(0, colon + 1) + std::to_string(port_) + url.substr(slash);
+}
+
+void Proxy::cut() {
+  cut_ = true;
+  while (cut_) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+void Proxy::freeze() {
+  frozen_ = true;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the loop's poll notices
+}
+
+void Proxy::thaw() { frozen_ = false; }
+
+void Proxy::loop() {
+  struct Pair {
+    int client, server;
+  };
+  std::vector<Pair> pairs;
+  char buf[65536];
+  while (!stop_) {
+    if (cut_) {
+      for (auto& p : pairs) {
+        ::close(p.client);
+        ::close(p.server);
+      }
+      pairs.clear();
+      cut_ = false;
+    }
+    if (frozen_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+    for (const auto& p : pairs) {
+      fds.push_back({p.client, POLLIN, 0});
+      fds.push_back({p.server, POLLIN, 0});
+    }
+    if (::poll(fds.data(), fds.size(), 10) <= 0) continue;
+    std::vector<bool> closed(pairs.size(), false);
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      for (int side = 0; side < 2 && !closed[i]; ++side) {
+        if (!(fds[1 + 2 * i + static_cast<std::size_t>(side)].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        const int from = side == 0 ? pairs[i].client : pairs[i].server;
+        const int to = side == 0 ? pairs[i].server : pairs[i].client;
+        const ssize_t n = ::read(from, buf, sizeof buf);
+        bool ok = n > 0;
+        for (ssize_t off = 0; ok && off < n;) {
+          const ssize_t w = ::send(to, buf + off, static_cast<std::size_t>(n - off), MSG_NOSIGNAL);
+          ok = w > 0;
+          off += std::max<ssize_t>(w, 0);
+        }
+        if (!ok) closed[i] = true;
+      }
+    }
+    for (std::size_t i = pairs.size(); i-- > 0;) {
+      if (!closed[i]) continue;
+      ::close(pairs[i].client);
+      ::close(pairs[i].server);
+      pairs.erase(pairs.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (fds[0].revents & POLLIN) {
+      const int client = ::accept(listen_fd_, nullptr, nullptr);
+      if (client < 0) continue;
+      const int server = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<std::uint16_t>(target_port_));
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+        pairs.push_back({client, server});
+      } else {
+        ::close(client);
+        ::close(server);
+      }
+    }
+  }
+  for (auto& p : pairs) {
+    ::close(p.client);
+    ::close(p.server);
+  }
 }
 
 // ---- the conformance suite's broker ------------------------------------------------------------

@@ -7,11 +7,13 @@
 
 #include <amqp.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "idem/amqp_broker.hpp"
@@ -99,6 +101,31 @@ int servers(const std::string& command, const std::string& args = "");
 /// (rabbitmqctl close_connection): the broker ending a connection, for this test's only.
 /// Returns how many were closed.
 int close_connections_named(const std::string& name_part);
+
+/// A TCP proxy to the test broker whose connections can be cut (both sides closed at once) or
+/// frozen (nothing forwarded or accepted, sockets left open): a network that fails at a chosen
+/// moment, without touching the shared broker.
+class Proxy {
+ public:
+  Proxy();
+  ~Proxy();
+  Proxy(const Proxy&) = delete;
+  Proxy& operator=(const Proxy&) = delete;
+  /// `url` (an amqp:// URL of the test broker, with any query) through the proxy.
+  std::string via(const std::string& url) const;
+  /// Closes every connection open now; new ones are accepted as before.
+  void cut();
+  void freeze();
+  void thaw();
+
+ private:
+  void loop();
+  int listen_fd_ = -1;
+  int port_ = 0;
+  int target_port_ = 0;
+  std::atomic<bool> stop_{false}, frozen_{false}, cut_{false};
+  std::thread thread_;
+};
 
 /// The broker conformance suite's view of a fresh queue (testing/broker_conformance.hpp).
 testing::BrokerFactory conformance_factory();

@@ -1,10 +1,14 @@
 #include "connection.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 
 #include "message.hpp"
 
@@ -15,6 +19,12 @@ timeval to_timeval(Millis d) {
   const auto ms = std::max<std::int64_t>(d.count(), 1);
   return timeval{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
 }
+
+// How long the broker may stay silent: 1.5 heartbeat intervals (connection.hpp says why).
+std::chrono::milliseconds silence_limit(int interval_seconds) { return std::chrono::milliseconds(interval_seconds * 1500); }
+
+// How often we send a heartbeat: every half interval (in milliseconds: seconds(1) / 2 is 0).
+std::chrono::milliseconds heartbeat_period(int interval_seconds) { return std::chrono::milliseconds(interval_seconds * 500); }
 
 int ms_until(Steady::time_point t, Steady::time_point now) {
   if (t <= now) return 0;
@@ -36,7 +46,7 @@ Connection::Connection(Endpoint endpoint) : endpoint_(std::move(endpoint)) {}
 
 Connection::~Connection() {
   if (state_ == nullptr) return;
-  if (!dead_) {
+  if (!dead_ && alive("closing")) {
     // A clean connection.close, so the broker requeues our unacked deliveries at once and logs
     // no "client unexpectedly closed TCP connection"; bounded, the broker may be the problem.
     const timeval tv{1, 0};
@@ -174,6 +184,7 @@ std::expected<void, Failure> Connection::rpc_result(std::string doing) {
 }
 
 std::expected<void, Failure> Connection::reopen_channel() {
+  if (auto a = alive("opening a channel"); !a) return a;
   amqp_channel_open(state_, kChannel);
   if (auto r = rpc_result("opening a channel"); !r) return r;
   channel_open_ = true;
@@ -181,6 +192,7 @@ std::expected<void, Failure> Connection::reopen_channel() {
 }
 
 std::expected<void, Failure> Connection::ensure_exchange(std::string_view name) {
+  if (auto a = alive("declaring an exchange"); !a) return a;
   const std::string what = "exchange \"" + std::string(name) + "\"";
   // Passive first: an exchange someone made with another type or arguments is theirs to keep,
   // and an active declare of it would fail with PRECONDITION_FAILED.
@@ -193,6 +205,7 @@ std::expected<void, Failure> Connection::ensure_exchange(std::string_view name) 
 }
 
 std::expected<void, Failure> Connection::ensure_queue(std::string_view name) {
+  if (auto a = alive("declaring a queue"); !a) return a;
   const std::string what = "queue \"" + std::string(name) + "\"";
   amqp_queue_declare(state_, kChannel, bytes_of(name), 1, 0, 0, 0, amqp_empty_table);
   auto found = rpc_result("checking " + what);
@@ -203,27 +216,31 @@ std::expected<void, Failure> Connection::ensure_queue(std::string_view name) {
 }
 
 std::expected<void, Failure> Connection::bind(std::string_view queue, std::string_view exchange, std::string_view key) {
+  if (auto a = alive("binding a queue"); !a) return a;
   amqp_queue_bind(state_, kChannel, bytes_of(queue), bytes_of(exchange), bytes_of(key), amqp_empty_table);
   return rpc_result("binding queue \"" + std::string(queue) + "\" to exchange \"" + std::string(exchange) + "\"");
 }
 
 std::expected<void, Failure> Connection::qos(std::uint16_t prefetch) {
+  if (auto a = alive("setting the prefetch (basic.qos)"); !a) return a;
   amqp_basic_qos(state_, kChannel, 0, prefetch, 0);
   return rpc_result("setting the prefetch (basic.qos)");
 }
 
 std::expected<void, Failure> Connection::confirm_select() {
+  if (auto a = alive("enabling publisher confirms"); !a) return a;
   amqp_confirm_select(state_, kChannel);
   return rpc_result("enabling publisher confirms");
 }
 
 std::expected<void, Failure> Connection::consume(std::string_view queue, std::string_view consumer_tag) {
+  if (auto a = alive("consuming"); !a) return a;
   amqp_basic_consume(state_, kChannel, bytes_of(queue), bytes_of(consumer_tag), 0, 0, 0, amqp_empty_table);
   return rpc_result("consuming from queue \"" + std::string(queue) + "\"");
 }
 
 std::expected<void, Failure> Connection::send(amqp_method_number_t id, void* method, std::string doing) {
-  if (dead_) return std::unexpected(library_failure(AMQP_STATUS_SOCKET_CLOSED, std::move(doing)));
+  if (auto a = alive(doing); !a) return a;
   if (const int st = amqp_send_method(state_, kChannel, id, method); st != AMQP_STATUS_OK) {
     return std::unexpected(library_failure(st, std::move(doing)));
   }
@@ -284,25 +301,39 @@ Failure Connection::channel_closed(const amqp_frame_t& frame, std::string doing)
   return f;
 }
 
+std::chrono::milliseconds Connection::silence() const {
+  // The kernel knows when bytes last arrived, whoever read them and whether anyone did yet
+  // (librabbitmq reads heartbeats without telling us). Our own record is the fallback.
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  const int fd = amqp_get_sockfd(state_);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 &&
+      len >= offsetof(tcp_info, tcpi_last_data_recv) + sizeof info.tcpi_last_data_recv) {
+    return std::chrono::milliseconds(info.tcpi_last_data_recv);
+  }
+  // Without it, bytes waiting unread count as just heard.
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) > 0) return std::chrono::milliseconds(0);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Steady::now() - last_heard_);
+}
+
+std::expected<void, Failure> Connection::alive(const std::string& doing) {
+  if (dead_) return std::unexpected(library_failure(AMQP_STATUS_SOCKET_CLOSED, doing));
+  const int interval = amqp_get_heartbeat(state_);
+  if (interval <= 0) return {};
+  if (silence() <= silence_limit(interval)) return {};
+  Failure f = base_failure(doing);
+  f.kind = Failure::Kind::heartbeat;
+  dead_ = true;
+  return std::unexpected(std::move(f));
+}
+
 std::expected<void, Failure> Connection::keep_alive() {
-  if (dead_) return std::unexpected(library_failure(AMQP_STATUS_SOCKET_CLOSED, "keeping the connection alive"));
+  if (auto a = alive(""); !a) return a;
   const int interval = amqp_get_heartbeat(state_);
   if (interval <= 0) return {};
   const auto now = Steady::now();
-  const auto period = std::chrono::seconds(interval);
-  if (now - last_heard_ > 2 * period) {
-    // Heartbeats may be waiting unread in the socket (nobody called in a while): look first.
-    pollfd p{amqp_get_sockfd(state_), POLLIN, 0};
-    if (::poll(&p, 1, 0) > 0) {
-      last_heard_ = now;
-    } else {
-      Failure f = base_failure("");
-      f.kind = Failure::Kind::heartbeat;
-      dead_ = true;
-      return std::unexpected(std::move(f));
-    }
-  }
-  if (now - last_heartbeat_ >= period / 2) {
+  if (now - last_heartbeat_ >= heartbeat_period(interval)) {
     amqp_frame_t heartbeat{};
     heartbeat.frame_type = AMQP_FRAME_HEARTBEAT;
     heartbeat.channel = 0;
@@ -324,8 +355,8 @@ std::expected<Connection::Wait, Failure> Connection::wait(Steady::time_point unt
     int timeout = ms_until(until, now);
     if (const int interval = amqp_get_heartbeat(state_); interval > 0) {
       // Wake up for the next heartbeat to send, and to notice the broker's silence.
-      timeout = std::min(timeout, ms_until(last_heartbeat_ + std::chrono::seconds(interval) / 2, now));
-      timeout = std::min(timeout, ms_until(last_heard_ + 2 * std::chrono::seconds(interval) + std::chrono::milliseconds(1), now));
+      timeout = std::min(timeout, ms_until(last_heartbeat_ + heartbeat_period(interval), now));
+      timeout = std::min(timeout, ms_until(now + silence_limit(interval) - silence() + std::chrono::milliseconds(1), now));
     }
     pollfd fds[2] = {{amqp_get_sockfd(state_), POLLIN, 0}, {wake_fd, POLLIN, 0}};
     const nfds_t count = wake_fd >= 0 ? 2 : 1;

@@ -23,7 +23,14 @@
 //    librabbitmq holds no frame already (amqp_frames_enqueued, amqp_data_in_buffer): those
 //    would never make the socket readable again.
 // Heartbeats are sent here, every half interval, since librabbitmq sends them only while one
-// of its own calls waits; silence from the broker for two intervals is a dead connection.
+// of its own calls waits.
+//
+// Silence from the broker for 1.5 intervals (RabbitMQ sends a heartbeat every half interval:
+// three missed) is a dead connection, and nothing is sent on it after that. Not only because it
+// is dead: librabbitmq 0.11's send path (amqp_send_frame_inner, amqp_basic_publish), once its
+// own receive deadline of two intervals has passed, calls amqp_try_recv, which in 0.11 waits for
+// a byte with no deadline at all (amqp_time_s_from_now(&t, 0) is "infinite"). A send to a
+// silent peer would block forever; checking first (alive()) keeps every send ahead of that.
 
 #include <amqp.h>
 #include <amqp_framing.h>
@@ -119,7 +126,8 @@ class Connection {
   /// flow control stops reading, and librabbitmq would block in send() without a deadline.
   std::expected<bool, Failure> wait_writable(Steady::time_point until);
   /// Sends a heartbeat if half an interval passed without one, and fails if the broker has
-  /// been silent for two. Cheap; call it whenever the connection might be idle.
+  /// been silent for 1.5 intervals (see above). Cheap; call it whenever the connection might be
+  /// idle, and before sending anything.
   std::expected<void, Failure> keep_alive();
   /// A Failure for a librabbitmq status, with errno for socket errors; marks the connection
   /// dead when the status means the socket is unusable.
@@ -128,7 +136,12 @@ class Connection {
  private:
   explicit Connection(Endpoint endpoint);
   std::expected<void, Failure> rpc_result(std::string doing);
+  /// Fails (and marks the connection dead) if it is dead or the broker has been silent too
+  /// long and nothing waits to be read: every send and RPC starts with it.
+  std::expected<void, Failure> alive(const std::string& doing);
   Failure base_failure(std::string doing) const;
+  /// How long since bytes last came from the broker.
+  std::chrono::milliseconds silence() const;
 
   Endpoint endpoint_;
   amqp_connection_state_t state_ = nullptr;
@@ -136,7 +149,7 @@ class Connection {
   bool channel_open_ = false;
   bool blocked_ = false;
   std::string blocked_reason_;
-  Steady::time_point last_heard_;
+  Steady::time_point last_heard_;  // when a frame or an answer last came (if TCP_INFO fails)
   Steady::time_point last_heartbeat_;
 };
 

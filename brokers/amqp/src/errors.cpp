@@ -119,7 +119,7 @@ BrokerError map_error(const Failure& f) {
     case Failure::Kind::channel_close:
       return from_close(f);
     case Failure::Kind::heartbeat:
-      return make(f, BrokerErrc::unavailable, "nothing came from RabbitMQ for two heartbeat intervals: the connection is dead");
+      return make(f, BrokerErrc::unavailable, "nothing came from RabbitMQ for 1.5 heartbeat intervals (three heartbeats missed): the connection is dead");
     case Failure::Kind::returned:
       return make(f, BrokerErrc::rejected,
                   "no queue is bound for routing key \"" + f.routing_key + "\" " +

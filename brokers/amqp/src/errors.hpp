@@ -17,7 +17,7 @@ struct Failure {
     library,           ///< librabbitmq returned `status` (an amqp_status_enum; socket errors carry `sys_errno`)
     connection_close,  ///< the broker closed the connection: connection.close `reply_code` `reply_text`
     channel_close,     ///< the broker closed the channel: channel.close `reply_code` `reply_text`
-    heartbeat,         ///< nothing came from the broker for twice the heartbeat interval
+    heartbeat,         ///< nothing came from the broker for 1.5 heartbeat intervals
     returned,          ///< a mandatory publish came back (basic.return `reply_code` `reply_text`)
     nacked,            ///< the broker answered a publish with basic.nack
     cancelled,         ///< the broker cancelled our consumer (basic.cancel: the queue was deleted)

@@ -138,6 +138,10 @@ std::vector<PublishResult> ConfirmPublisher::publish(std::span<const Outgoing> m
       break;
     }
     if (!*writable) break;  // the broker stopped reading (flow control): the rest is not sent; below
+    if (auto a = conn_->keep_alive(); !a) {  // never send to a silent broker (connection.hpp)
+      connection_lost(batch, a.error());
+      break;
+    }
     const Properties props(m);
     const int st = amqp_basic_publish(conn_->state(), kChannel, bytes_of(m.exchange), bytes_of(m.routing_key),
                                       /*mandatory=*/1, /*immediate=*/0, props.get(), bytes_of(m.body));

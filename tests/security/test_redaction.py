@@ -1,0 +1,306 @@
+"""Secrets never appear in any output (SPEC §12): every binary started with password-bearing URLs
+in every form against real servers that require them, and errors provoked (a wrong password, a
+server that is down). The password's bytes, raw or percent-encoded, must appear in no output
+(stdout, stderr, /metrics, /readyz) and in no file the processes write.
+
+    test_redaction.py --bin-dir BUILD_DIR [unittest args]
+
+Servers: the PostgreSQL scripts/test starts (a role with a password is made for the test and
+required by a pg_hba line of its own, removed at the end), a private Redis with requirepass and an
+ACL user, and the shared RabbitMQ node's password-protected user.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+import unittest
+import urllib.parse
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+import brokers  # noqa: E402
+from scratch import run_in_scratch_dir  # noqa: E402
+
+ARGS = None
+# Characters that need percent-encoding in a URL, and a distinctive run to search for.
+PASSWORD = "Pw-7q%s@:/?#&=+ x" % uuid.uuid4().hex[:8]
+WRONG = "Wrong-9z%s@:/" % uuid.uuid4().hex[:8]
+ENC = urllib.parse.quote(PASSWORD, safe="")
+WRONG_ENC = urllib.parse.quote(WRONG, safe="")
+
+
+def forms(secret):
+    """Every way a secret may show: raw, percent-encoded both ways, and its distinctive core."""
+    core = secret[:10]
+    return {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote(secret), core,
+            urllib.parse.quote(core, safe="")}
+
+
+def bin_path(*parts):
+    return os.path.join(ARGS.bin_dir, *parts)
+
+
+class Secrets(unittest.TestCase):
+    outputs = []  # (what, text): every output collected, checked at the end of each test
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp_holder = []
+        import tempfile
+        cls.dir = tempfile.mkdtemp(prefix="idem-redaction-")
+        cls.pg = PostgresRole(PASSWORD)
+        cls.redis = brokers.PrivateRedis(cls.dir)
+        redis_cli(cls.redis.port, "CONFIG", "SET", "requirepass", PASSWORD)
+        redis_cli(cls.redis.port, "ACL", "SETUSER", "alice", "on", ">" + PASSWORD, "~*", "&*", "+@all",
+                  password=PASSWORD)
+        cls.amqp_password = os.environ["IDEM_TEST_AMQP_PASSWORD"]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pg.drop()
+        cls.redis.stop()
+        import shutil
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def setUp(self):
+        self.collected = []
+
+    def run_bin(self, what, argv, timeout=30, env=None):
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=self.dir)
+        self.collected.append((what, out.stdout + out.stderr))
+        return out
+
+    def check_clean(self, secrets):
+        for what, text in self.collected:
+            for s in secrets:
+                self.assertNotIn(s, text, "%s printed a secret:\n%s" % (what, text))
+        for root, _, files in os.walk(self.dir):
+            for name in files:
+                path = os.path.join(root, name)
+                if name.endswith((".db", ".db-wal", ".db-shm", ".aof", ".rdb")) or "appendonly" in path:
+                    continue  # databases: what the stores keep, not what a process prints
+                with open(path, "rb") as f:
+                    data = f.read()
+                for s in secrets:
+                    self.assertNotIn(s.encode(), data, "%s holds a secret" % path)
+
+    # --- the stores' URLs --------------------------------------------------------------------
+
+    def store_urls(self, password, enc):
+        pg = self.pg
+        redis = self.redis.port
+        return {
+            "postgres user:pass@": "postgres://%s:%s@127.0.0.1:%d/%s" % (pg.role, enc, pg.port, pg.db),
+            "postgres ?password=": "postgres://%s@127.0.0.1:%d/%s?password=%s" % (pg.role, pg.port, pg.db, enc),
+            "redis :pass@": "redis://:%s@127.0.0.1:%d" % (enc, redis),
+            "redis user:pass@": "redis://alice:%s@127.0.0.1:%d" % (enc, redis),
+            "redis pass@": "redis://%s@127.0.0.1:%d" % (enc, redis),
+        }
+
+    def test_idemctl_with_good_and_wrong_passwords(self):
+        for name, url in self.store_urls(PASSWORD, ENC).items():
+            for extra in ([], ["--json"]):
+                out = self.run_bin("idemctl stats %s" % name, [bin_path("cli", "idemctl"), "stats", "--store", url] + extra)
+                self.assertEqual(out.returncode, 0, "%s: %s" % (name, out.stderr))
+                out = self.run_bin("idemctl list %s" % name, [bin_path("cli", "idemctl"), "list", "--store", url] + extra)
+                self.assertEqual(out.returncode, 0, "%s: %s" % (name, out.stderr))
+        for name, url in self.store_urls(WRONG, WRONG_ENC).items():
+            out = self.run_bin("idemctl stats wrong %s" % name, [bin_path("cli", "idemctl"), "stats", "--store", url])
+            self.assertEqual(out.returncode, 1, "%s: %s" % (name, out.stdout + out.stderr))
+            self.assertIn("idemctl:", out.stderr)
+        # An argument CLI11 does not expect is echoed in its usage error: redacted too.
+        url = self.store_urls(PASSWORD, ENC)["postgres user:pass@"]
+        out = self.run_bin("idemctl stray url", [bin_path("cli", "idemctl"), "stats", "--store", url, url])
+        self.assertEqual(out.returncode, 2)
+        self.check_clean(forms(PASSWORD) | forms(WRONG))
+
+    def test_gateway_logs_metrics_and_errors(self):
+        upstream = brokers.Handler()
+        try:
+            for name, url in self.store_urls(PASSWORD, ENC).items():
+                port, admin = brokers.free_port(), brokers.free_port()
+                log = os.path.join(self.dir, "gateway-%s.log" % name.replace(" ", "_").replace("/", "_"))
+                with open(log, "wb") as err:
+                    p = subprocess.Popen([bin_path("gateway", "idem-gateway"), "--listen", "127.0.0.1:%d" % port,
+                                          "--admin-listen", "127.0.0.1:%d" % admin, "--store", url, "--upstream",
+                                          "http://127.0.0.1:%d" % upstream.server.server_address[1]],
+                                         stdout=err, stderr=subprocess.STDOUT, cwd=self.dir)
+                try:
+                    brokers.wait_until(lambda: ready(admin), 30, what="gateway on %s" % name)
+                    for path in ("/readyz", "/metrics", "/healthz"):
+                        self.collected.append(("gateway %s %s" % (name, path), brokers.http_get(admin, path)[1]))
+                finally:
+                    p.terminate()
+                    p.wait(30)
+                with open(log) as f:
+                    text = f.read()
+                self.assertIn("store ", text)  # the start-up line names the store, redacted
+            for name, url in self.store_urls(WRONG, WRONG_ENC).items():
+                out = self.run_bin("gateway wrong %s" % name, [bin_path("gateway", "idem-gateway"), "--listen",
+                                                              "127.0.0.1:0", "--admin-listen", "off", "--store", url])
+                self.assertEqual(out.returncode, 1, out.stderr)
+            # A server that is down: the store URL with the right password, a closed port.
+            down = "postgres://%s:%s@127.0.0.1:%d/%s" % (self.pg.role, ENC, brokers.free_port(), self.pg.db)
+            out = self.run_bin("gateway down", [bin_path("gateway", "idem-gateway"), "--listen", "127.0.0.1:0",
+                                                "--admin-listen", "off", "--store", down])
+            self.assertEqual(out.returncode, 1)
+            # A bad configuration naming the URL.
+            out = self.run_bin("gateway bad flag", [bin_path("gateway", "idem-gateway"), "--store",
+                                                    "postgres://u:%s@h/db" % ENC, "--nonsense"])
+            self.assertEqual(out.returncode, 2)
+        finally:
+            upstream.stop()
+        self.check_clean(forms(PASSWORD) | forms(WRONG))
+
+    # --- the brokers' URLs -------------------------------------------------------------------
+
+    def amqp_url(self, password, query):
+        base = urllib.parse.urlsplit(os.environ["IDEM_TEST_AMQP_URL"])
+        host = base.netloc.rpartition("@")[2]
+        return "amqp://idem:%s@%s/%%2f?%s" % (urllib.parse.quote(password, safe=""), host, query)
+
+    def test_consume_relay_and_consumers(self):
+        amqp = self.amqp_password
+        handler = brokers.Handler()
+        queue = "redaction-" + uuid.uuid4().hex[:8]
+        store = "sqlite:%s" % os.path.join(self.dir, "consume.db")
+        try:
+            sources = {
+                "amqp": self.amqp_url(amqp, "queue=" + queue),
+                "stream :pass@": "redis+stream://:%s@127.0.0.1:%d/s-%s?group=g" % (ENC, self.redis.port, queue),
+                "stream user:pass@": "redis+stream://alice:%s@127.0.0.1:%d/s2-%s?group=g" % (ENC, self.redis.port, queue),
+            }
+            for name, source in sources.items():
+                admin = brokers.free_port()
+                log = os.path.join(self.dir, "consume-%s.log" % uuid.uuid4().hex[:6])
+                with open(log, "wb") as err:
+                    p = subprocess.Popen([bin_path("consume", "idem-consume"), "--source", source, "--deliver",
+                                          handler.url, "--store", store, "--admin-listen", "127.0.0.1:%d" % admin,
+                                          "--log-level", "debug"], stdout=err, stderr=subprocess.STDOUT, cwd=self.dir)
+                try:
+                    brokers.wait_until(lambda: ready(admin), 30, what="idem-consume on %s" % name)
+                    for path in ("/readyz", "/metrics"):
+                        self.collected.append(("consume %s %s" % (name, path), brokers.http_get(admin, path)[1]))
+                finally:
+                    p.terminate()
+                    self.assertEqual(p.wait(30), 0)
+            wrong_sources = {
+                "amqp": self.amqp_url(WRONG, "queue=" + queue),
+                "stream": "redis+stream://alice:%s@127.0.0.1:%d/s-%s?group=g" % (WRONG_ENC, self.redis.port, queue),
+            }
+            for name, source in wrong_sources.items():
+                out = self.run_bin("consume wrong %s" % name, [bin_path("consume", "idem-consume"), "--source", source,
+                                                              "--deliver", handler.url, "--store", store,
+                                                              "--admin-listen", "off"])
+                self.assertEqual(out.returncode, 1, out.stderr)
+                out = self.run_bin("ledger wrong %s" % name, [bin_path("examples", "ledger_consumer", "idem-ledger-consumer"),
+                                                             "--db", os.path.join(self.dir, "ledger.db"), "--source", source])
+                self.assertEqual(out.returncode, 1, out.stderr)
+                out = self.run_bin("notifier wrong %s" % name, [bin_path("examples", "notifier", "idem-notifier"),
+                                                               "--db", os.path.join(self.dir, "notifier.db"), "--source", source])
+                self.assertEqual(out.returncode, 1, out.stderr)
+
+            # idem-relay: a PostgreSQL outbox with a password, sinks with passwords, good and wrong.
+            outbox = "postgres://%s:%s@127.0.0.1:%d/%s" % (self.pg.role, ENC, self.pg.port, self.pg.db)
+            self.run_bin("idemctl outbox stats", [bin_path("cli", "idemctl"), "outbox", "stats", "--outbox", outbox])
+            admin = brokers.free_port()
+            log = os.path.join(self.dir, "relay.log")
+            with open(log, "wb") as err:
+                p = subprocess.Popen([bin_path("relay", "idem-relay"), "--outbox", outbox, "--sink",
+                                      self.amqp_url(amqp, "exchange=&routing_key=" + queue),
+                                      "--admin-listen", "127.0.0.1:%d" % admin, "--log-level", "debug"],
+                                     stdout=err, stderr=subprocess.STDOUT, cwd=self.dir)
+            try:
+                brokers.wait_until(lambda: ready(admin), 30, what="idem-relay")
+                for path in ("/readyz", "/metrics"):
+                    self.collected.append(("relay %s" % path, brokers.http_get(admin, path)[1]))
+            finally:
+                p.terminate()
+                self.assertEqual(p.wait(30), 0)
+            for name, sink in {"amqp": self.amqp_url(WRONG, "exchange=&routing_key=" + queue),
+                               "stream": "redis+stream://alice:%s@127.0.0.1:%d/x" % (WRONG_ENC, self.redis.port),
+                               "webhook": "http://hook:%s@127.0.0.1:1/events" % WRONG_ENC}.items():
+                out = self.run_bin("relay wrong sink %s" % name, [bin_path("relay", "idem-relay"), "--outbox", outbox,
+                                                                 "--sink", sink, "--admin-listen", "off"], timeout=20) \
+                    if name != "webhook" else None
+                if out is not None:
+                    self.assertEqual(out.returncode, 1, out.stderr)
+            wrong_outbox = "postgres://%s:%s@127.0.0.1:%d/%s" % (self.pg.role, WRONG_ENC, self.pg.port, self.pg.db)
+            out = self.run_bin("relay wrong outbox", [bin_path("relay", "idem-relay"), "--outbox", wrong_outbox,
+                                                      "--sink", "http://127.0.0.1:1/x", "--admin-listen", "off"])
+            self.assertEqual(out.returncode, 1, out.stderr)
+        finally:
+            handler.stop()
+        self.check_clean(forms(PASSWORD) | forms(WRONG) | forms(amqp))
+
+
+def ready(port):
+    try:
+        return brokers.http_get(port, "/readyz", timeout=1)[0] == 200
+    except OSError:
+        return False
+
+
+def redis_cli(port, *args, password=None):
+    argv = ["redis-cli", "-p", str(port)]
+    env = dict(os.environ)
+    if password:
+        env["REDISCLI_AUTH"] = password  # not on the command line
+    out = subprocess.run(argv + list(args), capture_output=True, text=True, env=env, timeout=10)
+    if out.returncode != 0 or out.stdout.startswith("ERR"):
+        raise RuntimeError("redis-cli %s: %s %s" % (args[0], out.stdout, out.stderr))
+    return out.stdout
+
+
+class PostgresRole:
+    """A role of the test's own on the shared PostgreSQL, which must log in with its password:
+    a pg_hba line for it alone (scram-sha-256) ahead of the server's trust lines."""
+
+    def __init__(self, password):
+        url = urllib.parse.urlsplit(os.environ["IDEM_TEST_POSTGRES_URL"])
+        self.port = url.port
+        self.admin_db = url.path.lstrip("/")
+        self.admin_user = url.username
+        self.role = "idem_secret_%s" % uuid.uuid4().hex[:8]
+        self.db = self.role  # a database of its own: the stores' tables there are its own
+        self.hba = os.path.join(os.environ["IDEM_TEST_POSTGRES_DATA"], "pg_hba.conf")
+        self.line = "host all %s 127.0.0.1/32 scram-sha-256  # test_redaction\n" % self.role
+        with open(self.hba) as f:
+            original = f.read()
+        with open(self.hba, "w") as f:
+            f.write(self.line + original)
+        quoted = password.replace("'", "''")
+        self.psql("CREATE ROLE %s LOGIN PASSWORD '%s'" % (self.role, quoted))
+        self.psql("CREATE DATABASE %s OWNER %s" % (self.db, self.role))
+        self.psql("SELECT pg_reload_conf()")
+        time.sleep(0.5)
+
+    def psql(self, sql):
+        out = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", self.admin_user, "-d", self.admin_db,
+                              "-v", "ON_ERROR_STOP=1", "-q", "-c", sql], capture_output=True, text=True, timeout=30)
+        if out.returncode != 0:
+            raise RuntimeError("psql: %s" % out.stderr)
+
+    def drop(self):
+        with open(self.hba) as f:
+            text = f.read()
+        with open(self.hba, "w") as f:
+            f.write(text.replace(self.line, ""))
+        self.psql("SELECT pg_reload_conf()")
+        self.psql("DROP DATABASE IF EXISTS %s WITH (FORCE)" % self.db)
+        self.psql("DROP ROLE IF EXISTS %s" % self.role)
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--bin-dir", required=True)
+    ARGS, rest = parser.parse_known_args()
+    ARGS.bin_dir = os.path.abspath(ARGS.bin_dir)  # the processes run in a scratch directory
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()

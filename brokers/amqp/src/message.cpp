@@ -173,9 +173,10 @@ std::expected<Assembler::Step, Failure> Assembler::feed(const amqp_frame_t& fram
           const auto& e = p->headers.entries[i];
           const std::string key = string_of(e.key);
           if (key == "x-delivery-count") current_.x_delivery_count = integer_of(e.value);
-          if (key == kLongMessageIdHeader && !current_.has_message_id) {
+          const bool text = e.value.kind == AMQP_FIELD_KIND_UTF8 || e.value.kind == AMQP_FIELD_KIND_BYTES;
+          if (key == kLongMessageIdHeader && text && !current_.has_message_id) {
             current_.message_id = string_of(e.value.value.bytes);
-            current_.has_message_id = e.value.kind == AMQP_FIELD_KIND_UTF8 || e.value.kind == AMQP_FIELD_KIND_BYTES;
+            current_.has_message_id = true;
           }
         }
         // Our transport header is not the producer's: the Delivery carries the id itself.

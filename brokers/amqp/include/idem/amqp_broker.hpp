@@ -71,6 +71,17 @@ BrokerResult<AmqpUrl> parse_amqp_url(std::string_view url, AmqpUrlRole role);
 /// on (unique in the process); `broker_ref` is the tag as text. Message ids longer than AMQP's
 /// 255-byte `message_id` property travel in the `x-idem-message-id` header, set by
 /// open_amqp_sink, and are read back from it.
+///
+/// ack() sends one basic.ack with `multiple` for the deliveries that are exactly the oldest ones
+/// held, single acks for the rest. dead_letter() publishes the copy (body, id, content type, the
+/// headers as text, persistent) with x-idem-reason, x-idem-detail, x-idem-last-error,
+/// x-idem-attempts (an integer) and x-idem-source (the queue) on a second connection in confirm
+/// mode, and acks the original only once the broker confirmed the copy; a copy no queue takes
+/// is `refused` and the original stays.
+///
+/// The connections are served only inside calls: call receive() (with max 0 when there is no
+/// room for deliveries: it waits for nothing, returns nothing, and keeps the connections alive)
+/// or ping() at least every half heartbeat, or the broker closes them as silent.
 BrokerResult<std::unique_ptr<MessageSource>> open_amqp_source(std::string_view url, const SourceSettings& settings = {});
 
 /// Opens a sink on `amqp://...?exchange=E&routing_key=K`: a connection with one channel in
@@ -78,9 +89,17 @@ BrokerResult<std::unique_ptr<MessageSource>> open_amqp_source(std::string_view u
 /// comes back and is `rejected`. Fails at once when the broker cannot be reached or refuses;
 /// once open, a lost connection is opened again by the next publish.
 ///
-/// Between publishes nothing reads the connection: a sink idle for longer than half the
-/// heartbeat has its connection checked (and replaced if the broker closed it) before the
-/// next publish; ping() keeps it alive.
+/// A body larger than one frame (128 KiB) is sent alone, after the confirms of the messages
+/// before it: one over RabbitMQ's max_message_size makes the broker close the channel, and so
+/// fails by itself (`rejected`); the rest of the batch goes on on a new channel, and bodies over
+/// the limit learned are rejected unsent from then on.
+///
+/// Between publishes nothing reads the connection: each publish first reads what came meanwhile
+/// and opens a new connection if the broker closed this one (an idle sink is closed after two
+/// heartbeat intervals; ping() keeps it alive). A broker that blocks publishers (a memory or
+/// disk alarm, connection.blocked) fails a publish at once as `unavailable`; one that stops
+/// reading during a publish holds the call until it reads again (librabbitmq 0.11 sends without
+/// a deadline once a frame has begun).
 BrokerResult<std::unique_ptr<MessageSink>> open_amqp_sink(std::string_view url, const SinkSettings& settings = {});
 
 }  // namespace idem

@@ -29,6 +29,8 @@ struct KeyRing::Key {
   /// Unique for the life of the process (never reused, unlike the Key's address once a reload
   /// freed it): what the per-thread cipher contexts are cached by.
   std::uint64_t serial = 0;
+  /// The sealed header's value for this key: "v1 ID".
+  std::string marker;
   ~Key() { OPENSSL_cleanse(bytes.data(), bytes.size()); }
 };
 
@@ -71,8 +73,7 @@ bool random_bytes(unsigned char* out, std::size_t n) {
     block.next = 0;
     block.generation = generation;
   }
-  std::memcpy(out, block.bytes.data() + block.next, n);
-  OPENSSL_cleanse(block.bytes.data() + block.next, n);  // a used nonce is never handed out twice
+  std::memcpy(out, block.bytes.data() + block.next, n);  // nonces are public: no need to wipe them
   block.next += n;
   return true;
 }
@@ -128,6 +129,18 @@ EVP_CIPHER_CTX* keyed_ctx(const KeyRing::Key& key, bool encrypt) {
   return cache[0].ctx.get();
 }
 
+// Starts a record on a context that has its key: only the nonce is set. OpenSSL 3's
+// EVP_CipherInit_ex2 goes straight to the provider; the older call re-checks engines and
+// re-references the cipher every time.
+bool set_nonce(EVP_CIPHER_CTX* ctx, const unsigned char* nonce, bool encrypt) {
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+  return EVP_CipherInit_ex2(ctx, nullptr, nullptr, nonce, encrypt ? 1 : 0, nullptr) == 1;
+#else
+  return (encrypt ? EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce)
+                  : EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce)) == 1;
+#endif
+}
+
 // EVP takes int lengths: larger inputs go in pieces (GCM is a stream mode, output = input).
 bool cipher_update(EVP_CIPHER_CTX* ctx, unsigned char* out, const unsigned char* in, std::size_t size, bool encrypt) {
   while (size > 0) {
@@ -152,10 +165,9 @@ bool add_ad(EVP_CIPHER_CTX* ctx, const std::string& ad, bool encrypt) {
 }
 
 void put_u32(std::string& out, std::size_t v) {
-  out.push_back(static_cast<char>((v >> 24) & 0xff));
-  out.push_back(static_cast<char>((v >> 16) & 0xff));
-  out.push_back(static_cast<char>((v >> 8) & 0xff));
-  out.push_back(static_cast<char>(v & 0xff));
+  const char bytes[4] = {static_cast<char>((v >> 24) & 0xff), static_cast<char>((v >> 16) & 0xff),
+                         static_cast<char>((v >> 8) & 0xff), static_cast<char>(v & 0xff)};
+  out.append(bytes, sizeof bytes);
 }
 
 std::uint32_t get_u32(const unsigned char* p) {
@@ -163,10 +175,10 @@ std::uint32_t get_u32(const unsigned char* p) {
 }
 
 // The associated data: what the ciphertext is bound to. Length prefixes keep (tenant "a", key
-// "bc") apart from (tenant "ab", key "c").
-std::string associated_data(const RecordId& id, std::string_view key_id) {
-  std::string ad;
-  ad.reserve(32 + id.tenant.size() + id.key.size() + key_id.size());
+// "bc") apart from (tenant "ab", key "c"). Built in a buffer each thread reuses: no allocation.
+const std::string& associated_data(const RecordId& id, std::string_view key_id) {
+  thread_local std::string ad;
+  ad.clear();
   ad += "idem stored response ";
   ad += kVersionTag;
   ad.push_back('\0');
@@ -367,6 +379,7 @@ std::expected<std::shared_ptr<const KeyRing>, std::string> KeyRing::parse(std::s
     auto key = std::make_unique<Key>();
     key->id = id;
     key->serial = next_key_serial.fetch_add(1, std::memory_order_relaxed);
+    key->marker = std::string(kVersionTag) + " " + id;
     std::memcpy(key->bytes.data(), bytes->data(), kKeySize);
     OPENSSL_cleanse(bytes->data(), bytes->size());
     for (const auto& other : ring->keys_) {
@@ -461,7 +474,8 @@ StoreResult<StoredResponse> KeyRing::seal(const RecordId& id, const StoredRespon
 
   StoredResponse sealed;
   sealed.status = kSealedStatus;
-  sealed.headers.push_back(Header{std::string(kSealedHeader), std::string(kVersionTag) + " " + sealing_->id});
+  sealed.headers.reserve(1);
+  sealed.headers.push_back(Header{std::string(kSealedHeader), sealing_->marker});
   std::string& body = sealed.body;
   body.resize(kNonceSize + kPrefixSize + headers.size() + response.body.size() + kTagSize);
   auto* out = reinterpret_cast<unsigned char*>(body.data());
@@ -469,10 +483,10 @@ StoreResult<StoredResponse> KeyRing::seal(const RecordId& id, const StoredRespon
 
   EVP_CIPHER_CTX* ctx = keyed_ctx(*sealing_, true);
   if (ctx == nullptr) return failed("no cipher context");
-  const std::string ad = associated_data(id, sealing_->id);
+  const std::string& ad = associated_data(id, sealing_->id);
   unsigned char* p = out + kNonceSize;
   const bool ok =
-      EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, out) == 1 && add_ad(ctx, ad, true) &&
+      set_nonce(ctx, out, true) && add_ad(ctx, ad, true) &&
       cipher_update(ctx, p, prefix, kPrefixSize, true) &&
       cipher_update(ctx, p + kPrefixSize, reinterpret_cast<const unsigned char*>(headers.data()), headers.size(),
                     true) &&
@@ -513,11 +527,11 @@ std::expected<StoredResponse, OpenError> KeyRing::open(const RecordId& id, Store
   std::string plain(ct_size, '\0');
   auto* pt = reinterpret_cast<unsigned char*>(plain.data());
   EVP_CIPHER_CTX* ctx = keyed_ctx(*key, false);
-  const std::string ad = associated_data(id, kid);
+  const std::string& ad = associated_data(id, kid);
   unsigned char tag[kTagSize];
   std::memcpy(tag, in + body.size() - kTagSize, kTagSize);
   int final_len = 0;
-  const bool ok = ctx != nullptr && EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, in) == 1 &&
+  const bool ok = ctx != nullptr && set_nonce(ctx, in, false) &&
                   add_ad(ctx, ad, false) && cipher_update(ctx, pt, in + kNonceSize, ct_size, false) &&
                   EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, static_cast<int>(kTagSize), tag) == 1 &&
                   EVP_DecryptFinal_ex(ctx, pt + ct_size, &final_len) == 1;

@@ -115,9 +115,13 @@ TEST(AsyncAdapter, InlineCallbacksResumeOnTheExecutor) {
 }
 
 TEST(AsyncAdapter, ForeignThreadCallbacksResumeOnTheExecutorAndKeepItAlive) {
+  // The io_context outlives the store: a store thread may still be inside post() (signalling the
+  // io_context) after the handler it posted ran, until the store joins it (a data race under
+  // ThreadSanitizer when the io_context was destroyed first). The gateway does the same: stores
+  // are destroyed before the event loops.
+  asio::io_context io;
   ThreadedStore store;
   Engine engine(store);
-  asio::io_context io;
   std::vector<std::string> log;
   asio::co_spawn(io, round_trip(engine, std::this_thread::get_id(), log), asio::detached);
   // No work guard: run() returns early unless the adapter tracks the pending store calls.
@@ -167,8 +171,8 @@ TEST(AsyncAdapter, WorksWithPlainCallbackTokens) {
 TEST(AsyncAdapter, ADroppedCallbackOnlyDestroysTheCoroutine) {
   bool resumed = false;
   {
+    asio::io_context io;  // outlives the store's threads, as above
     ThreadedStore store(/*drop=*/true);
-    asio::io_context io;
     asio::co_spawn(
         io,
         [&]() -> asio::awaitable<void> {

@@ -44,7 +44,7 @@ check() {
   depth=$(sed -n 's/.*depth reached \([0-9]*\).*/\1/p' <<<"$out" | head -1)
   assertion=$(sed -n 's/^pan:1: \(.*\) (at depth.*/\1/p' <<<"$out" | head -1)
   printf '  %-44s states %10s  depth %4s  %5.1fs  %s\n' "$name" "${stored:-?}" "${depth:-?}" \
-    "$(echo "$end - $start" | bc)" "${assertion:+counterexample: $assertion}"
+    "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')" "${assertion:+counterexample: $assertion}"
   local bad=""
   if [ -z "$errors" ]; then
     bad="no verdict from pan"

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdint>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -66,14 +67,68 @@ std::string_view trim_ows(std::string_view s) {
   return s;
 }
 
-enum class BodyKind { json, form, raw };
+// The value of parameter `name` in a header value `type; a=b; name="x"` (case-insensitive
+// names; quoted-string values unescaped); nullopt when absent or malformed.
+std::optional<std::string> header_parameter(std::string_view value, std::string_view name) {
+  std::size_t i = value.find(';');
+  while (i != std::string_view::npos && i < value.size()) {
+    ++i;  // past ';'
+    while (i < value.size() && (value[i] == ' ' || value[i] == '\t')) ++i;
+    const std::size_t eq = value.find('=', i);
+    if (eq == std::string_view::npos) return std::nullopt;
+    const std::string_view key = trim_ows(value.substr(i, eq - i));
+    std::size_t j = eq + 1;
+    while (j < value.size() && (value[j] == ' ' || value[j] == '\t')) ++j;
+    std::string parsed;
+    if (j < value.size() && value[j] == '"') {
+      ++j;
+      bool closed = false;
+      while (j < value.size()) {
+        if (value[j] == '\\' && j + 1 < value.size()) {
+          parsed += value[j + 1];
+          j += 2;
+        } else if (value[j] == '"') {
+          closed = true;
+          ++j;
+          break;
+        } else {
+          parsed += value[j++];
+        }
+      }
+      if (!closed) return std::nullopt;
+      i = value.find(';', j);
+    } else {
+      const std::size_t end = value.find(';', j);
+      parsed = std::string(trim_ows(value.substr(j, end == std::string_view::npos ? std::string_view::npos : end - j)));
+      i = end;
+    }
+    if (iequals(key, name)) return parsed;
+  }
+  return std::nullopt;
+}
 
-// From Content-Type's media type; parameters (charset, ...) do not matter.
-BodyKind body_kind(std::span<const HeaderView> headers) {
-  std::string_view media = find_header(headers, "Content-Type");
-  media = trim_ows(media.substr(0, media.find(';')));
+std::string lowered(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), ascii_lower);
+  return out;
+}
+
+enum class BodyKind { json, form, multipart, raw };
+
+// From Content-Type's media type; parameters (charset, ...) do not matter, except a multipart
+// body's boundary, which is returned in `boundary`.
+BodyKind body_kind(std::span<const HeaderView> headers, std::string& boundary) {
+  const std::string_view content_type = find_header(headers, "Content-Type");
+  const std::string_view media = trim_ows(content_type.substr(0, content_type.find(';')));
   if (iequals(media, "application/json")) return BodyKind::json;
   if (iequals(media, "application/x-www-form-urlencoded")) return BodyKind::form;
+  if (iequals(media, "multipart/form-data")) {
+    if (auto b = header_parameter(content_type, "boundary"); b && !b->empty() && b->size() <= 200) {
+      boundary = std::move(*b);
+      return BodyKind::multipart;
+    }
+    return BodyKind::raw;  // no boundary: the parts cannot be found
+  }
   constexpr std::string_view kJsonSuffix = "+json";  // application/problem+json, ...
   const std::size_t slash = media.find('/');
   if (slash != std::string_view::npos && slash > 0 &&
@@ -204,6 +259,97 @@ std::string canonical_form_urlencoded(std::string_view text) {
   return out;
 }
 
+std::optional<std::string> canonical_multipart(std::string_view body, std::string_view boundary) {
+  if (boundary.empty()) return std::nullopt;
+  const std::string delimiter = "--" + std::string(boundary);
+  const std::string separator = "\r\n" + delimiter;
+  // The first delimiter opens the body or follows the preamble's CRLF (RFC 2046 §5.1.1).
+  std::size_t pos;
+  if (body.starts_with(delimiter)) {
+    pos = delimiter.size();
+  } else {
+    const std::size_t found = body.find(separator);
+    if (found == std::string_view::npos) return std::nullopt;
+    pos = found + separator.size();
+  }
+  std::string out;
+  out.reserve(body.size() + 64);
+  for (;;) {
+    // After a delimiter: "--" closes the body (the epilogue is ignored), else padding and CRLF.
+    if (body.compare(pos, 2, "--") == 0) return out;
+    while (pos < body.size() && (body[pos] == ' ' || body[pos] == '\t')) ++pos;
+    if (body.compare(pos, 2, "\r\n") != 0) return std::nullopt;
+    pos += 2;
+    const std::size_t end = body.find(separator, pos);
+    if (end == std::string_view::npos) return std::nullopt;  // never closed: not a multipart body
+    const std::string_view part = body.substr(pos, end - pos);
+    pos = end + separator.size();
+
+    // The part's headers end at the first empty line; a part may have none.
+    std::string_view head, content;
+    if (part.starts_with("\r\n")) {
+      content = part.substr(2);
+    } else {
+      const std::size_t blank = part.find("\r\n\r\n");
+      if (blank == std::string_view::npos) return std::nullopt;
+      head = part.substr(0, blank);
+      content = part.substr(blank + 4);
+    }
+    // What identifies a part: its Content-Disposition (type, name, filename, filename*),
+    // Content-Type and Content-Transfer-Encoding. Other part headers (a client's own
+    // Content-Length, say) say nothing about the request.
+    std::string disposition_type, name, filename, filename_ext, type, encoding;
+    bool has_filename = false, has_filename_ext = false;
+    std::size_t line_start = 0;
+    while (line_start <= head.size()) {
+      std::size_t line_end = head.find("\r\n", line_start);
+      if (line_end == std::string_view::npos) line_end = head.size();
+      // Obsolete line folding: continuation lines start with a space or a tab.
+      while (line_end + 2 < head.size() && (head[line_end + 2] == ' ' || head[line_end + 2] == '\t')) {
+        const std::size_t next = head.find("\r\n", line_end + 2);
+        line_end = next == std::string_view::npos ? head.size() : next;
+      }
+      const std::string_view line = head.substr(line_start, line_end - line_start);
+      line_start = line_end + 2;
+      const std::size_t colon = line.find(':');
+      if (colon == std::string_view::npos) {
+        if (trim_ows(line).empty()) continue;
+        return std::nullopt;
+      }
+      const std::string_view field = trim_ows(line.substr(0, colon));
+      const std::string_view value = trim_ows(line.substr(colon + 1));
+      if (iequals(field, "Content-Disposition")) {
+        disposition_type = lowered(trim_ows(value.substr(0, value.find(';'))));
+        name = header_parameter(value, "name").value_or("");
+        if (auto f = header_parameter(value, "filename")) {
+          has_filename = true;
+          filename = std::move(*f);
+        }
+        if (auto f = header_parameter(value, "filename*")) {
+          has_filename_ext = true;
+          filename_ext = std::move(*f);
+        }
+      } else if (iequals(field, "Content-Type")) {
+        const std::size_t semi = value.find(';');
+        type = lowered(trim_ows(value.substr(0, semi)));
+        if (semi != std::string_view::npos) type += std::string(value.substr(semi));
+      } else if (iequals(field, "Content-Transfer-Encoding")) {
+        encoding = lowered(value);
+      }
+    }
+    append_field(out, "part");
+    append_field(out, disposition_type);
+    append_field(out, name);
+    append_field(out, has_filename ? "1" : "0");
+    append_field(out, filename);
+    append_field(out, has_filename_ext ? "1" : "0");
+    append_field(out, filename_ext);
+    append_field(out, type);
+    append_field(out, encoding);
+    append_field(out, content);
+  }
+}
+
 std::string fingerprint(const RequestView& request, const FingerprintOptions& options) {
   // Everything but the body goes into one buffer, so the hash sees three updates.
   std::string head;
@@ -227,7 +373,8 @@ std::string fingerprint(const RequestView& request, const FingerprintOptions& op
   std::string canonical;
   std::string_view body = request.body;
   std::string_view kind = "raw";
-  switch (body_kind(request.headers)) {
+  std::string boundary;
+  switch (body_kind(request.headers, boundary)) {
     case BodyKind::json:
       if (auto json = canonicalize_json(request.body, options.json_ignore)) {
         canonical = std::move(*json);
@@ -239,6 +386,15 @@ std::string fingerprint(const RequestView& request, const FingerprintOptions& op
       canonical = canonical_form_urlencoded(request.body);
       body = canonical;
       kind = "form";
+      break;
+    case BodyKind::multipart:
+      // The boundary is random per request (curl -F makes a new one each run): the parts are
+      // the request, not the bytes between them. A body that does not parse is hashed raw.
+      if (auto parts = canonical_multipart(request.body, boundary)) {
+        canonical = std::move(*parts);
+        body = canonical;
+        kind = "multipart";
+      }
       break;
     case BodyKind::raw: break;
   }

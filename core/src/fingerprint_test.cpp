@@ -318,5 +318,90 @@ TEST(CanonicalFormUrlencoded, KeepsMalformedEscapesLiterally) {
   EXPECT_EQ(canonical_form_urlencoded("a=100%"), canonical_form_urlencoded("a=100%25"));
 }
 
+// A multipart/form-data body as curl -F writes it, with the boundary given.
+Request multipart(const std::string& boundary, const std::string& amount, const std::string& file = "hello\n",
+                  const std::string& extra_part_header = "") {
+  Request r;
+  r.headers = {{"Content-Type", "multipart/form-data; boundary=" + boundary}};
+  r.body = "--" + boundary + "\r\n" +
+           "Content-Disposition: form-data; name=\"amount\"\r\n\r\n" + amount + "\r\n" +
+           "--" + boundary + "\r\n" +
+           "Content-Disposition: form-data; name=\"receipt\"; filename=\"r.txt\"\r\n" + extra_part_header +
+           "Content-Type: text/plain\r\n\r\n" + file + "\r\n" +
+           "--" + boundary + "--\r\n";
+  return r;
+}
+
+TEST(Fingerprint, MultipartIgnoresTheBoundary) {
+  const auto a = multipart("------------------------a1b2c3d4e5f6a7b8", "1000");
+  const auto b = multipart("------------------------0f9e8d7c6b5a4f3e", "1000");
+  EXPECT_NE(a.body, b.body);
+  EXPECT_EQ(a.fp(), b.fp());
+  // A quoted boundary parameter, other parameters, a preamble and an epilogue change nothing.
+  auto c = multipart("xyz-boundary", "1000");
+  c.headers = {{"Content-Type", "Multipart/Form-Data; charset=utf-8; boundary=\"xyz-boundary\""}};
+  c.body = "preamble to ignore\r\n" + c.body + "epilogue";
+  EXPECT_EQ(a.fp(), c.fp());
+  // Part headers that do not identify the part do not count either.
+  EXPECT_EQ(a.fp(), multipart("b2", "1000", "hello\n", "X-Client-Part-Id: 77\r\n").fp());
+}
+
+TEST(Fingerprint, MultipartPartsMatter) {
+  const auto base = multipart("b1", "1000").fp();
+  EXPECT_NE(base, multipart("b1", "5000").fp());              // a field's value
+  EXPECT_NE(base, multipart("b1", "1000", "hello!\n").fp());  // a file's content
+  auto renamed = multipart("b1", "1000");
+  renamed.body.replace(renamed.body.find("r.txt"), 5, "s.txt");  // a filename
+  EXPECT_NE(base, renamed.fp());
+  auto retyped = multipart("b1", "1000");
+  retyped.body.replace(retyped.body.find("text/plain"), 10, "text/csv!!");
+  EXPECT_NE(base, retyped.fp());
+  auto field = multipart("b1", "1000");
+  field.body.replace(field.body.find("name=\"amount\""), 13, "name=\"amounT\"");  // a part's name
+  EXPECT_NE(base, field.fp());
+}
+
+TEST(Fingerprint, MultipartPartOrderMatters) {
+  Request r;
+  r.headers = {{"Content-Type", "multipart/form-data; boundary=q"}};
+  const std::string x = "--q\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1\r\n";
+  const std::string y = "--q\r\nContent-Disposition: form-data; name=\"y\"\r\n\r\n2\r\n";
+  r.body = x + y + "--q--";
+  Request swapped = r;
+  swapped.body = y + x + "--q--";
+  EXPECT_NE(r.fp(), swapped.fp());
+}
+
+TEST(Fingerprint, MalformedMultipartIsHashedRaw) {
+  auto unclosed = multipart("b1", "1000");
+  unclosed.body.resize(unclosed.body.rfind("--b1--"));
+  auto other = unclosed;
+  other.headers = {{"Content-Type", "application/octet-stream"}};
+  EXPECT_EQ(unclosed.fp(), other.fp());  // the raw bytes, like any unparsed body
+  auto no_boundary = multipart("b1", "1000");
+  no_boundary.headers = {{"Content-Type", "multipart/form-data"}};
+  auto raw = no_boundary;
+  raw.headers = {{"Content-Type", "text/plain"}};
+  EXPECT_EQ(no_boundary.fp(), raw.fp());
+}
+
+TEST(CanonicalMultipart, DocumentedForm) {
+  static constexpr char kBody[] =
+      "--b\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nv\r\n"
+      "--b\r\ncontent-disposition: FORM-DATA; name=\"f\"; filename=\"x \\\"q\\\".bin\"\r\n"
+      "Content-Type: Application/Octet-Stream\r\nContent-Transfer-Encoding: BINARY\r\n\r\n\x00\x01\r\n"
+      "--b--";
+  const std::string body(kBody, sizeof kBody - 1);  // it holds a NUL byte
+  const auto c = canonical_multipart(body, "b");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(*c, std::string("4:part\n9:form-data\n1:a\n1:0\n0:\n1:0\n0:\n0:\n0:\n1:v\n"
+                            "4:part\n9:form-data\n1:f\n1:1\n9:x \"q\".bin\n1:0\n0:\n24:application/octet-stream\n6:binary\n2:") +
+                    std::string("\x00\x01", 2) + "\n");
+  EXPECT_EQ(canonical_multipart("--b--", "b"), std::string());  // no parts
+  EXPECT_FALSE(canonical_multipart("--b\r\nno blank line", "b").has_value());
+  EXPECT_FALSE(canonical_multipart("nothing here", "b").has_value());
+  EXPECT_FALSE(canonical_multipart("--b--", "").has_value());
+}
+
 }  // namespace
 }  // namespace idem

@@ -1,36 +1,8 @@
 #include "idem/problem.hpp"
 
-#include <cstdio>
+#include "idem/error_envelope.hpp"
 
 namespace idem {
-namespace {
-
-// JSON string literal for text we produce ourselves (codes, titles, details); control characters
-// are escaped so a detail quoting client input cannot break the document.
-void append_json_string(std::string& out, std::string_view s) {
-  out.push_back('"');
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char escape[8];
-          std::snprintf(escape, sizeof escape, "\\u%04x", c);
-          out += escape;
-        } else {
-          out.push_back(ch);
-        }
-    }
-  }
-  out.push_back('"');
-}
-
-}  // namespace
 
 Problem make_problem(int status, std::string code, std::string title, std::string detail) {
   Problem p;

@@ -23,6 +23,10 @@
 // Control routes (not counted):
 //   GET /counts                {"total":N,"keys":{"K":n},"requests":[{method,path,key,count}]}
 //   GET /executions?key=K      {"key":"K","count":n}
+//   GET /history               every execution in order, one JSON object a line (JSONL):
+//                              {"key","execution_id","attempt"} (attempt: the request's
+//                              Idempotency-Attempt header as sent, "" when none), for the history
+//                              checker (tests/common/history.py)
 //   POST /reset                forgets every count
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange unincluded
 
@@ -63,6 +67,7 @@ struct State {
   std::map<std::string, long> by_key;
   long next_execution = 0;
   std::string instance;  // distinguishes ids of two fixture processes
+  std::string history;   // GET /history: one line per execution
 };
 
 State g_state;
@@ -264,14 +269,20 @@ net::awaitable<void> session(tcp::socket socket) {
       const long n = it == g_state.by_key.end() ? 0 : it->second;
       res = make_response(req, http::status::ok, "{\"key\":" + jstr(key) + ",\"count\":" + std::to_string(n) + "}",
                           "application/json", new_execution_id());
+    } else if (path == "/history") {
+      res = make_response(req, http::status::ok, g_state.history, "application/x-ndjson", new_execution_id());
     } else if (path == "/reset") {
       g_state.total = 0;
       g_state.by_request.clear();
       g_state.by_key.clear();
+      g_state.history.clear();
       res = make_response(req, http::status::ok, "{\"reset\":true}", "application/json", new_execution_id());
     } else {
       const long nth = count_execution(req);
       const std::string id = new_execution_id();
+      const auto attempt = req.find("Idempotency-Attempt");
+      g_state.history += "{\"key\":" + jstr(key_of(req)) + ",\"execution_id\":" + jstr(id) + ",\"attempt\":" +
+                         jstr(attempt == req.end() ? std::string() : std::string(sv(attempt->value()))) + "}\n";
       if (route == "/echo") {
         res = make_response(req, http::status::ok, echo_json(req, id, nth), "application/json", id);
       } else if (route == "/slow") {

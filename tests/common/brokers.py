@@ -171,6 +171,7 @@ class Handler:
         self.effects = {}  # key -> effects kept (dedupe: at most 1)
         self.headers = {}  # key -> headers of the last POST
         self.bodies = {}
+        self.attempts = {}  # key -> Idem-Delivery-Attempt of each POST, in order
         self.dedupe = dedupe
         self.answer = answer
         self.release = threading.Event()  # ends "hang"s (at stop)
@@ -192,6 +193,7 @@ class Handler:
                     return
                 with outer.lock:
                     outer.calls[key] = outer.calls.get(key, 0) + 1
+                    outer.attempts.setdefault(key, []).append(self.headers.get("Idem-Delivery-Attempt"))
                     outer.headers[key] = dict(self.headers.items())
                     outer.bodies[key] = body
                     if decided is None or 200 <= decided[0] < 300:

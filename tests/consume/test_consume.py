@@ -29,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
 sys.path.insert(0, os.path.join(HERE, "..", "gateway"))
 import brokers  # noqa: E402
+import history  # noqa: E402
 from harness import Process  # noqa: E402
 from scratch import run_in_scratch_dir  # noqa: E402
 
@@ -180,13 +181,22 @@ class ConsumeTest(unittest.TestCase):
             self.sidecar(settings)
         for s in self.sidecars:
             s.wait_ready()
-        publisher = threading.Thread(target=self.tool.publish, args=(self.broker.sink_url(), messages))
+        self.record = history.History(os.path.join(self.dir, "history.jsonl"))
+
+        def publish():
+            sent = time.monotonic()
+            self.tool.publish(self.broker.sink_url(), messages)
+            # Confirmed by the broker: each message is an acknowledged operation.
+            for m in messages:
+                self.record.op(m["id"], sent, 200)
+        publisher = threading.Thread(target=publish)
         publisher.start()
         done = 0
         restarted = False
         while done < kills:
             time.sleep(rng.uniform(0.3, 0.7))
             victim = rng.choice(self.sidecars)
+            self.record.event("kill", sidecar=victim.name)
             victim.kill()
             done += 1
             if done == kills // 2 and not restarted:
@@ -197,6 +207,20 @@ class ConsumeTest(unittest.TestCase):
         for s in self.sidecars:
             s.wait_ready(120)
         return done
+
+    def _check_history(self, policy, parked=()):
+        """Every effect the handler kept is an execution, every parked id is accounted for: the
+        history checker must find nothing. (A deduping handler keeps one effect per key however
+        often it is POSTed: POSTs after a takeover are its business, and harmless.)"""
+        for key, n in self.handler.effect_counts().items():
+            for i in range(n):
+                self.record.execution(key, "%s#%d" % (key, i))
+        for key in parked:
+            self.record.parked(key)
+        self.record.close()
+        ok, text = history.report(history.load(self.record.path), policy)
+        print(text)
+        self.assertTrue(ok, text)
 
     def _wait_all_accounted(self, ids, parked=None):
         """Waits until every id had its effect, or (when `parked` is a set) was parked: dead-lettered
@@ -228,6 +252,7 @@ class ConsumeTest(unittest.TestCase):
         # (it died before the POST): an operator decides (idemctl). At most one per worker per kill.
         self.assertLessEqual(len(parked), kills * 4, "more parked than kills x in-flight")
         self.assertEqual(self.left_in_queue(), [])
+        self._check_history("unknown", parked)
         print("kills=%d parked=%d posted=%d" % (kills, len(parked), len(calls)))
 
     def test_kills_with_a_deduping_handler_lose_nothing_and_run_each_once(self):
@@ -242,6 +267,7 @@ class ConsumeTest(unittest.TestCase):
         self.assertEqual(sorted(effects), sorted(ids))
         self.assertEqual({k: n for k, n in effects.items() if n != 1}, {})
         self.assertEqual(self.left_in_queue(), [])
+        self._check_history("unknown")
 
     def test_bad_messages_are_dead_lettered_with_their_reasons(self):
         def answer(key, body):

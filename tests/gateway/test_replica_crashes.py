@@ -9,7 +9,9 @@ their lease running out must not execute them again. Over the whole run:
     execution's response, whichever replica answers;
   - every answer is 200 or a 409 problem (in use, outcome unknown); a replica being killed may
     drop connections, nothing else;
-  - keys stranded in progress are at most what the killed replicas had in flight.
+  - keys stranded in progress are at most what the killed replicas had in flight;
+  - the run's history (every try of every key, every execution the upstream recorded, every kill:
+    history.jsonl in the scratch directory) passes the history checker (tests/common/history.py).
 
     python3 test_replica_crashes.py --gateway PATH --upstream-bin PATH --store sqlite|postgres|redis|redis_cluster
 
@@ -27,7 +29,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import harness  # noqa: E402
+import history  # noqa: E402
 from harness import GatewayTestCase, new_key, shared_store_url  # noqa: E402
 
 SECONDS = float(os.environ.get("IDEM_CRASH_SECONDS", "20"))
@@ -50,9 +54,19 @@ path = "/slow"
 """ % LEASE_S
 
 
-def post(port, key, timeout=30.0):
+def post(port, key, timeout=30.0, record=None):
     """One keyed POST on a new connection: (status, problem code, execution id, replayed), or None
-    when the connection failed (the replica was killed, or is starting)."""
+    when the connection failed (the replica was killed, or is starting). `record` (a History)
+    gets the try either way."""
+    sent = time.monotonic()
+    answer, data = _post(port, key, timeout)
+    if record is not None:
+        status, code, execution, replayed = answer if answer else (None, None, None, False)
+        record.op(key, sent, status, execution, replayed, data if status == 200 else None, code)
+    return answer
+
+
+def _post(port, key, timeout):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         body = json.dumps({"key": key})
@@ -63,9 +77,9 @@ def post(port, key, timeout=30.0):
         code = None
         if r.getheader("Content-Type", "").startswith("application/problem+json"):
             code = json.loads(data).get("code")
-        return r.status, code, r.getheader("X-Execution-Id"), r.getheader("Idempotent-Replayed") == "true"
+        return (r.status, code, r.getheader("X-Execution-Id"), r.getheader("Idempotent-Replayed") == "true"), data
     except (http.client.HTTPException, OSError):
-        return None
+        return None, None
     finally:
         conn.close()
 
@@ -91,6 +105,7 @@ class ReplicaCrashes(GatewayTestCase):
         lock = threading.Lock()
         stop = threading.Event()
         kills = [0]
+        record = history.History(os.path.join(self.workdir, "history.jsonl"))
 
         def client(seed):
             rng = random.Random(seed)
@@ -102,7 +117,7 @@ class ReplicaCrashes(GatewayTestCase):
                     if sent[key] == ANSWERS_PER_KEY:
                         active[slot] = new_key("crash")
                         keys.append(active[slot])
-                answer = post(rng.choice(self.gateways).port, key)
+                answer = post(rng.choice(self.gateways).port, key, record=record)
                 with lock:
                     if answer is None:
                         dropped[0] += 1
@@ -119,7 +134,9 @@ class ReplicaCrashes(GatewayTestCase):
         try:
             while time.monotonic() < deadline:
                 time.sleep(rng.uniform(0.3, 1.0))
-                rng.choice(self.gateways).restart(crash=True)
+                victim = rng.choice(self.gateways)
+                record.event("kill", port=victim.port)
+                victim.restart(crash=True)
                 kills[0] += 1
         finally:
             stop.set()
@@ -130,9 +147,16 @@ class ReplicaCrashes(GatewayTestCase):
         # Whatever the killed replicas held: its lease runs out, then every key gets a last answer.
         time.sleep(LEASE_S + 0.5)
         for i, key in enumerate(keys):
-            answer = post(self.gateways[i % 3].port, key)
+            answer = post(self.gateways[i % 3].port, key, record=record)
             self.assertIsNotNone(answer, key)
             answers[key].append(answer)
+        for line in harness.request(self.upstream.port, "GET", "/history").body.splitlines():
+            e = json.loads(line)
+            record.execution(e["key"], e["execution_id"], e["attempt"] or None)
+        record.close()
+        ok, text = history.report(history.load(record.path), policy="unknown")
+        print(text, file=sys.stderr)
+        self.assertTrue(ok, text)
 
         counts = self.upstream.get_json("/counts")["keys"]
         twice = {k: counts[k] for k in keys if counts.get(k, 0) > 1}

@@ -1,6 +1,7 @@
 """Crash: a process is SIGKILLed at random moments (>= 100 times) while scripted clients keep their
 keys and retry. After every kill the ledger's invariants hold; at the end every operation has
-ended with exactly one effect.
+ended with exactly one effect, and the run's history (every try, every payment the ledger holds,
+every kill: history.jsonl) passes the history checker (tests/common/history.py).
 
     crash_test.py inprocess   kills idem-payments --idempotency inprocess (restarted at once)
     crash_test.py gateway     kills idem-gateway (on_lease_expiry = "unknown") in front of
@@ -17,6 +18,7 @@ import harness as h
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from scratch import run_in_scratch_dir  # noqa: E402
+import history  # noqa: E402
 
 KILLS = int(os.environ.get("IDEM_PAYMENTS_KILLS", "100"))
 CLIENTS = 4
@@ -58,6 +60,7 @@ def run(tmp):
         accounts = h.open_accounts(port, ACCOUNTS, 100_000)
         ledger.check(context="after opening the accounts")
         accepted, refused, unknown = {}, set(), set()
+        record = history.History(os.path.join(tmp, "history.jsonl"))
         lock = threading.Lock()
         stop = threading.Event()
         errors = []
@@ -71,7 +74,7 @@ def run(tmp):
                     a, b = rnd.sample(accounts, 2)
                     body = {"from": a, "to": b, "amount": rnd.randint(1, 20_000), "currency": "EUR"}
                     r = h.send_until_final(port, "/v1/payments", body, key, deadline,
-                                           accept_unknown=(mode == "gateway"))
+                                           accept_unknown=(mode == "gateway"), record=record)
                     with lock:
                         if r.status == 201:
                             accepted[key] = r.json()["id"]
@@ -91,6 +94,7 @@ def run(tmp):
         for n in range(KILLS):
             time.sleep(random.uniform(0.005, 0.12))
             victim = state["victim"]
+            record.event("kill", mode=mode)
             victim.send_signal(signal.SIGKILL)
             victim.wait()
             ledger.check(context="after kill %d" % (n + 1))
@@ -106,6 +110,14 @@ def run(tmp):
             if key in rows:
                 h.fail("key %s was refused (402) but has payment %s" % (key, rows[key]))
         unknown_done = sum(1 for k in unknown if k in rows)
+        # The payments the ledger holds are the executions: one per key at most, whatever the mode.
+        for key, payment in ledger.query("SELECT request_key, id FROM payments WHERE request_key <> ''"):
+            record.execution(key, payment)
+        record.close()
+        ok, text = history.report(history.load(record.path), policy="unknown")
+        h.log(text)
+        if not ok:
+            h.fail("the history checker failed")
         # Every payment belongs to an operation a client made, and each at most once.
         known = set(accepted) | refused | unknown
         strays = [k for k in rows if k not in known and k]

@@ -86,17 +86,25 @@ def request(port, method, path, body=None, key=None, auth=AUTH, timeout=10.0):
 FINAL_STATUSES = {200, 201, 400, 402, 404, 422}
 
 
-def send_until_final(port, path, body, key, deadline, accept_unknown=False):
+def send_until_final(port, path, body, key, deadline, accept_unknown=False, record=None):
     """Sends (path, body, key) until the answer is final, as a client keeping its key would:
-    connection errors, 409 in_use, 5xx are retried. Returns the final Response."""
+    connection errors, 409 in_use, 5xx are retried. Returns the final Response. `record` (a
+    tests/common/history.py History) gets every try, with the payment id of a 2xx as its
+    execution."""
     while True:
         if time.monotonic() > deadline:
             fail("no final answer for key %s before the deadline" % key)
+        sent = time.monotonic()
         try:
             r = request(port, "POST", path, body, key)
         except (OSError, http.client.HTTPException):
+            if record is not None:
+                record.op(key, sent, None)
             time.sleep(0.02 + random.random() * 0.03)
             continue
+        if record is not None:
+            ok = 200 <= r.status < 300
+            record.op(key, sent, r.status, r.json().get("id") if ok else None, r.replayed, r.body if ok else None, r.code)
         if r.status in FINAL_STATUSES:
             return r
         if r.status == 409 and r.code == "idempotency_outcome_unknown" and accept_unknown:

@@ -75,6 +75,11 @@ std::expected<Consumer, std::string> Consumer::create(Store& store, ConsumerOpti
                            " visible ASCII characters (no spaces)");
   }
   if (options.lease <= Millis::zero()) return std::unexpected(std::string("consumer lease: must be positive"));
+  if (options.on_lease_expiry == LeaseExpiry::ask) {
+    // "ask" resolves an outcome through an upstream's HTTP lookup, which a queue does not have.
+    return std::unexpected(std::string("consumer on_lease_expiry: \"ask\" is for gateway routes; use "
+                                       "\"reexecute\" or \"unknown\""));
+  }
   if (options.retention <= Millis::zero()) return std::unexpected(std::string("consumer retention: must be positive"));
   return Consumer(store, std::move(options));
 }
@@ -107,7 +112,7 @@ StoreResult<std::variant<Consumer::Held, MessageOutcome>> Consumer::claim(std::s
   MessageOutcome outcome;
   switch (claimed->status) {
     case ClaimStatus::claimed:
-      return Held{fence, lease_expires, claimed->kind};
+      return Held{fence, lease_expires, claimed->kind, claimed->record.attempt};
     case ClaimStatus::completed:
       outcome.status = MessageStatus::duplicate;
       if (claimed->record.response) outcome.result = std::move(claimed->record.response->body);

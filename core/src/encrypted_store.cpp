@@ -62,6 +62,9 @@ void EncryptedStore::fail(FailRequest request, Callback<FenceStatus> done) {
 }
 
 void EncryptedStore::release(Fence fence, Callback<FenceStatus> done) { inner_->release(std::move(fence), std::move(done)); }
+void EncryptedStore::abandon(AbandonRequest request, Callback<FenceStatus> done) {
+  inner_->abandon(std::move(request), std::move(done));
+}
 
 void EncryptedStore::get(RecordId id, Callback<std::optional<Record>> done) {
   inner_->get(std::move(id), [keys = keys(), done = std::move(done)](StoreResult<std::optional<Record>> r) mutable {

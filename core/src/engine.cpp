@@ -20,6 +20,7 @@ std::string_view to_string(Verdict verdict) {
     case Verdict::key_invalid: return "key_invalid";
     case Verdict::store_unavailable: return "store_unavailable";
     case Verdict::record_unreadable: return "record_unreadable";
+    case Verdict::ask: return "ask";
   }
   return "unknown";
 }
@@ -30,6 +31,7 @@ std::string_view to_string(FinishStatus status) {
     case FinishStatus::released: return "released";
     case FinishStatus::failed_retryable: return "failed_retryable";
     case FinishStatus::fenced_out: return "fenced_out";
+    case FinishStatus::abandoned: return "abandoned";
   }
   return "unknown";
 }
@@ -49,6 +51,14 @@ Engine::Engine(Store& store, const Clock& clock) : store_(store), clock_(clock) 
 
 namespace {
 
+// The FinishStatus of a fenced write: `success` when it applied.
+Callback<FenceStatus> on_fence(FinishStatus success, Callback<FinishStatus> done) {
+  return [success, done = std::move(done)](StoreResult<FenceStatus> r) mutable {
+    if (!r) return done(std::unexpected(std::move(r.error())));
+    done(*r == FenceStatus::ok ? success : FinishStatus::fenced_out);
+  };
+}
+
 Decision refuse(Verdict verdict, std::string detail, std::chrono::seconds retry_after = {}) {
   Decision d;
   d.verdict = verdict;
@@ -63,6 +73,7 @@ struct Terms {
   std::chrono::seconds retry_after;
   Millis retention;
   bool store_server_errors;
+  bool ask;  // on_lease_expiry = ask
 };
 
 // Consumes `request`: the ticket takes its id and fingerprint.
@@ -70,9 +81,19 @@ Decision decision_from_claim(const Terms& policy, ClaimRequest&& request, ClaimR
   switch (claim.status) {
     case ClaimStatus::claimed: {
       Decision d;
-      d.verdict = Verdict::execute;
-      d.ticket = Ticket{Fence{std::move(request.id), request.token}, std::move(request.request_hash), claim.kind,
-                        request.lease_expires, policy.retention, policy.store_server_errors};
+      // A holder vanished with the outcome unknown: under "ask" nothing runs before the upstream
+      // says whether it happened. The takeover already fenced that holder out, in the store (the
+      // token) and for the upstream (the attempt number the lookup carries).
+      const bool ask = policy.ask && claim.kind == ClaimKind::after_lease_expiry;
+      d.verdict = ask ? Verdict::ask : Verdict::execute;
+      d.retry_after = policy.retry_after;
+      d.ticket = Ticket{Fence{std::move(request.id), request.token},
+                        std::move(request.request_hash),
+                        claim.kind,
+                        claim.record.attempt,
+                        request.lease_expires,
+                        policy.retention,
+                        policy.store_server_errors};
       return d;
     }
     case ClaimStatus::completed: {
@@ -129,9 +150,12 @@ void Engine::begin(const Policy& policy, const RequestView& request, std::string
   claim.now = now;
   claim.lease_expires = now + policy.lease;
   claim.expires = now + std::max(policy.retention, policy.lease);
-  claim.take_over_expired_lease = policy.on_lease_expiry == LeaseExpiry::reexecute;
+  // "ask" takes over too: the lookup runs as the key's new holder.
+  claim.take_over_expired_lease = policy.on_lease_expiry != LeaseExpiry::unknown;
+  if (policy.on_lease_expiry == LeaseExpiry::ask) claim.lookup = policy.lookup;
 
-  const Terms terms{policy.retry_after, policy.retention, policy.store_server_errors};
+  const Terms terms{policy.retry_after, policy.retention, policy.store_server_errors,
+                    policy.on_lease_expiry == LeaseExpiry::ask};
   ClaimRequest copy = claim;  // the store consumes its request; the decision needs its fields
   store_.claim(std::move(claim), [terms, copy = std::move(copy),
                                   done = std::move(done)](StoreResult<ClaimResult> result) mutable {
@@ -157,25 +181,15 @@ void Engine::begin(const Policy& policy, const RequestView& request, std::string
 }
 
 void Engine::finish(const Ticket& ticket, StoredResponse response, Callback<FinishStatus> done) {
-  auto on_fence = [](FinishStatus success) {
-    return [success](StoreResult<FenceStatus> r) -> StoreResult<FinishStatus> {
-      if (!r) return std::unexpected(std::move(r.error()));
-      return *r == FenceStatus::ok ? success : FinishStatus::fenced_out;
-    };
-  };
   const TimePoint now = clock_.now();
   switch (classify_status(response.status, ticket.store_server_errors)) {
     case Disposition::store:
       store_.complete(CompleteRequest{ticket.fence, std::move(response), now, now + ticket.retention},
-                      [map = on_fence(FinishStatus::stored), done = std::move(done)](auto r) mutable {
-                        done(map(std::move(r)));
-                      });
+                      on_fence(FinishStatus::stored, std::move(done)));
       return;
     case Disposition::fail:
       store_.fail(FailRequest{ticket.fence, now, now + ticket.retention},
-                  [map = on_fence(FinishStatus::failed_retryable), done = std::move(done)](auto r) mutable {
-                    done(map(std::move(r)));
-                  });
+                  on_fence(FinishStatus::failed_retryable, std::move(done)));
       return;
     case Disposition::release:
       release(ticket, std::move(done));
@@ -184,10 +198,40 @@ void Engine::finish(const Ticket& ticket, StoredResponse response, Callback<Fini
 }
 
 void Engine::release(const Ticket& ticket, Callback<FinishStatus> done) {
-  store_.release(ticket.fence, [done = std::move(done)](StoreResult<FenceStatus> r) mutable {
-    if (!r) return done(std::unexpected(std::move(r.error())));
-    done(*r == FenceStatus::ok ? FinishStatus::released : FinishStatus::fenced_out);
-  });
+  if (ticket.kind != ClaimKind::fresh) {
+    // Deleting a taken-over key would start it over at attempt 1, below numbers the upstream has
+    // already seen for it; failed_retryable lets the next retry execute all the same, as the
+    // attempt after this one.
+    const TimePoint now = clock_.now();
+    store_.fail(FailRequest{ticket.fence, now, now + ticket.retention},
+                on_fence(FinishStatus::failed_retryable, std::move(done)));
+    return;
+  }
+  store_.release(ticket.fence, on_fence(FinishStatus::released, std::move(done)));
+}
+
+void Engine::resolve(const Ticket& ticket, StoredResponse response, Callback<FinishStatus> done) {
+  const TimePoint now = clock_.now();
+  store_.complete(CompleteRequest{ticket.fence, std::move(response), now, now + ticket.retention},
+                  on_fence(FinishStatus::stored, std::move(done)));
+}
+
+void Engine::unclaim(const Ticket& ticket, Callback<FinishStatus> done) {
+  switch (ticket.kind) {
+    case ClaimKind::fresh:
+      store_.release(ticket.fence, on_fence(FinishStatus::released, std::move(done)));
+      return;
+    case ClaimKind::after_failure: {
+      const TimePoint now = clock_.now();
+      store_.fail(FailRequest{ticket.fence, now, now + ticket.retention},
+                  on_fence(FinishStatus::failed_retryable, std::move(done)));
+      return;
+    }
+    case ClaimKind::after_lease_expiry:
+      // The vanished holder's outcome is as unknown as before: leave it for the next claim.
+      store_.abandon(AbandonRequest{ticket.fence, clock_.now()}, on_fence(FinishStatus::abandoned, std::move(done)));
+      return;
+  }
 }
 
 Decision Engine::begin_and_wait(const Policy& policy, const RequestView& request, std::string tenant) {
@@ -203,6 +247,14 @@ StoreResult<FinishStatus> Engine::finish_and_wait(const Ticket& ticket, StoredRe
 
 StoreResult<FinishStatus> Engine::release_and_wait(const Ticket& ticket) {
   return wait_for<FinishStatus>([&](auto done) { release(ticket, std::move(done)); });
+}
+
+StoreResult<FinishStatus> Engine::resolve_and_wait(const Ticket& ticket, StoredResponse response) {
+  return wait_for<FinishStatus>([&](auto done) { resolve(ticket, std::move(response), std::move(done)); });
+}
+
+StoreResult<FinishStatus> Engine::unclaim_and_wait(const Ticket& ticket) {
+  return wait_for<FinishStatus>([&](auto done) { unclaim(ticket, std::move(done)); });
 }
 
 }  // namespace idem

@@ -248,6 +248,113 @@ TEST_F(EngineTest, ManyThreadsRetryingOneKeyExecuteOnce) {
   EXPECT_EQ(unexpected.load(), 0);
 }
 
+// ---- attempt numbers, on_lease_expiry = "ask", release and unclaim ----
+
+TEST_F(EngineTest, TicketsCarryTheAttemptNumber) {
+  policy.lease = std::chrono::seconds{10};
+  auto first = begin_with_key();
+  ASSERT_EQ(first.verdict, Verdict::execute);
+  EXPECT_EQ(first.ticket->attempt, 1u);
+  clock.advance(std::chrono::seconds{10});
+  auto second = begin_with_key();
+  ASSERT_EQ(second.verdict, Verdict::execute);
+  EXPECT_EQ(second.ticket->kind, ClaimKind::after_lease_expiry);
+  EXPECT_EQ(second.ticket->attempt, 2u);
+  ASSERT_EQ(finish(second, StoredResponse{500, {}, ""}), FinishStatus::failed_retryable);
+  auto third = begin_with_key();
+  EXPECT_EQ(third.ticket->kind, ClaimKind::after_failure);
+  EXPECT_EQ(third.ticket->attempt, 3u);
+}
+
+TEST_F(EngineTest, AskTakesOverAnExpiredLeaseAndStoresTheLookup) {
+  policy.lease = std::chrono::seconds{10};
+  policy.on_lease_expiry = LeaseExpiry::ask;
+  policy.lookup = "GET /v1/payments/by-idempotency-key/{key}";
+  policy.retry_after = std::chrono::seconds{3};
+  auto first = begin_with_key();
+  ASSERT_EQ(first.verdict, Verdict::execute);  // a fresh key has nothing to ask about
+  EXPECT_EQ(begin_with_key().verdict, Verdict::in_use);
+  clock.advance(std::chrono::seconds{10});
+  auto asker = begin_with_key();
+  ASSERT_EQ(asker.verdict, Verdict::ask);
+  ASSERT_TRUE(asker.ticket);
+  EXPECT_EQ(asker.ticket->attempt, 2u);
+  EXPECT_EQ(asker.retry_after, std::chrono::seconds{3});
+  // The asker holds the key: a concurrent retry waits, the vanished holder is fenced out.
+  EXPECT_EQ(begin_with_key().verdict, Verdict::in_use);
+  EXPECT_EQ(engine.finish_and_wait(*first.ticket, StoredResponse{201, {}, "late"}).value(), FinishStatus::fenced_out);
+  auto stored = BlockingStore(store).get(RecordId{"t", kKey});
+  ASSERT_TRUE(stored && *stored);
+  EXPECT_EQ((*stored)->lookup, policy.lookup);
+  // The lookup found it: its response is the outcome, replayed from now on.
+  const StoredResponse found{201, {{"Content-Type", "application/json"}}, R"({"id":"pay_1"})"};
+  EXPECT_EQ(engine.resolve_and_wait(*asker.ticket, found).value(), FinishStatus::stored);
+  auto replay = begin_with_key();
+  ASSERT_EQ(replay.verdict, Verdict::replay);
+  EXPECT_EQ(*replay.replay, found);
+}
+
+TEST_F(EngineTest, AnUnansweredLookupLeavesTheKeyToBeAskedAgain) {
+  policy.lease = std::chrono::seconds{10};
+  policy.on_lease_expiry = LeaseExpiry::ask;
+  policy.lookup = "GET /lookup/{key}";
+  begin_with_key();
+  clock.advance(std::chrono::seconds{10});
+  auto asker = begin_with_key();
+  ASSERT_EQ(asker.verdict, Verdict::ask);
+  EXPECT_EQ(engine.unclaim_and_wait(*asker.ticket).value(), FinishStatus::abandoned);
+  auto again = begin_with_key();  // at once: the abandoned lease has ended
+  ASSERT_EQ(again.verdict, Verdict::ask);
+  EXPECT_EQ(again.ticket->attempt, 3u);
+  EXPECT_EQ(engine.unclaim_and_wait(*asker.ticket).value(), FinishStatus::fenced_out);
+  // The lookup said "never happened": the asker executes with its ticket, as the takeover.
+  EXPECT_EQ(engine.finish_and_wait(*again.ticket, StoredResponse{201, {}, "done"}).value(), FinishStatus::stored);
+}
+
+TEST_F(EngineTest, ReleaseDeletesAFreshClaimButKeepsATakeoversCount) {
+  policy.lease = std::chrono::seconds{10};
+  auto fresh = begin_with_key();
+  EXPECT_EQ(engine.release_and_wait(*fresh.ticket).value(), FinishStatus::released);
+  EXPECT_FALSE(BlockingStore(store).get(RecordId{"t", kKey}).value());
+
+  auto first = begin_with_key();
+  clock.advance(std::chrono::seconds{10});
+  auto takeover = begin_with_key();
+  ASSERT_EQ(takeover.ticket->attempt, 2u);
+  // 429 from the upstream: the next retry executes, as attempt 3, never as a new attempt 1.
+  EXPECT_EQ(finish(takeover, StoredResponse{429, {}, ""}), FinishStatus::failed_retryable);
+  auto next = begin_with_key();
+  ASSERT_EQ(next.verdict, Verdict::execute);
+  EXPECT_EQ(next.ticket->attempt, 3u);
+  EXPECT_EQ(engine.release_and_wait(*next.ticket).value(), FinishStatus::failed_retryable);
+  (void)first;
+}
+
+TEST_F(EngineTest, UnclaimReturnsTheRecordToWhatTheClaimFound) {
+  policy.lease = std::chrono::seconds{10};
+  auto fresh = begin_with_key();
+  EXPECT_EQ(engine.unclaim_and_wait(*fresh.ticket).value(), FinishStatus::released);
+  EXPECT_FALSE(BlockingStore(store).get(RecordId{"t", kKey}).value());
+
+  auto failing = begin_with_key();
+  ASSERT_EQ(finish(failing, StoredResponse{503, {}, ""}), FinishStatus::failed_retryable);
+  auto retry = begin_with_key();
+  ASSERT_EQ(retry.ticket->kind, ClaimKind::after_failure);
+  EXPECT_EQ(engine.unclaim_and_wait(*retry.ticket).value(), FinishStatus::failed_retryable);
+  EXPECT_EQ(BlockingStore(store).get(RecordId{"t", kKey}).value()->state, RecordState::failed_retryable);
+
+  policy.on_lease_expiry = LeaseExpiry::unknown;
+  auto held = begin(TestRequest{}.key("key-unclaim-expired-1"));
+  clock.advance(std::chrono::seconds{10});
+  policy.on_lease_expiry = LeaseExpiry::reexecute;
+  auto late = begin(TestRequest{}.key("key-unclaim-expired-1"));
+  ASSERT_EQ(late.ticket->kind, ClaimKind::after_lease_expiry);
+  EXPECT_EQ(engine.unclaim_and_wait(*late.ticket).value(), FinishStatus::abandoned);
+  policy.on_lease_expiry = LeaseExpiry::unknown;
+  EXPECT_EQ(begin(TestRequest{}.key("key-unclaim-expired-1")).verdict, Verdict::outcome_unknown);
+  (void)held;
+}
+
 // A store that is down: every call fails as a network error would.
 class DownStore final : public Store {
  public:
@@ -259,6 +366,7 @@ class DownStore final : public Store {
   void complete(CompleteRequest, Callback<FenceStatus> done) override { down(done); }
   void fail(FailRequest, Callback<FenceStatus> done) override { down(done); }
   void release(Fence, Callback<FenceStatus> done) override { down(done); }
+  void abandon(AbandonRequest, Callback<FenceStatus> done) override { down(done); }
   void get(RecordId, Callback<std::optional<Record>> done) override { down(done); }
   void purge_expired(TimePoint, std::size_t, Callback<std::size_t> done) override { down(done); }
   void ping(Callback<Done> done) override { down(done); }

@@ -188,6 +188,20 @@ void MemoryStore::release(Fence fence, Callback<FenceStatus> done) {
   done(status);
 }
 
+void MemoryStore::abandon(AbandonRequest request, Callback<FenceStatus> done) {
+  FenceStatus status = FenceStatus::lost;
+  {
+    const std::size_t hash = hash_of(request.fence.id);
+    Shard& shard = shard_for(hash);
+    std::lock_guard lock(shard.mutex);
+    if (Record* r = shard.find_held(hash, request.fence)) {
+      r->lease_expires = request.now;
+      status = FenceStatus::ok;
+    }
+  }
+  done(status);
+}
+
 void MemoryStore::get(RecordId id, Callback<std::optional<Record>> done) {
   std::optional<Record> found;
   {

@@ -18,6 +18,7 @@ std::optional<Problem> problem_for(const Decision& decision) {
     case Verdict::pass_through:
     case Verdict::execute:
     case Verdict::replay:
+    case Verdict::ask:  // the caller holds the key; it asks the upstream before answering
       return std::nullopt;
     case Verdict::key_missing:
       return make_problem(400, "idempotency_key_missing", "Idempotency-Key is missing", decision.detail);

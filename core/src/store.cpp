@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include <array>
+#include <cstdint>
 #include <atomic>
 #include <future>
 #include <mutex>
@@ -23,6 +24,9 @@ StoreResult<FenceStatus> BlockingStore::fail(FailRequest request) {
 }
 StoreResult<FenceStatus> BlockingStore::release(Fence fence) {
   return wait_for<FenceStatus>([&](auto cb) { store_.release(std::move(fence), std::move(cb)); });
+}
+StoreResult<FenceStatus> BlockingStore::abandon(AbandonRequest request) {
+  return wait_for<FenceStatus>([&](auto cb) { store_.abandon(std::move(request), std::move(cb)); });
 }
 StoreResult<std::optional<Record>> BlockingStore::get(RecordId id) {
   return wait_for<std::optional<Record>>([&](auto cb) { store_.get(std::move(id), std::move(cb)); });
@@ -99,13 +103,16 @@ Record make_claimed_record(Request&& request, const std::optional<Record>& previ
   r.state = RecordState::in_progress;
   r.fencing_token = request.token;
   r.lease_expires = request.lease_expires;
-  // A takeover continues the same operation, so it keeps the first attempt's creation time.
+  // A takeover continues the same operation, so it keeps the first attempt's creation time and
+  // counts on from its attempt number (saturating: a key is never taken over 4 billion times).
   const bool takeover = previous && previous->expires > request.now;
   r.created = takeover ? previous->created : request.now;
+  r.attempt = takeover ? previous->attempt + (previous->attempt < UINT32_MAX ? 1 : 0) : 1;
   r.expires = request.expires;
   r.tenant = std::forward<Request>(request).id.tenant;
   r.key = std::forward<Request>(request).id.key;
   r.request_hash = std::forward<Request>(request).request_hash;
+  r.lookup = std::forward<Request>(request).lookup;
   return r;
 }
 

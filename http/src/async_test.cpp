@@ -33,6 +33,7 @@ class ThreadedStore final : public Store {
   void complete(CompleteRequest r, Callback<FenceStatus> done) override { later(&Store::complete, std::move(r), std::move(done)); }
   void fail(FailRequest r, Callback<FenceStatus> done) override { later(&Store::fail, std::move(r), std::move(done)); }
   void release(Fence f, Callback<FenceStatus> done) override { later(&Store::release, std::move(f), std::move(done)); }
+  void abandon(AbandonRequest r, Callback<FenceStatus> done) override { later(&Store::abandon, std::move(r), std::move(done)); }
   void get(RecordId id, Callback<std::optional<Record>> done) override { later(&Store::get, std::move(id), std::move(done)); }
   void purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) override {
     std::lock_guard lock(mutex_);

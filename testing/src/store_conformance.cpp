@@ -46,10 +46,18 @@ class Harness {
   }
 
   ClaimResult claim(const std::string& tenant, const std::string& key, const std::string& hash,
-                    bool take_over = true) {
-    auto result = blocking_.claim(request(tenant, key, hash, take_over));
+                    bool take_over = true, std::string lookup = {}) {
+    ClaimRequest r = request(tenant, key, hash, take_over);
+    r.lookup = std::move(lookup);
+    auto result = blocking_.claim(std::move(r));
     EXPECT_TRUE(result.has_value()) << (result ? "" : result.error().message);
     return result.value_or(ClaimResult{});
+  }
+
+  FenceStatus abandon(const Fence& fence) {
+    auto result = blocking_.abandon(AbandonRequest{fence, clock.now()});
+    EXPECT_TRUE(result.has_value()) << (result ? "" : result.error().message);
+    return result.value_or(FenceStatus::lost);
   }
 
   FenceStatus complete(const Fence& fence, StoredResponse response) {
@@ -223,6 +231,148 @@ STORE_TEST(ReleaseForgetsTheKey) {
   auto again = f.h->claim("t", "key-release-0001", "h2");  // even another request may use it now
   EXPECT_EQ(again.status, ClaimStatus::claimed);
   EXPECT_EQ(again.kind, ClaimKind::fresh);
+}
+
+// ---- attempt numbers (SPEC §12): what the upstream is told, so it can refuse a stale holder ----
+
+STORE_TEST(AttemptCountsEveryTakeoverOfAnExpiredLease) {
+  Fixture f(GetParam());
+  auto first = f.h->claim("t", "key-attempt-lease", "h1");
+  ASSERT_EQ(first.status, ClaimStatus::claimed);
+  EXPECT_EQ(first.record.attempt, 1u);
+  EXPECT_EQ(f.h->get("t", "key-attempt-lease")->attempt, 1u);
+  for (std::uint32_t expected = 2; expected <= 4; ++expected) {
+    f.h->clock.advance(kLease);
+    auto next = f.h->claim("t", "key-attempt-lease", "h1");
+    ASSERT_EQ(next.status, ClaimStatus::claimed);
+    EXPECT_EQ(next.kind, ClaimKind::after_lease_expiry);
+    EXPECT_EQ(next.record.attempt, expected);
+    EXPECT_EQ(f.h->get("t", "key-attempt-lease")->attempt, expected);
+  }
+  // Answers that change nothing carry the stored number; completing keeps it.
+  auto busy = f.h->claim("t", "key-attempt-lease", "h1");
+  EXPECT_EQ(busy.status, ClaimStatus::in_progress);
+  EXPECT_EQ(busy.record.attempt, 4u);
+  EXPECT_EQ(f.h->claim("t", "key-attempt-lease", "other").record.attempt, 4u);  // mismatch
+  const auto holder = f.h->get("t", "key-attempt-lease");
+  ASSERT_TRUE(holder);
+  ASSERT_EQ(f.h->complete(Fence{RecordId{"t", "key-attempt-lease"}, holder->fencing_token}, sample_response()),
+            FenceStatus::ok);
+  EXPECT_EQ(f.h->get("t", "key-attempt-lease")->attempt, 4u);
+  auto replay = f.h->claim("t", "key-attempt-lease", "h1");
+  EXPECT_EQ(replay.status, ClaimStatus::completed);
+  EXPECT_EQ(replay.record.attempt, 4u);
+}
+
+STORE_TEST(AttemptCountsClaimsAfterFailure) {
+  Fixture f(GetParam());
+  auto first = f.h->claim("t", "key-attempt-fail", "h1");
+  ASSERT_EQ(f.h->fail(Harness::fence_of(first)), FenceStatus::ok);
+  EXPECT_EQ(f.h->get("t", "key-attempt-fail")->attempt, 1u);  // fail keeps it
+  auto second = f.h->claim("t", "key-attempt-fail", "h1");
+  ASSERT_EQ(second.status, ClaimStatus::claimed);
+  EXPECT_EQ(second.kind, ClaimKind::after_failure);
+  EXPECT_EQ(second.record.attempt, 2u);
+  ASSERT_EQ(f.h->fail(Harness::fence_of(second)), FenceStatus::ok);
+  f.h->clock.advance(kLease);  // a lease that ran out meanwhile does not matter to a failed record
+  auto third = f.h->claim("t", "key-attempt-fail", "h1");
+  EXPECT_EQ(third.kind, ClaimKind::after_failure);
+  EXPECT_EQ(third.record.attempt, 3u);
+  // An operator's release (StoreAdmin::mark_retryable) keeps the number too; the next claim counts on.
+  StoreAdmin* admin = dynamic_cast<StoreAdmin*>(f.store.get());
+  ASSERT_NE(admin, nullptr);
+  auto marked = wait_for<AdminStatus>(
+      [&](auto cb) { admin->mark_retryable(RecordId{"t", "key-attempt-fail"}, f.h->clock.now(), std::move(cb)); });
+  ASSERT_TRUE(marked && *marked == AdminStatus::done);
+  EXPECT_EQ(f.h->get("t", "key-attempt-fail")->attempt, 3u);
+  EXPECT_EQ(f.h->claim("t", "key-attempt-fail", "h1").record.attempt, 4u);
+}
+
+// A key that starts over is a new operation: a released record (deleted) and one past its
+// retention both give attempt 1 again. (The engine releases only fresh claims: a takeover's
+// record is marked failed_retryable instead, so that its count never goes back.)
+STORE_TEST(AKeyThatStartsOverStartsAtAttemptOne) {
+  Fixture f(GetParam());
+  auto first = f.h->claim("t", "key-attempt-over", "h1");
+  f.h->clock.advance(kLease);
+  auto second = f.h->claim("t", "key-attempt-over", "h1");
+  ASSERT_EQ(second.record.attempt, 2u);
+  ASSERT_EQ(f.h->release(Harness::fence_of(second)), FenceStatus::ok);
+  auto again = f.h->claim("t", "key-attempt-over", "h1");
+  EXPECT_EQ(again.kind, ClaimKind::fresh);
+  EXPECT_EQ(again.record.attempt, 1u);
+  ASSERT_EQ(f.h->complete(Harness::fence_of(again), sample_response()), FenceStatus::ok);
+  f.h->clock.advance(kRetention);
+  auto later = f.h->claim("t", "key-attempt-over", "h1");
+  EXPECT_EQ(later.kind, ClaimKind::fresh);
+  EXPECT_EQ(later.record.attempt, 1u);
+  EXPECT_EQ(f.h->get("t", "key-attempt-over")->attempt, 1u);
+}
+
+// ---- abandon: a holder that learnt nothing gives the key back ----
+
+STORE_TEST(AbandonEndsTheLeaseAndLeavesTheOutcomeUnknown) {
+  Fixture f(GetParam());
+  auto holder = f.h->claim("t", "key-abandon-0001", "h1");
+  f.h->clock.advance(1s);
+  ASSERT_EQ(f.h->abandon(Harness::fence_of(holder)), FenceStatus::ok);
+  auto r = f.h->get("t", "key-abandon-0001");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->state, RecordState::in_progress);
+  EXPECT_EQ(r->fencing_token, holder.record.fencing_token);
+  EXPECT_EQ(r->lease_expires, f.h->clock.now());
+  EXPECT_EQ(r->attempt, 1u);
+  EXPECT_EQ(r->created, holder.record.created);
+  EXPECT_EQ(r->expires, holder.record.expires);
+  // At once the lease counts as run out: "unknown" reports it, a takeover counts on.
+  EXPECT_EQ(f.h->claim("t", "key-abandon-0001", "h1", /*take_over=*/false).status, ClaimStatus::outcome_unknown);
+  auto next = f.h->claim("t", "key-abandon-0001", "h1");
+  ASSERT_EQ(next.status, ClaimStatus::claimed);
+  EXPECT_EQ(next.kind, ClaimKind::after_lease_expiry);
+  EXPECT_EQ(next.record.attempt, 2u);
+  // The old holder is fenced out of abandon like any other write.
+  EXPECT_EQ(f.h->abandon(Harness::fence_of(holder)), FenceStatus::lost);
+  EXPECT_EQ(f.h->get("t", "key-abandon-0001")->lease_expires, next.record.lease_expires);
+}
+
+STORE_TEST(AbandonNeedsTheHolderOfAnInProgressRecord) {
+  Fixture f(GetParam());
+  auto c = f.h->claim("t", "key-abandon-0002", "h1");
+  Fence forged = Harness::fence_of(c);
+  forged.token += 1;
+  EXPECT_EQ(f.h->abandon(forged), FenceStatus::lost);
+  EXPECT_EQ(f.h->abandon(Fence{RecordId{"t", "key-abandon-none"}, 77}), FenceStatus::lost);
+  ASSERT_EQ(f.h->complete(Harness::fence_of(c), sample_response()), FenceStatus::ok);
+  EXPECT_EQ(f.h->abandon(Harness::fence_of(c)), FenceStatus::lost);
+  EXPECT_EQ(f.h->claim("t", "key-abandon-0002", "h1").status, ClaimStatus::completed);
+  auto failed = f.h->claim("t", "key-abandon-0003", "h1");
+  ASSERT_EQ(f.h->fail(Harness::fence_of(failed)), FenceStatus::ok);
+  EXPECT_EQ(f.h->abandon(Harness::fence_of(failed)), FenceStatus::lost);
+  EXPECT_EQ(f.h->get("t", "key-abandon-0003")->state, RecordState::failed_retryable);
+}
+
+// ---- the lookup a route with on_lease_expiry = "ask" stores, for idemctl reconcile ----
+
+STORE_TEST(ClaimStoresTheRoutesLookup) {
+  Fixture f(GetParam());
+  const std::string lookup = "GET /v1/payments/by-idempotency-key/{key}?tenant={tenant}";
+  auto c = f.h->claim("t", "key-lookup-00001", "h1", true, lookup);
+  EXPECT_EQ(c.record.lookup, lookup);
+  EXPECT_EQ(f.h->get("t", "key-lookup-00001")->lookup, lookup);
+  ASSERT_EQ(f.h->abandon(Harness::fence_of(c)), FenceStatus::ok);
+  EXPECT_EQ(f.h->get("t", "key-lookup-00001")->lookup, lookup);
+  auto next = f.h->claim("t", "key-lookup-00001", "h1", true, lookup);
+  ASSERT_EQ(f.h->complete(Harness::fence_of(next), sample_response()), FenceStatus::ok);
+  auto done = f.h->claim("t", "key-lookup-00001", "h1");
+  EXPECT_EQ(done.record.lookup, lookup);
+  EXPECT_EQ(done.record.attempt, 2u);
+  // Another claim writes its own (here: none).
+  auto other = f.h->claim("t", "key-lookup-00002", "h1", true, lookup);
+  f.h->clock.advance(kLease);
+  auto plain = f.h->claim("t", "key-lookup-00002", "h1");
+  EXPECT_EQ(plain.record.lookup, "");
+  EXPECT_EQ(f.h->get("t", "key-lookup-00002")->lookup, "");
+  (void)other;
 }
 
 STORE_TEST(WrongTokenChangesNothing) {
@@ -437,6 +587,10 @@ STORE_TEST(ConcurrentTakeoverHasOneWinner) {
   f.h->claim("t", "one-hammered-key-0001", "same-request");  // a holder that then crashes
   f.h->clock.advance(kLease);
   EXPECT_EQ(hammer_one_key({f.store.get()}, 32, 5, *f.h), 1);
+  // One takeover, one attempt more: the losers counted nothing.
+  auto r = f.h->get("t", "one-hammered-key-0001");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->attempt, 2u);
 }
 
 STORE_TEST(ReplicasSharingStorageExecuteOnce) {

@@ -118,6 +118,10 @@ class Consumer {
     Fence fence;
     TimePoint lease_expires{};
     ClaimKind kind = ClaimKind::fresh;
+    /// Which claim of the message this is (Record::attempt): 1 the first time, one more for each
+    /// takeover of a holder whose lease ran out. A handler failure forgets the claim (release),
+    /// so the delivery after it starts at 1 again.
+    std::uint32_t attempt = 1;
   };
   /// Claims the message: Held to run it, or the outcome that says why not.
   StoreResult<std::variant<Held, MessageOutcome>> claim(std::string_view message_id, std::string_view payload);

@@ -21,6 +21,9 @@ using namespace std::chrono_literals;
 enum class LeaseExpiry : std::uint8_t {
   reexecute,  ///< take over and execute again
   unknown,    ///< answer 409 idempotency_outcome_unknown until an operator resolves the key
+  /// Take over (fencing the old holder out) and ask the upstream's lookup (Policy::lookup)
+  /// whether the operation happened before executing anything: Verdict::ask.
+  ask,
 };
 
 /// Everything that decides how one route's requests are treated; defaults are SPEC's.
@@ -33,6 +36,9 @@ struct Policy {
   std::chrono::seconds retry_after = 1s;  ///< advertised with 409 in_use and 503
   bool store_server_errors = false;       ///< true: 5xx are stored and replayed (Stripe-style)
   LeaseExpiry on_lease_expiry = LeaseExpiry::reexecute;
+  /// With on_lease_expiry = ask: the upstream's lookup, e.g. `GET /v1/payments/by-key/{key}`
+  /// (idem/http/lookup.hpp). Stored with the route's records, for `idemctl reconcile`.
+  std::string lookup;
   FingerprintOptions fingerprint;
 };
 
@@ -50,6 +56,11 @@ enum class Verdict : std::uint8_t {
   /// 500 idempotency_record_unreadable: the key's stored response is encrypted and cannot be
   /// decrypted (key missing, bytes altered); neither replayed nor executed again.
   record_unreadable,
+  /// on_lease_expiry = ask: the caller took over a key whose holder vanished (a new token and
+  /// attempt fence that holder out) and must ask the upstream whether the operation happened
+  /// before anything else: resolve() with the response it learns, execute with the ticket if it
+  /// never happened, abandon() if the lookup could not tell (then 409 outcome_unknown).
+  ask,
 };
 
 /// "pass_through", "execute", ... (metric labels, logs).
@@ -60,6 +71,9 @@ struct Ticket {
   Fence fence;
   std::string request_hash;
   ClaimKind kind = ClaimKind::fresh;
+  /// Which execution this is (Record::attempt): what the upstream is told, so it can refuse a
+  /// write of a lower attempt for the key.
+  std::uint32_t attempt = 1;
   TimePoint lease_expires{};
   Millis retention = 24h;
   bool store_server_errors = false;
@@ -68,9 +82,9 @@ struct Ticket {
 /// The engine's answer to begin().
 struct Decision {
   Verdict verdict = Verdict::pass_through;
-  std::optional<Ticket> ticket;          ///< for execute
+  std::optional<Ticket> ticket;          ///< for execute and ask
   std::optional<StoredResponse> replay;  ///< for replay
-  std::chrono::seconds retry_after{0};   ///< for in_use and store_unavailable
+  std::chrono::seconds retry_after{0};   ///< for in_use, store_unavailable and ask
   std::string detail;                    ///< a sentence for the client and the log
   std::optional<StoreError> store_error; ///< for store_unavailable and record_unreadable (why, for the log)
 };
@@ -91,6 +105,7 @@ enum class FinishStatus : std::uint8_t {
   released,          ///< deleted; the next request executes
   failed_retryable,  ///< marked; the next request executes again
   fenced_out,        ///< the lease was lost to another holder; nothing was written
+  abandoned,         ///< left in progress with its lease ended; the next claim decides again
 };
 
 /// "stored", "released", ...
@@ -113,14 +128,31 @@ class Engine {
   /// Records the operation's response according to classify_status, fenced by the ticket.
   void finish(const Ticket& ticket, StoredResponse response, Callback<FinishStatus> done);
 
-  /// Deletes the record so the next retry executes: for operations known not to have happened
-  /// (the upstream could not be reached before the request was sent).
+  /// Lets the next retry execute: for operations known not to have happened (the upstream
+  /// could not be reached before the request was sent, or answered 408/409/425/429). A fresh
+  /// claim's record is deleted (the key starts over, at attempt 1); a takeover's is marked
+  /// failed_retryable instead (FinishStatus::failed_retryable), which keeps its attempt number:
+  /// the upstream has seen this key's higher numbers (and a lookup may have fenced them), and
+  /// would refuse a new attempt 1 as stale.
   void release(const Ticket& ticket, Callback<FinishStatus> done);
+
+  /// Verdict::ask, the lookup found the operation done: `response` (what the upstream says it
+  /// answered) becomes the record's outcome, fenced by the ticket, and retries replay it.
+  void resolve(const Ticket& ticket, StoredResponse response, Callback<FinishStatus> done);
+
+  /// Gives back a claim nothing was done with: its record returns to what the claim found (a
+  /// fresh claim is deleted, a takeover after a failure is failed_retryable again, a takeover of
+  /// an expired lease is left in progress with its lease ended, FinishStatus::abandoned), so
+  /// the next retry meets the same decision again. For a lookup that could not tell, and for a
+  /// claim that came back after its request was answered.
+  void unclaim(const Ticket& ticket, Callback<FinishStatus> done);
 
   // Blocking forms, for threads that may wait. Never call them on an event-loop thread.
   Decision begin_and_wait(const Policy& policy, const RequestView& request, std::string tenant);
   StoreResult<FinishStatus> finish_and_wait(const Ticket& ticket, StoredResponse response);
   StoreResult<FinishStatus> release_and_wait(const Ticket& ticket);
+  StoreResult<FinishStatus> resolve_and_wait(const Ticket& ticket, StoredResponse response);
+  StoreResult<FinishStatus> unclaim_and_wait(const Ticket& ticket);
 
   /// The store this engine decides with.
   Store& store() { return store_; }

@@ -27,6 +27,7 @@ class MemoryStore final : public Store, public StoreAdmin {
   void complete(CompleteRequest request, Callback<FenceStatus> done) override;
   void fail(FailRequest request, Callback<FenceStatus> done) override;
   void release(Fence fence, Callback<FenceStatus> done) override;
+  void abandon(AbandonRequest request, Callback<FenceStatus> done) override;
   void get(RecordId id, Callback<std::optional<Record>> done) override;
   void purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) override;
   void ping(Callback<Done> done) override;

@@ -27,8 +27,11 @@ struct ClaimRequest {
   TimePoint lease_expires{};  ///< now + lease
   TimePoint expires{};        ///< now + retention: the record is forgotten after this
   /// What to do with an in-progress record whose lease ran out: take it over (true) or report
-  /// the outcome as unknown (false, `on_lease_expiry = "unknown"`).
+  /// the outcome as unknown (false, `on_lease_expiry = "unknown"`). A takeover to ask the
+  /// upstream first (`"ask"`) is a takeover too: the store does not tell them apart.
   bool take_over_expired_lease = true;
+  /// Stored as Record::lookup by a winning claim (the route's lookup, or empty).
+  std::string lookup;
 };
 
 /// What a claim found. Exactly one of these, decided atomically in the store.
@@ -44,7 +47,8 @@ enum class ClaimStatus : std::uint8_t {
 enum class ClaimKind : std::uint8_t { fresh, after_lease_expiry, after_failure };
 
 /// The answer to a claim. `record` is the record after the claim: the caller's own for
-/// `claimed`, the stored one otherwise (with its response for `completed`).
+/// `claimed` (its `attempt` says which execution this is), the stored one otherwise (with its
+/// response for `completed`).
 struct ClaimResult {
   ClaimStatus status = ClaimStatus::claimed;
   ClaimKind kind = ClaimKind::fresh;
@@ -70,6 +74,15 @@ struct FailRequest {
   Fence fence;
   TimePoint now{};
   TimePoint expires{};
+};
+
+/// Gives a held record back without an outcome: it stays in_progress, with the caller's token,
+/// and its lease ends at `now`, so the next claim meets an expired lease and on_lease_expiry
+/// decides again (a takeover, a lookup, or outcome_unknown). For a holder that learnt nothing
+/// about the operation (a lookup that failed, a claim that came too late to be used).
+struct AbandonRequest {
+  Fence fence;
+  TimePoint now{};
 };
 
 /// Whether a fenced write found the caller still holding the record.
@@ -100,6 +113,9 @@ class Store {
   /// Deletes a record the caller holds, so the next request executes as if it never came.
   virtual void release(Fence fence, Callback<FenceStatus> done) = 0;
 
+  /// Ends the lease of a record the caller holds, leaving it in_progress (AbandonRequest).
+  virtual void abandon(AbandonRequest request, Callback<FenceStatus> done) = 0;
+
   /// Reads a record, expired or not; nullopt when absent.
   virtual void get(RecordId id, Callback<std::optional<Record>> done) = 0;
 
@@ -125,6 +141,7 @@ class BlockingStore {
   StoreResult<FenceStatus> complete(CompleteRequest request);
   StoreResult<FenceStatus> fail(FailRequest request);
   StoreResult<FenceStatus> release(Fence fence);
+  StoreResult<FenceStatus> abandon(AbandonRequest request);
   StoreResult<std::optional<Record>> get(RecordId id);
   StoreResult<std::size_t> purge_expired(TimePoint now, std::size_t limit);
   StoreResult<Done> ping();
@@ -146,7 +163,9 @@ ClaimDecision decide_claim(const std::optional<Record>& current, const ClaimRequ
 /// A fresh, nonzero, unpredictable fencing token (OpenSSL's CSPRNG).
 std::uint64_t new_fencing_token();
 
-/// The record a winning claim writes.
+/// The record a winning claim writes. A takeover of `previous` (unexpired) continues its
+/// operation: it keeps the creation time and counts one more attempt; anything else starts at
+/// attempt 1. Stores that decide in another language (PL/pgSQL, Lua) mirror this.
 Record claimed_record(const ClaimRequest& request, const std::optional<Record>& previous);
 /// The same, taking the request's tenant, key and fingerprint instead of copying them.
 Record claimed_record(ClaimRequest&& request, const std::optional<Record>& previous);

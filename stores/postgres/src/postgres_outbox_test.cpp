@@ -396,8 +396,9 @@ TEST(PostgresOutboxSchema, ASchemaAtTheVersionBeforeOpensAndGainsTheOutbox) {
   EXPECT_EQ(raw.exec("SELECT version FROM " + qualified(schema, "idem_schema_version")), "1");
   EXPECT_EQ(raw.exec("SELECT to_regclass('" + schema + ".idem_outbox') IS NULL"), "t");
   auto store = pgtest::open_store(options_for(schema));
-  EXPECT_EQ(PostgresStore::schema_version(), 2);
-  EXPECT_EQ(raw.exec("SELECT version FROM " + qualified(schema, "idem_schema_version")), "2");
+  EXPECT_GE(PostgresStore::schema_version(), 2);
+  EXPECT_EQ(raw.exec("SELECT version FROM " + qualified(schema, "idem_schema_version")),
+            std::to_string(PostgresStore::schema_version()));
   for (const char* name : {"idem_outbox", "idem_outbox_pending", "idem_outbox_sent", "idem_outbox_dead"}) {
     EXPECT_EQ(raw.exec("SELECT to_regclass('" + schema + "." + name + "') IS NOT NULL"), "t") << name;
   }

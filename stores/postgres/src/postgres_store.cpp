@@ -468,8 +468,8 @@ PostgresStore::~PostgresStore() = default;
 
 void PostgresStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
   if (auto bad = unstorable(request.id)) return done(std::unexpected(*bad));
-  if (!pd::valid_text(request.request_hash)) {
-    return done(std::unexpected(internal_error("postgres: request hash must be valid UTF-8")));
+  if (!pd::valid_text(request.request_hash) || !pd::valid_text(request.lookup)) {
+    return done(std::unexpected(internal_error("postgres: request hash and lookup must be valid UTF-8")));
   }
   impl_->submit(statement_op<ClaimResult, ClaimRequest>(
       OpMode::batched, true, Stmt::claim, std::move(request), bind_claim, parse_claim,
@@ -503,6 +503,18 @@ void PostgresStore::release(Fence fence, Callback<FenceStatus> done) {
       OpMode::batched, true, Stmt::release, std::move(fence), bind_fence,
       [](const Fence&, const PGresult* r) { return fenced(r); }, [](const Fence& f) { return &f.id; },
       std::move(done)));
+}
+
+void PostgresStore::abandon(AbandonRequest request, Callback<FenceStatus> done) {
+  if (auto bad = unstorable(request.fence.id)) return done(std::unexpected(*bad));
+  impl_->submit(statement_op<FenceStatus, AbandonRequest>(
+      OpMode::batched, true, Stmt::abandon, std::move(request),
+      [](const AbandonRequest& r, pd::Params& p) {
+        bind_fence(r.fence, p);
+        p.int8(to_epoch_ms(r.now));
+      },
+      [](const AbandonRequest&, const PGresult* r) { return fenced(r); },
+      [](const AbandonRequest& r) { return &r.fence.id; }, std::move(done)));
 }
 
 void PostgresStore::get(RecordId id, Callback<std::optional<Record>> done) {

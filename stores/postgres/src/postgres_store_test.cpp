@@ -149,6 +149,35 @@ TEST(PostgresMigrations, ReplicasOpeningAFreshSchemaAtOnceMigrateItOnce) {
             std::to_string(PostgresStore::schema_version()));
 }
 
+// Migration 3 (attempt numbers, lookups): rows of version 2 are first attempts and count on; a
+// replica of version 2 still claiming through the eight-parameter idem_claim keeps working.
+TEST(PostgresMigrations, ASchemaOfVersionTwoGainsAttemptNumbers) {
+  const std::string schema = fresh_schema();
+  RawConn raw;
+  ASSERT_TRUE(postgres_detail::migrate(raw.get(), schema, true, 10s, /*target=*/2));
+  const std::string table = qualified(schema, "idempotency_keys");
+  raw.exec("INSERT INTO " + table +
+           " (tenant_id, key, state, request_hash, fencing_token, lease_expires_ms, created_ms, expires_ms) "
+           "VALUES ('t', 'key-from-version-2', 'in_progress', 'h1', 7, 0, 1, 99999999999999)");
+  auto store = open_store(options_for(schema));
+  EXPECT_EQ(raw.exec("SELECT version FROM " + qualified(schema, "idem_schema_version")), "3");
+  auto old = BlockingStore(*store).get(RecordId{"t", "key-from-version-2"});
+  ASSERT_TRUE(old && *old);
+  EXPECT_EQ((*old)->attempt, 1u);
+  EXPECT_EQ((*old)->lookup, "");
+  ManualClock clock;
+  auto takeover = must_claim(*store, claim_request(clock, "key-from-version-2"));
+  ASSERT_EQ(takeover.status, ClaimStatus::claimed);
+  EXPECT_EQ(takeover.kind, ClaimKind::after_lease_expiry);
+  EXPECT_EQ(takeover.record.attempt, 2u);
+  EXPECT_EQ(raw.exec("SELECT attempt FROM " + table + " WHERE key = 'key-from-version-2'"), "2");
+  // The previous version's call: eight parameters, twelve columns, the row's count untouched.
+  EXPECT_EQ(raw.exec("SELECT o_outcome FROM " + qualified(schema, "idem_claim") +
+                     "('t', 'key-old-replica-01', 'h1', 5, 1000, 2000, 99999999999999, true)"),
+            "claimed");
+  EXPECT_EQ(raw.exec("SELECT attempt FROM " + table + " WHERE key = 'key-old-replica-01'"), "1");
+}
+
 TEST(PostgresMigrations, ASchemaNewerThanThisBuildIsRefused) {
   const std::string schema = fresh_schema();
   open_store(options_for(schema)).reset();

@@ -40,6 +40,12 @@ StoreResult<Record> read_record(const PGresult* r, int row, int col0, std::strin
   rec.created = from_epoch_ms(in.int8(col0 + 7));
   if (!in.null(col0 + 8)) rec.completed = from_epoch_ms(in.int8(col0 + 8));
   rec.expires = from_epoch_ms(in.int8(col0 + 9));
+  const std::int64_t attempt = in.int8(col0 + 10);
+  if (in.ok() && (attempt < 1 || attempt > UINT32_MAX)) {
+    return corrupt("attempt " + std::to_string(attempt) + " out of range");
+  }
+  rec.attempt = static_cast<std::uint32_t>(attempt);
+  rec.lookup = std::string(in.bytes(col0 + 11));
   if (rec.state == RecordState::completed) {
     if (in.null(col0 + 4)) return corrupt("completed without a response status");
     auto headers = decode_headers(in.bytes(col0 + 5));
@@ -109,6 +115,7 @@ void bind_claim(const ClaimRequest& req, Params& p) {
   p.int8(to_epoch_ms(req.lease_expires));
   p.int8(to_epoch_ms(req.expires));
   p.boolean(req.take_over_expired_lease);
+  p.text(req.lookup);
 }
 
 void bind_complete(const CompleteWrite& w, Params& p) {

@@ -62,6 +62,114 @@ CREATE INDEX IF NOT EXISTS idem_outbox_sent ON @S.idem_outbox (sent_ms) WHERE st
 CREATE INDEX IF NOT EXISTS idem_outbox_dead ON @S.idem_outbox (id) WHERE state = 'dead';
 )sql";
 
+// Migration 3: the attempt number (SPEC §12: every takeover counts one more; the gateway tells the
+// upstream) and an "ask" route's lookup (idemctl reconcile reads it). Records from before are
+// first attempts without a lookup. ADD COLUMN with a constant default rewrites no row and checks
+// no constraint, so the migration is quick on a big table.
+//
+// idem_claim gains the lookup as a ninth parameter and returns both columns; being an overload,
+// the eight-parameter version of migration 1 stays, so replicas of the previous version keep
+// claiming while they are replaced (their takeovers do not count attempts, nor do they store a
+// lookup). This one is the same function (see migration 1 for why it is atomic) with the
+// claimed_record rule for the attempt: a takeover of an unexpired record counts on from it,
+// anything else starts at 1.
+constexpr const char* kAttempts = R"sql(
+ALTER TABLE @S.idempotency_keys ADD COLUMN attempt bigint NOT NULL DEFAULT 1,
+                                ADD COLUMN lookup text NOT NULL DEFAULT '';
+
+CREATE FUNCTION @S.idem_claim(p_tenant text, p_key text, p_hash text, p_token bigint, p_now bigint,
+                              p_lease_expires bigint, p_expires bigint, p_take_over boolean, p_lookup text)
+RETURNS TABLE (o_outcome text, o_kind text, o_state text, o_request_hash text, o_fencing_token bigint,
+               o_lease_expires_ms bigint, o_response_status integer, o_response_headers bytea,
+               o_response_body bytea, o_created_ms bigint, o_completed_ms bigint, o_expires_ms bigint,
+               o_attempt bigint, o_lookup text)
+LANGUAGE plpgsql VOLATILE
+AS $claim$
+DECLARE
+  r @S.idempotency_keys%ROWTYPE;
+  v_decision text;
+  v_created bigint;
+  v_attempt bigint;
+  v_locked boolean;
+BEGIN
+  FOR attempt IN 1..8 LOOP
+    INSERT INTO @S.idempotency_keys (tenant_id, key, state, request_hash, fencing_token,
+                                     lease_expires_ms, created_ms, expires_ms, attempt, lookup)
+    VALUES (p_tenant, p_key, 'in_progress', p_hash, p_token, p_lease_expires, p_now, p_expires, 1, p_lookup)
+    ON CONFLICT (tenant_id, key) DO NOTHING;
+    IF FOUND THEN
+      RETURN QUERY SELECT 'claimed'::text, 'fresh'::text, 'in_progress'::text, p_hash, p_token,
+                          p_lease_expires, NULL::integer, NULL::bytea, NULL::bytea, p_now,
+                          NULL::bigint, p_expires, 1::bigint, p_lookup;
+      RETURN;
+    END IF;
+
+    v_locked := false;
+    LOOP
+      IF v_locked THEN
+        SELECT * INTO r FROM @S.idempotency_keys k
+         WHERE k.tenant_id = p_tenant AND k.key = p_key FOR UPDATE;
+      ELSE
+        SELECT * INTO r FROM @S.idempotency_keys k
+         WHERE k.tenant_id = p_tenant AND k.key = p_key;
+      END IF;
+      EXIT WHEN NOT FOUND;  -- deleted since the INSERT: insert again
+
+      -- decide_claim, in the same order.
+      IF r.expires_ms <= p_now THEN
+        v_decision := 'fresh';
+      ELSIF r.request_hash <> p_hash THEN
+        v_decision := 'mismatch';
+      ELSIF r.state = 'completed' THEN
+        v_decision := 'completed';
+      ELSIF r.state = 'failed_retryable' THEN
+        v_decision := 'after_failure';
+      ELSIF r.lease_expires_ms > p_now THEN
+        v_decision := 'in_progress';
+      ELSIF NOT p_take_over THEN
+        v_decision := 'outcome_unknown';
+      ELSE
+        v_decision := 'after_lease_expiry';
+      END IF;
+
+      IF v_decision IN ('mismatch', 'completed', 'in_progress', 'outcome_unknown') THEN
+        RETURN QUERY SELECT v_decision, NULL::text, r.state, r.request_hash, r.fencing_token,
+                            r.lease_expires_ms, r.response_status, r.response_headers,
+                            r.response_body, r.created_ms, r.completed_ms, r.expires_ms,
+                            r.attempt, r.lookup;
+        RETURN;
+      END IF;
+
+      IF v_locked THEN
+        -- claimed_record: a takeover continues the operation, keeps its creation time and counts
+        -- one more attempt (saturating at the uint32 range the stores share).
+        v_created := CASE WHEN v_decision = 'fresh' THEN p_now ELSE r.created_ms END;
+        v_attempt := CASE WHEN v_decision = 'fresh' THEN 1 ELSE LEAST(r.attempt + 1, 4294967295) END;
+        UPDATE @S.idempotency_keys k
+           SET state = 'in_progress', request_hash = p_hash, fencing_token = p_token,
+               lease_expires_ms = p_lease_expires, response_status = NULL,
+               response_headers = NULL, response_body = NULL, created_ms = v_created,
+               completed_ms = NULL, expires_ms = p_expires, attempt = v_attempt, lookup = p_lookup
+         WHERE k.tenant_id = p_tenant AND k.key = p_key AND k.fencing_token = r.fencing_token;
+        IF NOT FOUND THEN  -- cannot happen while we hold the row lock; never claim blindly
+          RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+                MESSAGE = format('idem_claim(%L, %L): takeover matched no row', p_tenant, p_key);
+        END IF;
+        RETURN QUERY SELECT 'claimed'::text, v_decision, 'in_progress'::text, p_hash, p_token,
+                            p_lease_expires, NULL::integer, NULL::bytea, NULL::bytea, v_created,
+                            NULL::bigint, p_expires, v_attempt, p_lookup;
+        RETURN;
+      END IF;
+      v_locked := true;  -- claimable: read it again under the row lock and decide for real
+    END LOOP;
+  END LOOP;
+  -- Only a key deleted and re-created again and again between our statements gets here.
+  RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+        MESSAGE = format('idem_claim(%L, %L): the record kept changing', p_tenant, p_key);
+END
+$claim$;
+)sql";
+
 // Append only: a released migration is never edited, a change is a new entry.
 //
 // Migration 1's idem_claim is the claim rule of core/src/store.cpp (decide_claim and
@@ -194,6 +302,7 @@ END
 $claim$;
 )sql"},
     {2, kOutbox},
+    {3, kAttempts},
 };
 
 constexpr const char* kVersionTable = R"sql(
@@ -352,6 +461,7 @@ const char* statement_name(Stmt stmt) {
       "idem_ping",        "idem_purge",      "idem_list_all", "idem_list_after",  "idem_list_tenant",
       "idem_list_tenant_after", "idem_count",
       "idem_lock_fenced", "idem_lock_record", "idem_mark_retryable", "idem_resolve",
+      "idem_abandon",
   };
   return kNames[static_cast<int>(stmt)];
 }
@@ -361,7 +471,7 @@ std::string statement_sql(Stmt stmt, const std::string& schema) {
   switch (stmt) {
     case Stmt::claim:
       sql = "SELECT * FROM @S.idem_claim($1::text, $2::text, $3::text, $4::bigint, $5::bigint, $6::bigint, "
-            "$7::bigint, $8::boolean)";
+            "$7::bigint, $8::boolean, $9::text)";
       break;
     // Fenced writes: they apply only while the caller's token is on an in-progress record.
     case Stmt::complete:
@@ -378,9 +488,13 @@ std::string statement_sql(Stmt stmt, const std::string& schema) {
       sql = "DELETE FROM @S.idempotency_keys "
             "WHERE tenant_id = $1::text AND key = $2::text AND fencing_token = $3::bigint AND state = 'in_progress'";
       break;
+    case Stmt::abandon:
+      sql = "UPDATE @S.idempotency_keys SET lease_expires_ms = $4::bigint "
+            "WHERE tenant_id = $1::text AND key = $2::text AND fencing_token = $3::bigint AND state = 'in_progress'";
+      break;
     case Stmt::get:
       sql = "SELECT state, request_hash, fencing_token, lease_expires_ms, response_status, response_headers, "
-            "response_body, created_ms, completed_ms, expires_ms "
+            "response_body, created_ms, completed_ms, expires_ms, attempt, lookup "
             "FROM @S.idempotency_keys WHERE tenant_id = $1::text AND key = $2::text";
       break;
     case Stmt::ping:
@@ -400,24 +514,24 @@ std::string statement_sql(Stmt stmt, const std::string& schema) {
     // 500k records against 0.1 ms).
     case Stmt::list_all:
       sql = "SELECT tenant_id, key, state, request_hash, fencing_token, lease_expires_ms, response_status, "
-            "response_headers, response_body, created_ms, completed_ms, expires_ms FROM @S.idempotency_keys "
+            "response_headers, response_body, created_ms, completed_ms, expires_ms, attempt, lookup FROM @S.idempotency_keys "
             "WHERE ($1::text IS NULL OR state = $1::text) ORDER BY tenant_id, key LIMIT $2::bigint";
       break;
     case Stmt::list_after:
       sql = "SELECT tenant_id, key, state, request_hash, fencing_token, lease_expires_ms, response_status, "
-            "response_headers, response_body, created_ms, completed_ms, expires_ms FROM @S.idempotency_keys "
+            "response_headers, response_body, created_ms, completed_ms, expires_ms, attempt, lookup FROM @S.idempotency_keys "
             "WHERE ($1::text IS NULL OR state = $1::text) AND (tenant_id, key) > ($3::text, $4::text) "
             "ORDER BY tenant_id, key LIMIT $2::bigint";
       break;
     case Stmt::list_tenant:
       sql = "SELECT tenant_id, key, state, request_hash, fencing_token, lease_expires_ms, response_status, "
-            "response_headers, response_body, created_ms, completed_ms, expires_ms FROM @S.idempotency_keys "
+            "response_headers, response_body, created_ms, completed_ms, expires_ms, attempt, lookup FROM @S.idempotency_keys "
             "WHERE ($1::text IS NULL OR state = $1::text) AND tenant_id = $3::text "
             "ORDER BY tenant_id, key LIMIT $2::bigint";
       break;
     case Stmt::list_tenant_after:
       sql = "SELECT tenant_id, key, state, request_hash, fencing_token, lease_expires_ms, response_status, "
-            "response_headers, response_body, created_ms, completed_ms, expires_ms FROM @S.idempotency_keys "
+            "response_headers, response_body, created_ms, completed_ms, expires_ms, attempt, lookup FROM @S.idempotency_keys "
             "WHERE ($1::text IS NULL OR state = $1::text) AND tenant_id = $5::text "
             "AND (tenant_id, key) > ($3::text, $4::text) ORDER BY tenant_id, key LIMIT $2::bigint";
       break;

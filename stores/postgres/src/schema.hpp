@@ -45,8 +45,9 @@ enum class Stmt : unsigned char {
   lock_record,
   mark_retryable,
   resolve,
+  abandon,
 };
-inline constexpr int kStatementCount = static_cast<int>(Stmt::resolve) + 1;
+inline constexpr int kStatementCount = static_cast<int>(Stmt::abandon) + 1;
 
 /// The prepared statement's name on the connection.
 const char* statement_name(Stmt stmt);
@@ -56,7 +57,7 @@ std::string statement_sql(Stmt stmt, const std::string& schema);
 
 /// How many columns describe a record in the statements' results: state, request_hash,
 /// fencing_token, lease_expires_ms, response_status, response_headers, response_body, created_ms,
-/// completed_ms, expires_ms (the table's order, after any leading tenant_id, key).
-inline constexpr int kRecordColumnCount = 10;
+/// completed_ms, expires_ms, attempt, lookup (the table's order, after any leading tenant_id, key).
+inline constexpr int kRecordColumnCount = 12;
 
 }  // namespace idem::postgres_detail

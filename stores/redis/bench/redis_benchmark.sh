@@ -50,10 +50,11 @@ run() {  # name url cluster?
   for node in $(masters "$host" "$port" "$cluster"); do
     complete_sha=$(redis-cli -h "${node%:*}" -p "${node##*:}" script load "$(cat "$lua/record.lua" "$lua/complete.lua")")
   done
-  # An in-progress record as the store writes it (record_codec.hpp): token 42, a 64-byte hash.
+  # An in-progress record as the store writes it (record_codec.hpp): attempt 1, token 42, a 64-byte
+  # hash, no lookup.
   local record hash
   hash=$(printf 'h%.0s' {1..64})
-  record="I|42|$((now + 60000))|$now|$((now + 60000))|||64|0|$hash"
+  record="I1|42|$((now + 60000))|$now|$((now + 60000))|||64|0|0|$hash"
   for clients in 1 8 64; do
     local claim_rate complete_rate pair keyspace=$requests
     claim_rate=$(redis-benchmark -h "$host" -p "$port" "${extra[@]}" -c "$clients" -n "$requests" -r 1000000000000 -q \

@@ -5,6 +5,6 @@
 local cur, err = rec_load(KEYS[1])
 if err then return redis.error_reply(err) end
 if not cur or cur.state ~= 'I' or cur.token ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], rec_value('C', cur.token, cur.lease, cur.created, ARGV[3], ARGV[2], ARGV[5], cur.hash,
-                                     ARGV[6], ARGV[7]), 'PX', ARGV[4])
+redis.call('SET', KEYS[1], rec_value('C', cur.attempt, cur.token, cur.lease, cur.created, ARGV[3], ARGV[2], ARGV[5],
+                                     cur.hash, cur.lookup, ARGV[6], ARGV[7]), 'PX', ARGV[4])
 return 1

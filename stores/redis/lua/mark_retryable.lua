@@ -7,6 +7,6 @@ local cur, err = rec_load(KEYS[1])
 if err then return redis.error_reply(err) end
 if not cur or cur.expires <= tonumber(ARGV[1]) then return 'not_found' end
 if cur.state == 'C' then return 'wrong_state' end
-redis.call('SET', KEYS[1], rec_value('F', ARGV[2], cur.lease, cur.created, cur.expires, '', '', cur.hash, '', ''),
-           'KEEPTTL')
+redis.call('SET', KEYS[1], rec_value('F', cur.attempt, ARGV[2], cur.lease, cur.created, cur.expires, '', '', cur.hash,
+                                     cur.lookup, '', ''), 'KEEPTTL')
 return 'done'

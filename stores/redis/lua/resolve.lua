@@ -7,6 +7,6 @@ local cur, err = rec_load(KEYS[1])
 if err then return redis.error_reply(err) end
 if not cur or cur.expires <= tonumber(ARGV[1]) then return 'not_found' end
 if cur.state == 'C' then return 'wrong_state' end
-redis.call('SET', KEYS[1], rec_value('C', ARGV[2], cur.lease, cur.created, ARGV[3], ARGV[1], ARGV[5], cur.hash,
-                                     ARGV[6], ARGV[7]), 'PX', ARGV[4])
+redis.call('SET', KEYS[1], rec_value('C', cur.attempt, ARGV[2], cur.lease, cur.created, ARGV[3], ARGV[1], ARGV[5],
+                                     cur.hash, cur.lookup, ARGV[6], ARGV[7]), 'PX', ARGV[4])
 return 'done'

@@ -144,54 +144,75 @@ std::string encode_record(const Record& r) {
     status = std::to_string(r.response->status);
   }
   std::string out;
-  out.reserve(96 + r.request_hash.size() + headers.size() + body.size());
+  out.reserve(112 + r.request_hash.size() + r.lookup.size() + headers.size() + body.size());
   out.push_back(state_letter(r.state));
+  out += std::to_string(r.attempt);
   for (const std::string& field :
        {std::to_string(r.fencing_token), ms_text(r.lease_expires), ms_text(r.created), ms_text(r.expires),
         r.completed ? ms_text(*r.completed) : std::string(), status, std::to_string(r.request_hash.size()),
-        std::to_string(headers.size())}) {
+        std::to_string(headers.size()), std::to_string(r.lookup.size())}) {
     out.push_back('|');
     out += field;
   }
   out.push_back('|');
   out += r.request_hash;
+  out += r.lookup;
   out += headers;
   out += body;
   return out;
 }
 
+namespace {
+
+// The state letter and the attempt digits after it; `v` is left after the first '|'. An attempt
+// without digits is the earlier layout (no attempt, no lookup_len): `legacy` says so.
+struct Lead {
+  RecordState state;
+  std::string_view attempt;
+  bool legacy;
+};
+std::optional<Lead> split_lead(std::string_view& v) {
+  auto first = next_field(v);
+  if (!first || first->empty()) return std::nullopt;
+  auto state = state_of_letter(first->front());
+  const std::string_view attempt = first->substr(1);
+  if (!state || !digits_only(attempt)) return std::nullopt;
+  return Lead{*state, attempt, attempt.empty()};
+}
+
+}  // namespace
+
 std::optional<RecordHead> parse_record_head(std::string_view v) {
-  if (v.size() < 2 || v[1] != '|') return std::nullopt;
-  auto state = state_of_letter(v[0]);
-  if (!state) return std::nullopt;
-  v.remove_prefix(2);
+  auto lead = split_lead(v);
+  if (!lead) return std::nullopt;
   std::optional<std::string_view> expires;
   for (int i = 0; i < 4; ++i) expires = next_field(v);  // token, lease_expires, created, expires
   RecordHead head;
-  head.state = *state;
+  head.state = lead->state;
   if (!expires || !parse_int(*expires, head.expires_ms)) return std::nullopt;
   return head;
 }
 
 StoreResult<Record> decode_record(const RecordId& id, std::string_view v) {
   auto bad = [&](std::string what) { return std::unexpected(corrupt(id, std::move(what))); };
-  if (v.size() < 2 || v[1] != '|') return bad("not a record");
-  auto state = state_of_letter(v[0]);
-  if (!state) return bad("unknown state");
-  v.remove_prefix(2);
-  std::string_view fields[8];  // token .. headers_len
-  for (auto& f : fields) {
+  auto lead = split_lead(v);
+  if (!lead) return bad("not a record");
+  std::string_view fields[9];  // token .. headers_len, lookup_len
+  const std::size_t count = lead->legacy ? 8 : 9;
+  for (std::size_t i = 0; i < count; ++i) {
     auto next = next_field(v);
     if (!next || !digits_only(*next)) return bad("malformed header");
-    f = *next;
+    fields[i] = *next;
   }
-  const auto& [token, lease, created, expires, completed, status, hash_len, headers_len] = fields;
+  const auto& [token, lease, created, expires, completed, status, hash_len, headers_len, lookup_len] = fields;
   Record r;
   r.tenant = id.tenant;
   r.key = id.key;
-  r.state = *state;
+  r.state = lead->state;
   std::int64_t ms = 0;
-  std::size_t hash_size = 0, headers_size = 0;
+  std::size_t hash_size = 0, headers_size = 0, lookup_size = 0;
+  if (!lead->legacy && (!parse_int(lead->attempt, r.attempt) || r.attempt == 0)) return bad("bad attempt");
+  if (!lead->legacy && !parse_int(lookup_len, lookup_size)) return bad("bad lengths");
   if (!parse_int(token, r.fencing_token)) return bad("bad token");
   if (!lease.empty()) {
     if (!parse_int(lease, ms)) return bad("bad lease_expires");
@@ -206,11 +227,13 @@ StoreResult<Record> decode_record(const RecordId& id, std::string_view v) {
     r.completed = from_epoch_ms(ms);
   }
   if (!parse_int(hash_len, hash_size) || !parse_int(headers_len, headers_size) || hash_size > v.size() ||
-      headers_size > v.size() - hash_size) {
+      lookup_size > v.size() - hash_size || headers_size > v.size() - hash_size - lookup_size) {
     return bad("bad lengths");
   }
   r.request_hash = std::string(v.substr(0, hash_size));
   v.remove_prefix(hash_size);
+  r.lookup = std::string(v.substr(0, lookup_size));
+  v.remove_prefix(lookup_size);
   if (!status.empty()) {
     StoredResponse response;
     if (!parse_int(status, response.status)) return bad("bad status");

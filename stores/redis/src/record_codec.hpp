@@ -8,15 +8,20 @@
 //        the parts, so (tenant, key) pairs never collide, the hash tag is exactly the whole
 //        identity (one record, one slot) and keys stay readable in redis-cli.
 // Value: one string (lua/record.lua reads and writes the same layout)
-//          state|token|lease_expires|created|expires|completed|status|hash_len|headers_len|
-//          followed by the request hash, the headers blob and the body, back to back.
+//          <state><attempt>|token|lease_expires|created|expires|completed|status|hash_len|headers_len|lookup_len|
+//          followed by the request hash, the lookup, the headers blob and the body, back to back.
 //        state          I (in progress) | C (completed) | F (failed, retryable)
+//        attempt        Record::attempt, decimal, right after the state letter
 //        token          fencing token, decimal (compared as text: Lua numbers are doubles)
 //        lease_expires  created  completed  expires      Unix epoch milliseconds, decimal
 //        status         response status, decimal       (empty until completed)
-//        hash_len  headers_len                          byte lengths of what follows
+//        hash_len  headers_len  lookup_len              byte lengths of what follows
+//        lookup         Record::lookup                  (empty but for "ask" routes)
 //        headers        idem::encode_headers() blob     (empty until completed)
 //        body           the rest of the value           (empty until completed)
+//        The layout before attempt numbers had no attempt digits and no lookup_len
+//        (`I|token|...|headers_len|hash headers body`); such a value reads as attempt 1 without a
+//        lookup, and every script writes it back in this layout.
 //        One string lets a claim of a fresh key be a plain `SET key value NX GET PX ttl`, which
 //        costs Redis a third of a script call, and the numbers in front let a script read the
 //        state and token without splitting the value.

@@ -75,9 +75,16 @@ std::optional<ClaimKind> parse_claim_kind(std::string_view s) {
   return std::nullopt;
 }
 
-// {'claimed', kind, created} or {status, '', HGETALL}: see lua/claim.lua.
+// Whether `text` is all of a decimal number that fits `out`.
+template <class Int>
+bool parse_decimal(const std::string& text, Int& out) {
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc{} && ptr == text.data() + text.size() && !text.empty();
+}
+
+// {'claimed', kind, created, attempt} or {status, '', the record}: see lua/claim.lua.
 StoreResult<ClaimResult> decode_claim(const ClaimRequest& request, const Reply& reply) {
-  if (!reply.is_array() || reply.elements.size() != 3 || !reply.elements[0].is_text()) {
+  if (!reply.is_array() || reply.elements.size() < 3 || !reply.elements[0].is_text()) {
     return std::unexpected(bad_reply("claim", reply));
   }
   auto status = parse_claim_status(reply.elements[0].str);
@@ -87,12 +94,15 @@ StoreResult<ClaimResult> decode_claim(const ClaimRequest& request, const Reply& 
   if (*status == ClaimStatus::claimed) {
     auto kind = parse_claim_kind(reply.elements[1].str);
     std::int64_t created = 0;
-    const auto& text = reply.elements[2].str;
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), created);
-    if (!kind || ec != std::errc{} || ptr != text.data() + text.size()) return std::unexpected(bad_reply("claim", reply));
+    std::uint32_t attempt = 0;
+    if (!kind || reply.elements.size() != 4 || !parse_decimal(reply.elements[2].str, created) ||
+        !parse_decimal(reply.elements[3].str, attempt) || attempt == 0) {
+      return std::unexpected(bad_reply("claim", reply));
+    }
     result.kind = *kind;
     result.record = claimed_record(request, std::nullopt);
     result.record.created = from_epoch_ms(created);
+    result.record.attempt = attempt;
     return result;
   }
   if (reply.elements[2].type != Reply::Type::string) return std::unexpected(bad_reply("claim", reply));
@@ -211,7 +221,8 @@ class RedisStore::Impl {
                                   ms_text(request.lease_expires),
                                   ms_text(request.expires),
                                   request.take_over_expired_lease ? "1" : "0",
-                                  ttl_text(request.now, request.expires, options.ttl_grace)};
+                                  ttl_text(request.now, request.expires, options.ttl_grace),
+                                  request.lookup};
     eval(ScriptId::claim, key, std::move(argv), true,
          [request = std::move(request), done = std::move(done)](StoreResult<Reply> reply) mutable {
            if (!reply) return done(std::unexpected(std::move(reply.error())));
@@ -579,6 +590,15 @@ void RedisStore::release(Fence fence, Callback<FenceStatus> done) {
               [done = std::move(done)](StoreResult<Reply> reply) mutable {
                 if (!reply) return done(std::unexpected(std::move(reply.error())));
                 done(fence_status(*reply, "release"));
+              });
+}
+
+void RedisStore::abandon(AbandonRequest request, Callback<FenceStatus> done) {
+  const std::string key = redis_key(request.fence.id);
+  impl_->eval(ScriptId::abandon, key, {std::to_string(request.fence.token), ms_text(request.now)}, true,
+              [done = std::move(done)](StoreResult<Reply> reply) mutable {
+                if (!reply) return done(std::unexpected(std::move(reply.error())));
+                done(fence_status(*reply, "abandon"));
               });
 }
 

@@ -139,7 +139,7 @@ TEST_P(RedisStoreTest, RecordIsOneReadableStringWithAPhysicalTtlBeyondItsLogical
   RawRedis raw(node_of(key));
   EXPECT_EQ(raw.text({"TYPE", key}), "string");
   EXPECT_EQ(raw.text({"GET", key}), redis_detail::encode_record(c->record));
-  EXPECT_TRUE(raw.text({"GET", key}).starts_with("I|" + std::to_string(c->record.fencing_token) + "|"));
+  EXPECT_TRUE(raw.text({"GET", key}).starts_with("I1|" + std::to_string(c->record.fencing_token) + "|"));
   // In progress, the key outlives its lease (so an expired lease can still be reported as
   // outcome unknown or taken over): its TTL is the retention plus the grace.
   auto pttl = raw.call({"PTTL", key}).integer;
@@ -152,7 +152,7 @@ TEST_P(RedisStoreTest, RecordIsOneReadableStringWithAPhysicalTtlBeyondItsLogical
   EXPECT_GT(pttl, std::chrono::milliseconds(1h).count());
   EXPECT_LE(pttl, std::chrono::milliseconds(1h + 10min).count());
   const std::string value = raw.text({"GET", key});
-  EXPECT_TRUE(value.starts_with("C|") && value.ends_with("ok")) << value;
+  EXPECT_TRUE(value.starts_with("C1|") && value.ends_with("ok")) << value;
   // What the script wrote is what the C++ codec reads (both sides of lua/record.lua).
   auto decoded = redis_detail::decode_record(RecordId{"acme", "order-0000000001"}, value);
   ASSERT_TRUE(decoded) << decoded.error().message;
@@ -161,6 +161,34 @@ TEST_P(RedisStoreTest, RecordIsOneReadableStringWithAPhysicalTtlBeyondItsLogical
   EXPECT_EQ(decoded->fencing_token, c->record.fencing_token);
   ASSERT_TRUE(decoded->response);
   EXPECT_EQ(decoded->response->headers, (Headers{{"A", "b"}}));
+}
+
+// Strings written before attempt numbers (`I|token|...`, no attempt, no lookup_len): the SET NX
+// GET path and the scripts read them as attempt 1, and a takeover writes them back as attempt 2
+// in the current layout, keeping the creation time and the TTL's reach.
+TEST_P(RedisStoreTest, StringsFromBeforeAttemptNumbersCountOnFromOne) {
+  auto store = open_store(url(), redis_test::unique_prefix("preattempt"));
+  BlockingStore b(*store);
+  const RecordId id{"acme", "preattempt-key-0001"};
+  const std::string key = store->redis_key(id);
+  const auto created_ms = to_epoch_ms(clock.now() - 10min);
+  const auto expires_ms = to_epoch_ms(clock.now() + 1h);
+  const std::string old = "I|8|" + std::to_string(to_epoch_ms(clock.now() - 1s)) + "|" + std::to_string(created_ms) +
+                          "|" + std::to_string(expires_ms) + "|||1|0|h";
+  RawRedis raw(node_of(key));
+  raw.call({"SET", key, old, "PX", "3600000"});
+  auto got = b.get(id);
+  ASSERT_TRUE(got && *got) << (got ? "absent" : got.error().message);
+  EXPECT_EQ((*got)->attempt, 1u);
+  EXPECT_EQ((*got)->fencing_token, 8u);
+  auto takeover = b.claim(request("acme", id.key));
+  ASSERT_TRUE(takeover) << takeover.error().message;
+  ASSERT_EQ(takeover->status, ClaimStatus::claimed);
+  EXPECT_EQ(takeover->kind, ClaimKind::after_lease_expiry);
+  EXPECT_EQ(takeover->record.attempt, 2u);
+  EXPECT_EQ(takeover->record.created, from_epoch_ms(created_ms));
+  const std::string now_stored = raw.text({"GET", key});
+  EXPECT_TRUE(now_stored.starts_with("I2|" + std::to_string(takeover->record.fencing_token) + "|")) << now_stored;
 }
 
 // Records written by an idem from before the string layout: one hash per key.

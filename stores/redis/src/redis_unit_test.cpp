@@ -225,13 +225,15 @@ Record completed_record() {
   r.completed = from_epoch_ms(950);
   r.expires = from_epoch_ms(1764547200000);
   r.response = StoredResponse{201, {{"Content-Type", "a|b"}, {"X", std::string("\0|", 2)}}, std::string("x|\0y", 4)};
+  r.attempt = 4294967295u;
+  r.lookup = "GET /p/{key}|x";
   return r;
 }
 
 TEST(RecordValue, RoundTripsEveryField) {
   const Record in = completed_record();
   const std::string value = encode_record(in);
-  EXPECT_TRUE(value.starts_with("C|18446744073709551615|1000|900|1764547200000|950|201|5|")) << value;
+  EXPECT_TRUE(value.starts_with("C4294967295|18446744073709551615|1000|900|1764547200000|950|201|5|")) << value;
   auto out = decode_record({"t", "k"}, value);
   ASSERT_TRUE(out) << out.error().message;
   EXPECT_EQ(out->tenant, "t");
@@ -243,6 +245,8 @@ TEST(RecordValue, RoundTripsEveryField) {
   EXPECT_EQ(out->created, in.created);
   EXPECT_EQ(out->completed, in.completed);
   EXPECT_EQ(out->expires, in.expires);
+  EXPECT_EQ(out->attempt, in.attempt);
+  EXPECT_EQ(out->lookup, in.lookup);
   ASSERT_TRUE(out->response);
   EXPECT_EQ(out->response->status, 201);
   EXPECT_EQ(out->response->headers, in.response->headers);
@@ -253,7 +257,7 @@ TEST(RecordValue, RoundTripsEveryField) {
   progress.completed.reset();
   progress.response.reset();
   const std::string claimed = encode_record(progress);
-  EXPECT_EQ(claimed, "I|18446744073709551615|1000|900|1764547200000|||5|0|" + in.request_hash);
+  EXPECT_EQ(claimed, "I4294967295|18446744073709551615|1000|900|1764547200000|||5|0|14|" + in.request_hash + in.lookup);
   auto back = decode_record({"t", "k"}, claimed);
   ASSERT_TRUE(back);
   EXPECT_EQ(back->state, RecordState::in_progress);
@@ -263,6 +267,29 @@ TEST(RecordValue, RoundTripsEveryField) {
   auto head = parse_record_head(value.substr(0, kHeadBytes));
   ASSERT_TRUE(head);
   EXPECT_EQ(head->state, RecordState::completed);
+  EXPECT_EQ(head->expires_ms, 1764547200000);
+}
+
+// Values written before attempt numbers (no digits after the state, no lookup_len) read as
+// attempt 1 without a lookup.
+TEST(RecordValue, TheLayoutBeforeAttemptNumbersStillReads) {
+  const std::string hash("h|1\0\n", 5);
+  auto progress = decode_record({"t", "k"}, "I|77|1000|900|1764547200000|||5|0|" + hash);
+  ASSERT_TRUE(progress) << progress.error().message;
+  EXPECT_EQ(progress->attempt, 1u);
+  EXPECT_EQ(progress->lookup, "");
+  EXPECT_EQ(progress->fencing_token, 77u);
+  EXPECT_EQ(progress->request_hash, hash);
+  const std::string headers = idem::encode_headers({{"A", "b"}});
+  auto done = decode_record({"t", "k"}, "C|77|1000|900|1764547200000|950|201|5|" + std::to_string(headers.size()) +
+                                            "|" + hash + headers + "body");
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_EQ(done->attempt, 1u);
+  ASSERT_TRUE(done->response);
+  EXPECT_EQ(done->response->body, "body");
+  auto head = parse_record_head("F|77|1000|900|1764547200000|||5|0|" + hash);
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->state, RecordState::failed_retryable);
   EXPECT_EQ(head->expires_ms, 1764547200000);
 }
 
@@ -277,6 +304,11 @@ TEST(RecordValue, CorruptValuesAreRefusedNotGuessed) {
       "C|1|2|3|4|5||1|0|h",                // completed without a status
       "C|1|2|3|4|5|200|1|2|h\x09\x09",     // headers that do not decode
       "I|1|2|3|4|||1|18446744073709551615|h",  // a length that would overflow
+      "I0|1|2|3|4|||1|0|0|h",              // attempt 0 (attempts start at 1)
+      "I4294967296|1|2|3|4|||1|0|0|h",     // an attempt beyond 32 bits
+      "Ix|1|2|3|4|||1|0|0|h",              // an attempt that is not a number
+      "I2|1|2|3|4|||1|0|5|hab",            // the lookup is shorter than its length
+      "I2|1|2|3|4|||1|0|h",                // the new layout without lookup_len
       good.substr(0, good.size() - 10),    // truncated inside the headers
   };
   for (const auto& value : bad) {
@@ -506,7 +538,8 @@ class OldRedis {
     if (args.front() == "EVALSHA" && args.size() > 4) {  // EVALSHA sha 1 key now ...: a fresh claim
       ++evalshas;
       const std::string& now = args[4];
-      return "*3\r\n$7\r\nclaimed\r\n$5\r\nfresh\r\n$" + std::to_string(now.size()) + "\r\n" + now + "\r\n";
+      return "*4\r\n$7\r\nclaimed\r\n$5\r\nfresh\r\n$" + std::to_string(now.size()) + "\r\n" + now +
+             "\r\n$1\r\n1\r\n";
     }
     return "-ERR unexpected command\r\n";
   }
@@ -537,6 +570,7 @@ TEST(OldRedis, ClaimsByTheScriptOnceSetNxGetIsRefused) {
     EXPECT_EQ(c->status, ClaimStatus::claimed);
     EXPECT_EQ(c->record.fencing_token, r.token);
     EXPECT_EQ(c->record.created, r.now);
+    EXPECT_EQ(c->record.attempt, 1u);
   }
   // The first claim met the refusal and went on by the script; the next ones went there at once.
   EXPECT_EQ(server.sets.load(), 1);

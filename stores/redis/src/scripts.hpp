@@ -17,7 +17,7 @@ struct Script {
   std::string sha1;  ///< lowercase hex, as SCRIPT LOAD answers
 };
 
-enum class ScriptId : std::uint8_t { claim, complete, fail, release, mark_retryable, resolve, purge };
+enum class ScriptId : std::uint8_t { claim, complete, fail, release, mark_retryable, resolve, purge, abandon };
 
 /// The script `id` (SHA1 computed once, at first use).
 const Script& script(ScriptId id);

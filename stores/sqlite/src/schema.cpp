@@ -86,6 +86,13 @@ constexpr Migration kMigrations[] = {
       CREATE INDEX idempotency_keys_expires ON idempotency_keys (expires_ms);
     )sql"},
     {2, kOutbox},
+    // The attempt number (SPEC §12: a takeover counts one more, the gateway tells the upstream)
+    // and the lookup of an "ask" route (idemctl reconcile reads it). Records from before are
+    // first attempts without a lookup.
+    {3, R"sql(
+      ALTER TABLE idempotency_keys ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1 CHECK (attempt >= 1);
+      ALTER TABLE idempotency_keys ADD COLUMN lookup TEXT NOT NULL DEFAULT '';
+    )sql"},
 };
 
 }  // namespace

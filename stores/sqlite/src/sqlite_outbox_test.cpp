@@ -662,8 +662,8 @@ TEST(SqliteOutboxSchema, ADatabaseAtTheVersionBeforeOpensAndGainsTheOutbox) {
   ASSERT_TRUE(store) << store.error().message;
   store->reset();
   RawDb raw(path);
-  EXPECT_EQ(SqliteStore::schema_version(), 2);
-  EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 2);
+  EXPECT_GE(SqliteStore::schema_version(), 2);
+  EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), SqliteStore::schema_version());
   EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys"), 1);
   for (const char* name : {"idem_outbox", "idem_outbox_pending", "idem_outbox_sent", "idem_outbox_dead",
                            "idem_outbox_headers_insert", "idem_outbox_headers_update"}) {

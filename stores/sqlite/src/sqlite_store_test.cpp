@@ -21,6 +21,7 @@
 #include "idem/testing/manual_clock.hpp"
 #include "idem/testing/redeliveries.hpp"
 #include "idem/testing/store_conformance.hpp"
+#include "schema.hpp"
 
 namespace idem {
 namespace {
@@ -230,6 +231,37 @@ TEST_F(SqliteStoreTest, CoexistsWithTheApplicationsOwnTablesAndUserVersion) {
   EXPECT_EQ(raw.scalar("PRAGMA user_version"), 7);  // the application's, left alone
   EXPECT_EQ(raw.scalar("SELECT amount FROM payments"), 100);
   EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), SqliteStore::schema_version());
+}
+
+// Migration 3 (the attempt number and the lookup): records of an older database are first
+// attempts without a lookup, and count on from there.
+TEST_F(SqliteStoreTest, ADatabaseOfVersionTwoGainsAttemptNumbers) {
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(sqlite_detail::migrate(raw.get(), 2));
+    // An in-progress record whose lease ran out long ago, as version 2 wrote it.
+    raw.exec("INSERT INTO idempotency_keys VALUES ('t', 'key-from-version-2', 'in_progress', 'h', 7, 0, NULL, NULL, "
+             "NULL, 1, NULL, 99999999999999)");
+  }
+  auto store = open_store(path);
+  {
+    RawDb raw(path);
+    EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 3);
+    EXPECT_EQ(raw.scalar("SELECT attempt FROM idempotency_keys WHERE key = 'key-from-version-2'"), 1);
+  }
+  auto old = BlockingStore(*store).get(RecordId{"t", "key-from-version-2"});
+  ASSERT_TRUE(old && *old);
+  EXPECT_EQ((*old)->attempt, 1u);
+  EXPECT_EQ((*old)->lookup, "");
+  ClaimRequest r = request("key-from-version-2");
+  r.request_hash = "h";
+  auto takeover = BlockingStore(*store).claim(r);
+  ASSERT_TRUE(takeover);
+  ASSERT_EQ(takeover->status, ClaimStatus::claimed);
+  EXPECT_EQ(takeover->kind, ClaimKind::after_lease_expiry);
+  EXPECT_EQ(takeover->record.attempt, 2u);
+  RawDb raw(path);
+  EXPECT_EQ(raw.scalar("SELECT attempt FROM idempotency_keys WHERE key = 'key-from-version-2'"), 2);
 }
 
 TEST_F(SqliteStoreTest, RefusesADatabaseFromANewerVersion) {

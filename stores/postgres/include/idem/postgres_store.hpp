@@ -140,6 +140,7 @@ class PostgresStore final : public Store, public StoreAdmin {
   void complete(CompleteRequest request, Callback<FenceStatus> done) override;
   void fail(FailRequest request, Callback<FenceStatus> done) override;
   void release(Fence fence, Callback<FenceStatus> done) override;
+  void abandon(AbandonRequest request, Callback<FenceStatus> done) override;
   void get(RecordId id, Callback<std::optional<Record>> done) override;
   /// Runs in a transaction of its own and skips rows other transactions hold, so reaping never
   /// makes a request wait.

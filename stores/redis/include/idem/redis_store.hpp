@@ -116,6 +116,7 @@ class RedisStore final : public Store, public StoreAdmin {
   void complete(CompleteRequest request, Callback<FenceStatus> done) override;
   void fail(FailRequest request, Callback<FenceStatus> done) override;
   void release(Fence fence, Callback<FenceStatus> done) override;
+  void abandon(AbandonRequest request, Callback<FenceStatus> done) override;
   void get(RecordId id, Callback<std::optional<Record>> done) override;
   /// SCANs the prefix (every master of a cluster) and deletes records whose logical expiry has
   /// passed: O(records). Redis also drops each record by itself `ttl_grace` after its expiry,

@@ -100,6 +100,7 @@ class SqliteStore final : public Store, public StoreAdmin {
   void complete(CompleteRequest request, Callback<FenceStatus> done) override;
   void fail(FailRequest request, Callback<FenceStatus> done) override;
   void release(Fence fence, Callback<FenceStatus> done) override;
+  void abandon(AbandonRequest request, Callback<FenceStatus> done) override;
   /// A read: never waits for another process's write lock (WAL), unless batched with writes.
   void get(RecordId id, Callback<std::optional<Record>> done) override;
   /// Runs in a transaction of its own, so reaping never makes a batch of requests wait long.

@@ -133,7 +133,7 @@ std::expected<std::unique_ptr<Connection>, Failure> Connection::open(const Endpo
     c->dead_ = true;
     return std::unexpected(std::move(f));
   }
-  c->last_heard_ = c->last_heartbeat_ = Steady::now();
+  c->last_heard_ = c->last_heartbeat_ = c->last_sent_ = Steady::now();
   if (auto opened = c->reopen_channel(); !opened) return std::unexpected(opened.error());
   return c;
 }
@@ -144,7 +144,7 @@ std::expected<void, Failure> Connection::rpc_result(std::string doing) {
   const amqp_rpc_reply_t r = amqp_get_rpc_reply(state_);
   switch (r.reply_type) {
     case AMQP_RESPONSE_NORMAL:
-      last_heard_ = Steady::now();
+      last_heard_ = last_sent_ = Steady::now();
       return {};
     case AMQP_RESPONSE_LIBRARY_EXCEPTION:
       return std::unexpected(library_failure(r.library_error, std::move(doing)));
@@ -244,6 +244,7 @@ std::expected<void, Failure> Connection::send(amqp_method_number_t id, void* met
   if (const int st = amqp_send_method(state_, kChannel, id, method); st != AMQP_STATUS_OK) {
     return std::unexpected(library_failure(st, std::move(doing)));
   }
+  note_sent();
   return {};
 }
 
@@ -340,7 +341,7 @@ std::expected<void, Failure> Connection::keep_alive() {
     if (const int st = amqp_send_frame(state_, &heartbeat); st != AMQP_STATUS_OK) {
       return std::unexpected(library_failure(st, "sending a heartbeat"));
     }
-    last_heartbeat_ = now;
+    last_heartbeat_ = last_sent_ = now;
   }
   return {};
 }

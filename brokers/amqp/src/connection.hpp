@@ -89,6 +89,12 @@ class Connection {
   /// Whether the channel is open (a broker's channel.close closes it until reopen_channel()).
   bool channel_open() const { return channel_open_; }
   const Endpoint& endpoint() const { return endpoint_; }
+  /// The negotiated heartbeat interval (0: none).
+  std::chrono::seconds heartbeat() const { return std::chrono::seconds(amqp_get_heartbeat(state_)); }
+  /// When we last sent the broker anything: it takes a connection silent for two intervals as
+  /// dead. Publishes are counted by whoever makes them (note_sent).
+  Steady::time_point last_sent() const { return last_sent_; }
+  void note_sent() { last_sent_ = Steady::now(); }
 
   /// Opens kChannel again after the broker closed it.
   std::expected<void, Failure> reopen_channel();
@@ -151,6 +157,7 @@ class Connection {
   std::string blocked_reason_;
   Steady::time_point last_heard_;  // when a frame or an answer last came (if TCP_INFO fails)
   Steady::time_point last_heartbeat_;
+  Steady::time_point last_sent_;
 };
 
 }  // namespace idem::amqp_detail

@@ -55,9 +55,16 @@ ConfirmPublisher::ConfirmPublisher(Endpoint endpoint, Setup setup) : endpoint_(s
 
 BrokerResult<Done> ConfirmPublisher::ready() {
   if (conn_ && !conn_->dead()) {
-    // Nothing read this connection since the last call: take in what the broker sent meanwhile
-    // (late confirms, a connection.close, EOF) so a dead one is replaced before we publish on it.
-    if (auto r = drain(nullptr); !r) conn_.reset();
+    const auto interval = conn_->heartbeat();
+    if (interval.count() > 0 && Steady::now() - conn_->last_sent() > interval) {
+      // Silent for more than an interval: the broker may be closing it for missed heartbeats
+      // right now. A new connection, rather than a publish racing that close into doubt.
+      conn_.reset();
+    } else if (auto r = drain(nullptr); !r) {
+      // Nothing read this connection since the last call: what the broker sent meanwhile (late
+      // confirms, a connection.close, EOF) is taken in, so a dead one is replaced first.
+      conn_.reset();
+    }
   }
   if (conn_ && conn_->dead()) conn_.reset();
   if (!conn_) {
@@ -145,6 +152,7 @@ std::vector<PublishResult> ConfirmPublisher::publish(std::span<const Outgoing> m
     const Properties props(m);
     const int st = amqp_basic_publish(conn_->state(), kChannel, bytes_of(m.exchange), bytes_of(m.routing_key),
                                       /*mandatory=*/1, /*immediate=*/0, props.get(), bytes_of(m.body));
+    conn_->note_sent();
     batch.pending.emplace(next_tag_++, i);
     batch.state[i] = Batch::State::pending;
     if (st != AMQP_STATUS_OK) {

@@ -30,7 +30,18 @@ CREATE TABLE IF NOT EXISTS orders (
 CREATE TABLE IF NOT EXISTS bonuses (
   id TEXT PRIMARY KEY, account TEXT NOT NULL, amount INTEGER NOT NULL CHECK (amount > 0),
   currency TEXT NOT NULL, created INTEGER NOT NULL, request_key TEXT);
+-- The highest Idempotency-Attempt seen for each (tenant, key) (docs/security.md): a request of a
+-- lower attempt is a holder the gateway has fenced out, and writes nothing.
+CREATE TABLE IF NOT EXISTS request_attempts (
+  tenant TEXT NOT NULL, key TEXT NOT NULL, attempt INTEGER NOT NULL CHECK (attempt >= 1),
+  PRIMARY KEY (tenant, key));
 )sql";
+
+// Added after the first release of the schema: the tenant a payment's key belongs to (the
+// gateway's Idempotency-Tenant), which the lookup by key is scoped by, and the index it uses.
+constexpr const char* kPaymentTenant = "ALTER TABLE payments ADD COLUMN request_tenant TEXT";
+constexpr const char* kPaymentKeyIndex =
+    "CREATE INDEX IF NOT EXISTS payments_request ON payments (request_tenant, request_key)";
 
 // A prepared statement finalized on scope exit.
 class Stmt {
@@ -205,7 +216,68 @@ std::string new_id(std::string_view prefix) {
   return id;
 }
 
-bool migrate(sqlite3* db, std::string& error) { return exec(db, kSchema, error); }
+bool migrate(sqlite3* db, std::string& error) {
+  if (!exec(db, kSchema, error)) return false;
+  Stmt has(db, "SELECT count(*) FROM pragma_table_info('payments') WHERE name = 'request_tenant'");
+  if (!has.ok() || has.step() != SQLITE_ROW) {
+    error = sqlite3_errmsg(db);
+    return false;
+  }
+  if (has.col_int(0) == 0 && !exec(db, kPaymentTenant, error)) return false;
+  return exec(db, kPaymentKeyIndex, error);
+}
+
+FenceCheck check_attempt(sqlite3* db, const AttemptFence& fence, std::string& error) {
+  if (fence.attempt == 0) return FenceCheck::passed;
+  // Raises the stored number, or leaves it when it is higher: then this request is stale.
+  Stmt s(db,
+         "INSERT INTO request_attempts (tenant, key, attempt) VALUES (?1, ?2, ?3) "
+         "ON CONFLICT (tenant, key) DO UPDATE SET attempt = excluded.attempt "
+         "WHERE excluded.attempt >= request_attempts.attempt");
+  s.text(1, fence.tenant).text(2, fence.key).integer(3, fence.attempt);
+  if (!s.ok() || s.step() != SQLITE_DONE) {
+    error = sqlite3_errmsg(db);
+    return FenceCheck::error;
+  }
+  return sqlite3_changes(db) == 1 ? FenceCheck::passed : FenceCheck::stale;
+}
+
+Outcome stale_attempt(const AttemptFence& fence) {
+  return problem(409, "idempotency_attempt_stale", "A later attempt of this request has been seen",
+                 "attempt " + std::to_string(fence.attempt) +
+                     " of this key was overtaken by a later one (its holder's lease ran out); nothing was "
+                     "written: retry with the same key to get the outcome");
+}
+
+Outcome lookup_payment(sqlite3* db, const AttemptFence& fence) {
+  std::string error;
+  if (!begin_immediate(db, error)) return problem(503, "ledger_unavailable", "The ledger is unavailable", error);
+  // The lookup's attempt is recorded before the answer, in one transaction with the read: a
+  // holder of a lower attempt still running here can no longer write once the asker is told
+  // "not found", so "not found" stays true.
+  if (check_attempt(db, fence, error) == FenceCheck::error) {
+    rollback(db);
+    return problem(503, "ledger_unavailable", "The ledger is unavailable", error);
+  }
+  Outcome outcome;
+  {
+    Stmt q(db, "SELECT id FROM payments WHERE request_tenant = ?1 AND request_key = ?2 ORDER BY created, id LIMIT 1");
+    q.text(1, fence.tenant).text(2, fence.key);
+    const int rc = q.ok() ? q.step() : SQLITE_ERROR;
+    if (rc == SQLITE_ROW) {
+      outcome = get_payment(db, q.col_text(0));
+    } else if (rc == SQLITE_DONE) {
+      outcome = problem(404, "payment_not_found", "Not found", "no payment was made with this key");
+    } else {
+      outcome = unavailable(db);
+    }
+  }
+  if (!commit(db, error)) {
+    rollback(db);
+    return problem(503, "ledger_unavailable", "The ledger is unavailable", error);
+  }
+  return outcome;
+}
 
 bool begin_immediate(sqlite3* db, std::string& error) { return exec(db, "BEGIN IMMEDIATE", error); }
 bool commit(sqlite3* db, std::string& error) { return exec(db, "COMMIT", error); }
@@ -329,8 +401,8 @@ Applied apply(sqlite3* db, const Plan& p, std::string& error) {
       Stmt credit(db, "UPDATE accounts SET balance = balance + ?2 WHERE id = ?1 AND currency = ?3");
       credit.text(1, p.to).integer(2, p.amount).text(3, p.currency);
       if (auto r = run(credit, db, 1, error); r != Applied::ok) return r;
-      Stmt row(db, "INSERT INTO payments (id, from_account, to_account, amount, currency, created, request_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
-      row.text(1, p.id).text(2, p.account).text(3, p.to).integer(4, p.amount).text(5, p.currency).integer(6, p.created).text(7, p.request_key);
+      Stmt row(db, "INSERT INTO payments (id, from_account, to_account, amount, currency, created, request_key, request_tenant) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+      row.text(1, p.id).text(2, p.account).text(3, p.to).integer(4, p.amount).text(5, p.currency).integer(6, p.created).text(7, p.request_key).text(8, p.request_tenant);
       if (auto r = run(row, db, 1, error); r != Applied::ok) return r;
       // The event leaves with the payment or not at all: the same transaction (SPEC §11).
       if (p.outbox && !SqliteOutbox::enqueue(db, payment_succeeded(p), SystemClock::instance().now(), error)) {

@@ -21,9 +21,23 @@ class LedgerTest : public ::testing::Test {
 
   // Plans and applies like the service in off mode; returns the outcome.
   template <class F>
-  Outcome run(F plan_fn, const json& body, std::string_view prefix = "x_") {
+  Outcome run(F plan_fn, const json& body, std::string_view prefix = "x_", const AttemptFence& fence = {}) {
     const std::string text = body.dump();
-    return execute_now(db_, [&](sqlite3* db) { return plan_fn(db, text, new_id(prefix), 1700000000); });
+    return execute_now(db_, fence, [&](sqlite3* db) {
+      Plan plan = plan_fn(db, text, new_id(prefix), 1700000000);
+      plan.request_key = fence.key;
+      plan.request_tenant = fence.tenant;
+      return plan;
+    });
+  }
+  std::int64_t payments_with(const std::string& key) {
+    sqlite3_stmt* q = nullptr;
+    sqlite3_prepare_v2(db_, "SELECT count(*) FROM payments WHERE request_key = ?1", -1, &q, nullptr);
+    sqlite3_bind_text(q, 1, key.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_step(q);
+    const std::int64_t n = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    return n;
   }
   std::string open(std::int64_t balance, std::string currency = "EUR") {
     Outcome o = run(plan_open_account, json{{"currency", currency}, {"balance", balance}}, "acct_");
@@ -87,7 +101,7 @@ TEST_F(LedgerTest, ValidationErrorsAre400Problems) {
     EXPECT_EQ(o.status, 400) << body.dump();
     EXPECT_EQ(code(o), "invalid_request");
   }
-  const Outcome bad = execute_now(db_, [](sqlite3* db) { return plan_payment(db, "{not json", "p", 0); });
+  const Outcome bad = execute_now(db_, AttemptFence{}, [](sqlite3* db) { return plan_payment(db, "{not json", "p", 0); });
   EXPECT_EQ(bad.status, 400);
   EXPECT_EQ(balance(a), 100);
 }
@@ -112,6 +126,76 @@ TEST_F(LedgerTest, StalePlanIsRefusedByApply) {
   EXPECT_EQ(apply(db_, second, error), Applied::stale);
   EXPECT_EQ(balance(a), 20);
   EXPECT_EQ(balance(b), 80);
+}
+
+// ---- the attempt fence and the lookup (docs/security.md, docs/gateway.md) ----
+
+TEST_F(LedgerTest, AStaleAttemptWritesNothingAndIsTold409) {
+  const std::string a = open(1000), b = open(0);
+  const json pay{{"from", a}, {"to", b}, {"amount", 300}, {"currency", "EUR"}};
+  // The takeover (attempt 2) arrives first and pays; the fenced-out first attempt comes late.
+  Outcome second = run(plan_payment, pay, "pay_", AttemptFence{"auth:t1", "key-fence-000001", 2});
+  ASSERT_EQ(second.status, 201) << second.body;
+  Outcome first = run(plan_payment, pay, "pay_", AttemptFence{"auth:t1", "key-fence-000001", 1});
+  EXPECT_EQ(first.status, 409);
+  EXPECT_EQ(code(first), "idempotency_attempt_stale");
+  EXPECT_EQ(balance(a), 700);
+  EXPECT_EQ(payments_with("key-fence-000001"), 1);
+  // The same attempt again is not stale (the gateway never sends one twice, but it is no lower),
+  // nor is a higher one; another tenant's key of the same name has a count of its own.
+  EXPECT_EQ(run(plan_bonus, json{{"account", a}, {"amount", 1}, {"currency", "EUR"}}, "bon_",
+                AttemptFence{"auth:t1", "key-fence-000001", 2})
+                .status,
+            201);
+  EXPECT_EQ(run(plan_payment, pay, "pay_", AttemptFence{"auth:t2", "key-fence-000001", 1}).status, 201);
+  // A stale attempt does not even plan: no 402 from balances the newer attempt changed.
+  const json too_much{{"from", b}, {"to", a}, {"amount", 100000}, {"currency", "EUR"}};
+  EXPECT_EQ(run(plan_payment, too_much, "pay_", AttemptFence{"auth:t1", "key-fence-000001", 1}).status, 409);
+}
+
+TEST_F(LedgerTest, TheLookupFindsThePaymentOfATenantsKeyAsIts201Was) {
+  const std::string a = open(1000), b = open(0);
+  Outcome paid = run(plan_payment, json{{"from", a}, {"to", b}, {"amount", 250}, {"currency", "EUR"}}, "pay_",
+                     AttemptFence{"auth:t1", "key-lookup-000001", 1});
+  ASSERT_EQ(paid.status, 201);
+  Outcome found = lookup_payment(db_, AttemptFence{"auth:t1", "key-lookup-000001", 2});
+  EXPECT_EQ(found.status, 200);
+  EXPECT_EQ(found.body, paid.body);  // byte for byte: the replay the gateway stores
+  EXPECT_EQ(lookup_payment(db_, AttemptFence{"auth:t2", "key-lookup-000001", 2}).status, 404);
+  Outcome none = lookup_payment(db_, AttemptFence{"auth:t1", "key-lookup-never-1", 3});
+  EXPECT_EQ(none.status, 404);
+  EXPECT_EQ(code(none), "payment_not_found");
+  // The lookup recorded attempt 3: the holder of attempt 2 still running can no longer pay, so
+  // "not found" stays true.
+  Outcome late = run(plan_payment, json{{"from", a}, {"to", b}, {"amount", 1}, {"currency", "EUR"}}, "pay_",
+                     AttemptFence{"auth:t1", "key-lookup-never-1", 2});
+  EXPECT_EQ(late.status, 409);
+  EXPECT_EQ(lookup_payment(db_, AttemptFence{"auth:t1", "key-lookup-never-1", 3}).status, 404);
+  EXPECT_EQ(run(plan_payment, json{{"from", a}, {"to", b}, {"amount", 1}, {"currency", "EUR"}}, "pay_",
+                AttemptFence{"auth:t1", "key-lookup-never-1", 3})
+                .status,
+            201);
+}
+
+TEST_F(LedgerTest, AnOlderLedgerGainsTheTenantColumn) {
+  sqlite3* old = nullptr;
+  ASSERT_EQ(sqlite3_open(":memory:", &old), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(old,
+                         "CREATE TABLE payments (id TEXT PRIMARY KEY, from_account TEXT NOT NULL, to_account TEXT NOT "
+                         "NULL, amount INTEGER NOT NULL CHECK (amount > 0), currency TEXT NOT NULL, created INTEGER "
+                         "NOT NULL, request_key TEXT); INSERT INTO payments VALUES ('pay_1', 'a', 'b', 1, 'EUR', 1, 'k');",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  std::string error;
+  ASSERT_TRUE(migrate(old, error)) << error;
+  ASSERT_TRUE(migrate(old, error)) << error;  // and again: nothing to do
+  sqlite3_stmt* q = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(old, "SELECT count(*) FROM payments WHERE request_tenant IS NULL", -1, &q, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int64(q, 0), 1);
+  sqlite3_finalize(q);
+  sqlite3_close(old);
 }
 
 }  // namespace

@@ -19,8 +19,10 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include <charconv>
 #include <cstdio>
 #include <ctime>
+#include <expected>
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
@@ -28,6 +30,7 @@
 #include "idem/engine.hpp"
 #include "idem/http/async.hpp"
 #include "idem/http/beast.hpp"
+#include "idem/http/lookup.hpp"
 #include "idem/http/message.hpp"
 #include "idem/payments/ledger.hpp"
 #include "idem/problem.hpp"
@@ -65,6 +68,52 @@ constexpr WriteRoute kWriteRoutes[] = {
     {"/v1/orders", "ord_", &plan_order},
     {"/v1/bonuses", "bon_", &plan_bonus},
 };
+
+constexpr std::string_view kLookup = "/v1/payments/by-idempotency-key/";
+
+// A percent-encoded path segment, decoded; nullopt for a malformed escape.
+std::optional<std::string> percent_decode(std::string_view in) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      if (in[i] == '/' || in[i] == '?') return std::nullopt;  // one segment, no query
+      out.push_back(in[i]);
+      continue;
+    }
+    if (i + 2 >= in.size()) return std::nullopt;
+    const int hi = hex(in[i + 1]), lo = hex(in[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return out;
+}
+
+// The attempt fence of a keyed request the gateway forwarded: its key, Idempotency-Tenant and
+// Idempotency-Attempt (docs/security.md). Without the attempt header (a client talking to the
+// service directly) there is none; a malformed one is a 400, never a guess.
+std::expected<AttemptFence, Outcome> fence_of(const Request& req, std::string key) {
+  AttemptFence fence;
+  fence.key = std::move(key);
+  if (const auto tenant = req.find(http::kTenantHeader); tenant != req.end()) fence.tenant = std::string(tenant->value());
+  const auto attempt = req.find(http::kAttemptHeader);
+  if (attempt == req.end() || fence.key.empty()) return fence;
+  const std::string_view v = attempt->value();
+  std::uint32_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc{} || end != v.data() + v.size() || n == 0) {
+    return std::unexpected(problem(400, "invalid_request", "The request is invalid",
+                                   std::string(http::kAttemptHeader) + " must be a positive integer"));
+  }
+  fence.attempt = n;
+  return fence;
+}
 
 Response make_response(const Outcome& outcome, unsigned version, bool keep_alive) {
   Response res{static_cast<bhttp::status>(outcome.status), version};
@@ -151,6 +200,7 @@ struct Service::Impl {
   asio::awaitable<Response> handle(const Request& req);
   asio::awaitable<Response> write_inprocess(const Request& req, const WriteRoute& route);
   Response write_off(const Request& req, const WriteRoute& route);
+  Response lookup(const Request& req, std::string_view encoded_key);
 
   ServiceOptions options;
   asio::io_context io;  // declared before the store: destroyed after it
@@ -214,6 +264,7 @@ asio::awaitable<Response> Service::Impl::handle(const Request& req) {
   const bool keep_alive = req.keep_alive();
   if (req.method() == bhttp::verb::get) {
     constexpr std::string_view kAccounts = "/v1/accounts/", kPayments = "/v1/payments/";
+    if (path.starts_with(kLookup)) co_return lookup(req, path.substr(kLookup.size()));
     if (path.starts_with(kAccounts) && path.size() > kAccounts.size()) {
       co_return make_response(get_account(db, path.substr(kAccounts.size())), version, keep_alive);
     }
@@ -235,15 +286,53 @@ asio::awaitable<Response> Service::Impl::handle(const Request& req) {
 }
 
 Response Service::Impl::write_off(const Request& req, const WriteRoute& route) {
-  const std::string key(req[policy.key_header]);
+  auto fence = fence_of(req, std::string(req[policy.key_header]));
+  if (!fence) return make_response(fence.error(), req.version(), req.keep_alive());
   const std::string_view body = req.body();
-  Outcome outcome = execute_now(db, [&](sqlite3* conn) {
+  Outcome outcome = execute_now(db, *fence, [&](sqlite3* conn) {
     Plan plan = route.plan(conn, body, new_id(route.prefix), unix_now());
-    plan.request_key = key;
+    plan.request_key = fence->key;
+    plan.request_tenant = fence->tenant;
     plan.outbox = options.outbox;
     return plan;
   });
   return make_response(outcome, req.version(), req.keep_alive());
+}
+
+// The gateway's lookup (docs/gateway.md, on_lease_expiry = "ask"): the payment made with a key,
+// as its 201 was, or a 404 marked "not found". Only a 404 that truly found nothing carries the
+// marker; a failed read answers 503, which the gateway reads as "unknown".
+Response Service::Impl::lookup(const Request& req, std::string_view encoded_key) {
+  const unsigned version = req.version();
+  const bool keep_alive = req.keep_alive();
+  auto key = percent_decode(encoded_key);
+  if (!key || key->empty()) {
+    return make_response(problem(400, "invalid_request", "The request is invalid", "the key in the path is malformed"),
+                         version, keep_alive);
+  }
+  if (const auto header = req.find(policy.key_header); header != req.end() && header->value() != *key) {
+    return make_response(problem(400, "invalid_request", "The request is invalid",
+                                 "the key in the path and the " + policy.key_header + " header differ"),
+                         version, keep_alive);
+  }
+  if (req.find(http::kTenantHeader) == req.end()) {
+    // Without the tenant the key is ambiguous (another tenant may have used it): not a "no".
+    return make_response(problem(400, "invalid_request", "The request is invalid",
+                                 "a lookup names the key's tenant in " + std::string(http::kTenantHeader)),
+                         version, keep_alive);
+  }
+  auto fence = fence_of(req, *key);
+  if (!fence) return make_response(fence.error(), version, keep_alive);
+  const Outcome found = lookup_payment(db, *fence);
+  Response res = make_response(found, version, keep_alive);
+  if (found.status == 200) {
+    res.set(http::kOriginalStatusHeader, "201");  // what POST /v1/payments answered
+    res.set(policy.key_header, *key);
+  } else if (found.status == 404) {
+    res.set(http::kLookupHeader, http::kLookupNotFound);
+    res.set(policy.key_header, *key);
+  }
+  return res;
 }
 
 asio::awaitable<Response> Service::Impl::write_inprocess(const Request& req, const WriteRoute& route) {
@@ -276,6 +365,7 @@ asio::awaitable<Response> Service::Impl::write_inprocess(const Request& req, con
   for (int attempt = 0; attempt < 100; ++attempt) {
     Plan plan = route.plan(db, body, new_id(route.prefix), unix_now());
     plan.request_key = key;
+    plan.request_tenant = *tenant;
     plan.outbox = options.outbox;
     Response res = make_response(plan.outcome, version, keep_alive);
     const TimePoint now = engine->clock().now();

@@ -43,6 +43,7 @@ struct Plan {
   std::string description;  ///< order only
   std::int64_t created = 0; ///< Unix seconds
   std::string request_key;  ///< the Idempotency-Key the request came with ("" if none)
+  std::string request_tenant;  ///< the tenant that key belongs to (the gateway's Idempotency-Tenant)
   /// Whether apply enqueues the plan's events in the outbox (idem_outbox, docs/outbox.md), in
   /// the same transaction as its writes: a transfer enqueues payment.succeeded.
   bool outbox = false;
@@ -76,10 +77,39 @@ OutboxMessage payment_succeeded(const Plan& plan);
 /// Plan::outbox).
 Applied apply(sqlite3* db, const Plan& plan, std::string& error);
 
+/// One keyed request's attempt, as the gateway tells it (docs/security.md): Idempotency-Tenant,
+/// the key, Idempotency-Attempt. `attempt` 0: none (the request did not come through a gateway).
+struct AttemptFence {
+  std::string tenant;
+  std::string key;
+  std::uint32_t attempt = 0;
+};
+
+/// What check_attempt found.
+enum class FenceCheck : std::uint8_t {
+  passed,  ///< no higher attempt of this key was seen; this one is now the highest
+  stale,   ///< a higher attempt was seen: this request's holder was fenced out; write nothing
+  error,   ///< SQLite failed; `error` says why
+};
+
+/// Records `fence.attempt` as seen for (tenant, key) unless a higher one was, inside the caller's
+/// transaction (so that the check and the writes it guards commit together).
+FenceCheck check_attempt(sqlite3* db, const AttemptFence& fence, std::string& error);
+
+/// 409 idempotency_attempt_stale: what a fenced-out request is answered (a retry gets the outcome).
+Outcome stale_attempt(const AttemptFence& fence);
+
 /// Plans and applies in one BEGIN IMMEDIATE transaction on `db` (the service without in-process
-/// idempotency). `make_plan` is one of the plan_* functions bound to its arguments.
+/// idempotency), unless `fence` is stale (409, nothing written). `make_plan` is one of the plan_*
+/// functions bound to its arguments.
 template <class MakePlan>
-Outcome execute_now(sqlite3* db, MakePlan&& make_plan);
+Outcome execute_now(sqlite3* db, const AttemptFence& fence, MakePlan&& make_plan);
+
+/// GET /v1/payments/by-idempotency-key/{key}, the gateway's lookup (on_lease_expiry = "ask"):
+/// records `fence.attempt` as seen and reads the payment made by (fence.tenant, fence.key), in one
+/// transaction. 200 with the payment (the body its 201 had), 404 payment_not_found when none was
+/// made, 503 when the ledger failed.
+Outcome lookup_payment(sqlite3* db, const AttemptFence& fence);
 
 /// GET /v1/accounts/{id}: 200 with the balance, or 404.
 Outcome get_account(sqlite3* db, std::string_view id);
@@ -100,9 +130,16 @@ bool commit(sqlite3* db, std::string& error);
 void rollback(sqlite3* db);
 
 template <class MakePlan>
-Outcome execute_now(sqlite3* db, MakePlan&& make_plan) {
+Outcome execute_now(sqlite3* db, const AttemptFence& fence, MakePlan&& make_plan) {
   std::string error;
   if (!begin_immediate(db, error)) return problem(503, "ledger_unavailable", "The ledger is unavailable", error);
+  // Before planning: a fenced-out holder must not even answer from the ledger (a 402 planned on
+  // balances the newer attempt already changed would tell its client the wrong outcome).
+  if (const FenceCheck checked = check_attempt(db, fence, error); checked != FenceCheck::passed) {
+    rollback(db);
+    if (checked == FenceCheck::stale) return stale_attempt(fence);
+    return problem(503, "ledger_unavailable", "The ledger is unavailable", error);
+  }
   Plan plan = make_plan(db);
   const Applied applied = apply(db, plan, error);
   if (applied != Applied::ok || !commit(db, error)) {

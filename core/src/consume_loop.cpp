@@ -358,8 +358,13 @@ BrokerResult<Done> ConsumeLoop::run() {
     {
       std::unique_lock lock(mutex_);
       if (held_ >= options_.max_in_flight) {
-        // Full: wait for a task to finish instead of receiving.
-        settled_.wait_for(lock, options_.idle_wait, [&] { return !finished_.empty() || stopping_.load(); });
+        // Full: wait for a task to finish instead of receiving; but still let the source serve
+        // its connection (a receive of none), or a broker expecting heartbeats (AMQP) would
+        // close it under handlers slower than two heartbeat intervals.
+        const bool woken =
+            settled_.wait_for(lock, options_.idle_wait, [&] { return !finished_.empty() || stopping_.load(); });
+        lock.unlock();
+        if (!woken) (void)source_.receive(0, Millis{0});
         continue;
       }
       room = options_.max_in_flight - held_;

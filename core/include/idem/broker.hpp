@@ -138,7 +138,8 @@ class MessageSource {
   virtual ~MessageSource() = default;
 
   /// Waits up to `wait` for deliveries and returns up to `max` of them (none when the wait ran
-  /// out or wake() was called). Reconnects a lost connection first, with backoff; deliveries
+  /// out or wake() was called). `max` 0 takes none and returns at once, having served the
+  /// connection (heartbeats): the consume loop calls it so while it is full. Reconnects a lost connection first, with backoff; deliveries
   /// of the lost connection become stale, and the broker redelivers them. Errors: refused
   /// (an operator must act), or unavailable while the broker cannot be reached.
   virtual BrokerResult<std::vector<Delivery>> receive(std::size_t max, Millis wait) = 0;

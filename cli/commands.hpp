@@ -26,6 +26,9 @@ void register_journal(CLI::App& app);
 /// Adds the operator's store commands: get, list, purge, release, resolve, stats.
 void register_store(CLI::App& app);
 
+/// Adds `idemctl reconcile` (keys with an unknown outcome, resolved by the upstream's lookup).
+void register_reconcile(CLI::App& app);
+
 /// Adds `idemctl outbox` and its commands: list, show, retry, drop, stats.
 void register_outbox(CLI::App& app);
 

@@ -1,6 +1,6 @@
 // idemctl: one CLI for users and operators of idem. Send requests with safe retries (send, and the
 // client journal: pending, dead-letters, resume), operate a store (get, list, purge, release,
-// resolve, stats), operate an outbox (outbox list, show, retry, drop, stats), manage the keys that
+// resolve, stats, and reconcile: keys with an unknown outcome, asked about), operate an outbox (outbox list, show, retry, drop, stats), manage the keys that
 // encrypt stored responses (keys add, list, usage), and check fingerprints (canonicalize,
 // fingerprint). One file per command group.
 
@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   register_send(app);
   register_journal(app);
   register_store(app);
+  register_reconcile(app);
   register_outbox(app);
   register_keys(app);
   register_canonicalize(app);

@@ -100,6 +100,7 @@ Decision decision_from_claim(const Terms& policy, ClaimRequest&& request, ClaimR
       Decision d;
       d.verdict = Verdict::replay;
       d.replay = std::move(claim.record.response);
+      d.replay_expires = claim.record.expires;
       if (!d.replay) {
         // A completed record without a response can only come from a damaged store.
         return refuse(Verdict::store_unavailable, "the stored response for this key is unreadable",

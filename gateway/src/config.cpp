@@ -1,5 +1,6 @@
 #include "idem/gateway/config.hpp"
 
+#include "idem/http/lookup.hpp"
 #include "idem/open_store.hpp"
 
 #include <toml++/toml.h>
@@ -26,7 +27,26 @@ std::string upper(std::string_view s) {
   return out;
 }
 
-std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+// Control bytes of the file (a line break in a quoted key, in what toml++ saw) as \xHH: an
+// error stays the one line main() prints (found by fuzz/config_fuzz).
+std::string without_controls(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string quoted(std::string_view s) { return "\"" + without_controls(s) + "\""; }
 
 // RFC 9110 token characters: header names and methods.
 bool is_token(std::string_view s) {
@@ -148,6 +168,36 @@ struct PolicyKeys {
   bool max_set = false;
 };
 
+// Headers SPEC 5 never fingerprints: they differ between a request and its retry by design, so
+// fingerprinting one would answer every honest retry 422. Why, or nullopt for any other header.
+std::optional<std::string> volatile_header(std::string_view name) {
+  static constexpr std::pair<std::string_view, std::string_view> kVolatile[] = {
+      {"date", "a client sets it anew on every try"},
+      {"traceparent", "a tracing client makes a new span for every try"},
+      {"tracestate", "it follows traceparent"},
+      {"x-request-id", "it names one try, not the operation"},
+      {"x-amzn-trace-id", "a tracing client makes a new one for every try"},
+      {"idempotency-key", "the key is what identifies the request, not part of it"},
+      {"authorization", "a refreshed token would make every retry a mismatch; scope keys with [tenant]"},
+      {"cookie", "session cookies change between tries; scope keys with [tenant]"},
+      {"content-length", "the body is fingerprinted itself"},
+      {"connection", "hop-by-hop"},
+      {"keep-alive", "hop-by-hop"},
+      {"te", "hop-by-hop"},
+      {"transfer-encoding", "hop-by-hop"},
+      {"upgrade", "hop-by-hop"},
+      {"expect", "hop-by-hop"},
+      {"x-forwarded-for", "proxies add to it"},
+      {"forwarded", "proxies add to it"},
+      {"via", "proxies add to it"},
+  };
+  const std::string lowered = lower(name);
+  for (const auto& [header, why] : kVolatile) {
+    if (lowered == header) return std::string(why);
+  }
+  return std::nullopt;
+}
+
 void apply_fingerprint(const Context& ctx, const toml::node& node, FingerprintOptions& fp) {
   const auto* table = node.as_table();
   if (table == nullptr) {
@@ -168,6 +218,9 @@ void apply_fingerprint(const Context& ctx, const toml::node& node, FingerprintOp
       fp.headers = get_string_array(ctx, "fingerprint.headers", v);
       for (const auto& name : fp.headers) {
         if (!is_token(name)) ctx.fail(&v, "fingerprint.headers: " + quoted(name) + " is not a valid header name");
+        if (const auto why = volatile_header(name)) {
+          ctx.fail(&v, "fingerprint.headers: " + quoted(name) + " is never fingerprinted (SPEC 5): " + *why);
+        }
       }
     } else {
       ctx.fail(&v, "unknown key " + quoted("fingerprint." + std::string(key)));
@@ -202,8 +255,10 @@ bool apply_policy_key(const Context& ctx, std::string_view key, const toml::node
       policy.on_lease_expiry = LeaseExpiry::reexecute;
     } else if (v == "unknown") {
       policy.on_lease_expiry = LeaseExpiry::unknown;
+    } else if (v == "ask") {
+      policy.on_lease_expiry = LeaseExpiry::ask;
     } else {
-      ctx.fail(&node, "on_lease_expiry: " + quoted(v) + ": expected \"reexecute\" or \"unknown\"");
+      ctx.fail(&node, "on_lease_expiry: " + quoted(v) + ": expected \"reexecute\", \"unknown\" or \"ask\"");
     }
   } else if (key == "fingerprint") {
     apply_fingerprint(ctx, node, policy.fingerprint);
@@ -233,14 +288,55 @@ const toml::table& expect_table(const Context& ctx, std::string_view key, const 
   return *table;
 }
 
+// `errors`: "problem+json", "stripe", or { template = "FILE", content_type = "..." }. A template
+// is read and checked here: one that does not render JSON stops the start (or a reload).
+std::shared_ptr<const ErrorEnvelope> get_errors(const Context& ctx, const toml::node& node) {
+  if (const auto* s = node.as_string()) {
+    if (s->get() == "problem+json") return ErrorEnvelope::problem_json();
+    if (s->get() == "stripe") return ErrorEnvelope::stripe();
+    ctx.fail(&node, "errors: " + quoted(s->get()) +
+                        ": expected \"problem+json\", \"stripe\" or a table { template = \"FILE\", content_type = \"...\" }");
+  }
+  const auto* table = node.as_table();
+  if (table == nullptr) {
+    ctx.fail(&node, "errors: expected \"problem+json\", \"stripe\" or a table, got " + std::string(type_name(node)));
+  }
+  std::string file;
+  std::string content_type = "application/json";
+  for (const auto& [k, v] : *table) {
+    if (k.str() == "template") {
+      file = get_string(ctx, "errors.template", v);
+    } else if (k.str() == "content_type") {
+      content_type = get_string(ctx, "errors.content_type", v);
+    } else {
+      ctx.fail(&v, "unknown key " + quoted("errors." + std::string(k.str())));
+    }
+  }
+  if (file.empty()) ctx.fail(&node, "errors: a table needs template = \"FILE\" (a JSON file with placeholders)");
+  auto envelope = ErrorEnvelope::load_template(file, std::move(content_type));
+  if (!envelope) ctx.fail(&node, "errors: " + envelope.error());
+  return std::move(*envelope);
+}
+
 void parse_idempotency(const Context& parent, const toml::node& node, Config& config) {
   const Context ctx{parent.source, "[idempotency]"};
   const auto& table = expect_table(parent, "idempotency", node);
   PolicyKeys seen;
   for (const auto& [k, v] : table) {
-    if (!apply_policy_key(ctx, k.str(), v, config.defaults, seen)) {
+    if (k.str() == "advertise_expiry") {
+      config.advertise_expiry = get_bool(ctx, "advertise_expiry", v);
+    } else if (k.str() == "allow_short_lease") {
+      config.allow_short_lease = get_bool(ctx, "allow_short_lease", v);
+    } else if (k.str() == "ask") {
+      ctx.fail(&v, "ask: only in a [[route]]: the lookup is the route's own (on_lease_expiry = \"ask\")");
+    } else if (!apply_policy_key(ctx, k.str(), v, config.defaults, seen)) {
       ctx.fail(&v, "unknown key " + quoted(k.str()));
     }
+  }
+  if (config.defaults.on_lease_expiry == LeaseExpiry::ask) {
+    ctx.fail(table.get("on_lease_expiry"),
+             "on_lease_expiry = \"ask\" only in a [[route]], with its lookup (ask = \"GET /...{key}\"): requests no "
+             "route lists have no lookup");
   }
   check_key_bounds(ctx, &node, config.defaults);
 }
@@ -416,8 +512,10 @@ void parse_route(const Context& ctx, const toml::table& table, const toml::table
   Route route;
   route.policy = config.defaults;
   route.policy.key_required = true;
+  route.options = default_route_options(config);
   PolicyKeys seen;
   bool have_path = false;
+  const toml::node* ask_node = nullptr;
   for (const auto& [k, v] : table) {
     const std::string_view key = k.str();
     if (key == "method") {
@@ -448,12 +546,34 @@ void parse_route(const Context& ctx, const toml::table& table, const toml::table
       route.policy.key_required = get_bool(ctx, "required", v);
     } else if (key == "tenant") {
       route.tenant = parse_route_tenant(ctx, v, global_tenant, config);
+    } else if (key == "errors") {
+      route.options.errors = get_errors(ctx, v);
+    } else if (key == "max_body") {
+      route.options.max_body = get_size(ctx, key, v);
+    } else if (key == "max_stored_response") {
+      route.options.max_stored_response = get_size(ctx, key, v);
+    } else if (key == "advertise_expiry") {
+      route.options.advertise_expiry = get_bool(ctx, key, v);
+    } else if (key == "allow_short_lease") {
+      route.options.allow_short_lease = get_bool(ctx, key, v);
+    } else if (key == "ask") {
+      const std::string text = get_string(ctx, key, v);
+      if (auto lookup = http::parse_lookup(text); !lookup) ctx.fail(&v, "ask: " + quoted(text) + ": " + lookup.error());
+      route.policy.lookup = text;
+      ask_node = &v;
     } else if (!apply_policy_key(ctx, key, v, route.policy, seen)) {
       ctx.fail(&v, "unknown key " + quoted(key));
     }
   }
   if (route.methods.empty()) ctx.fail(&table, "missing key \"method\"");
   if (!have_path) ctx.fail(&table, "missing key \"path\"");
+  if (route.policy.on_lease_expiry == LeaseExpiry::ask && ask_node == nullptr) {
+    ctx.fail(table.get("on_lease_expiry"),
+             "on_lease_expiry = \"ask\" needs the upstream's lookup: ask = \"GET /v1/things/by-idempotency-key/{key}\"");
+  }
+  if (ask_node != nullptr && route.policy.on_lease_expiry != LeaseExpiry::ask) {
+    ctx.fail(ask_node, "ask: only with on_lease_expiry = \"ask\" (this route's is another)");
+  }
   check_key_bounds(ctx, &table, route.policy);
   if (seen.retention_set) warn_retention(config, ctx.where + " (" + describe(route) + "): ", route.policy.retention);
   config.routes.push_back(std::move(route));
@@ -492,6 +612,14 @@ void parse_top(const Context& ctx, const toml::table& root, Config& config) {
       config.upstream_idle_timeout = get_duration(ctx, key, v, /*allow_zero=*/true);
     } else if (key == "upstream_resolve_interval") {
       config.upstream_resolve_interval = get_duration(ctx, key, v, /*allow_zero=*/true);
+    } else if (key == "upstream_attempt_header") {
+      config.upstream_attempt_header = get_header_name(ctx, key, v);
+    } else if (key == "upstream_tenant_header") {
+      config.upstream_tenant_header = get_header_name(ctx, key, v);
+    } else if (key == "lookup_timeout") {
+      config.lookup_timeout = get_duration(ctx, key, v);
+    } else if (key == "lookup_rate") {
+      config.lookup_rate = static_cast<double>(get_int(ctx, key, v, 1, 1'000'000));
     } else if (key == "upstream_max_idle") {
       config.upstream_max_idle = static_cast<std::size_t>(get_int(ctx, key, v, 0, 100000));
     } else if (key == "max_body") {
@@ -535,6 +663,17 @@ void parse_top(const Context& ctx, const toml::table& root, Config& config) {
       } else {
         ctx.fail(&v, "log_level: " + quoted(level) + ": expected \"error\", \"warn\", \"info\" or \"debug\"");
       }
+    } else if (key == "log_format") {
+      const std::string format = get_string(ctx, key, v);
+      if (format == "text") {
+        config.log_format = LogFormat::text;
+      } else if (format == "json") {
+        config.log_format = LogFormat::json;
+      } else {
+        ctx.fail(&v, "log_format: " + quoted(format) + ": expected \"text\" or \"json\"");
+      }
+    } else if (key == "errors") {
+      config.errors = get_errors(ctx, v);
     } else if (key == "encryption") {
       parse_encryption(ctx, v, config);
     } else if (key == "idempotency" || key == "tenant" || key == "route") {
@@ -582,7 +721,49 @@ void apply_overrides(const Overrides& o, Config& config) {
   }
 }
 
+// The headers the gateway sets on forwarded requests must not be ones it reads a key from.
+void check_upstream_headers(const Config& config) {
+  if (lower(config.upstream_attempt_header) == lower(config.upstream_tenant_header)) {
+    throw ConfigError("upstream_attempt_header and upstream_tenant_header are both " +
+                      quoted(config.upstream_attempt_header) + ": give them different names");
+  }
+  auto check = [&](const Policy& policy, const std::string& where) {
+    for (const auto* name : {&config.upstream_attempt_header, &config.upstream_tenant_header}) {
+      if (lower(*name) == lower(policy.key_header)) {
+        throw ConfigError(where + "header " + quoted(policy.key_header) +
+                          " is also the header the gateway sends the upstream the attempt or tenant in (" +
+                          quoted(*name) + "); rename one");
+      }
+    }
+  };
+  // While the first call may still execute (up to upstream_timeout), its key must stay held:
+  // a shorter lease lets a retry take it over and execute alongside.
+  auto check_lease = [&](const Policy& policy, bool allowed, const std::string& where) {
+    if (allowed || policy.lease > config.upstream_timeout) return;
+    throw ConfigError(where + "lease (" + std::to_string(policy.lease.count()) +
+                      " ms) is not longer than upstream_timeout (" + std::to_string(config.upstream_timeout.count()) +
+                      " ms): a retry could take the key over while the first call still executes; raise lease, "
+                      "lower upstream_timeout, or set allow_short_lease = true");
+  };
+  check(config.defaults, "[idempotency]: ");
+  check_lease(config.defaults, config.allow_short_lease, "[idempotency]: ");
+  for (std::size_t i = 0; i < config.routes.size(); ++i) {
+    const Policy& policy = config.routes[i].policy;
+    const std::string where = "[[route]] #" + std::to_string(i + 1) + ": ";
+    check(policy, where);
+    check_lease(policy, config.routes[i].options.allow_short_lease, where);
+    // The asking retry holds the key for a lease: a lookup outliving it would let a second
+    // retry take the key over and ask (or execute) at the same time.
+    if (policy.on_lease_expiry == LeaseExpiry::ask && policy.lease <= config.lookup_timeout) {
+      throw ConfigError(where + "lease (" + std::to_string(policy.lease.count()) +
+                        " ms) must be longer than lookup_timeout (" + std::to_string(config.lookup_timeout.count()) +
+                        " ms) on a route with on_lease_expiry = \"ask\"");
+    }
+  }
+}
+
 void finish(Config& config) {
+  check_upstream_headers(config);
   if (config.store.kind == StoreUrl::Kind::memory) {
     config.warnings.push_back(
         "store memory: records live in this process only; a restart forgets every key (use sqlite:PATH in production)");
@@ -593,6 +774,16 @@ void finish(Config& config) {
 }
 
 }  // namespace
+
+RouteOptions default_route_options(const Config& config) {
+  RouteOptions options;
+  options.errors = config.errors;
+  options.max_body = config.max_body;
+  options.max_stored_response = config.max_stored_response;
+  options.advertise_expiry = config.advertise_expiry;
+  options.allow_short_lease = config.allow_short_lease;
+  return options;
+}
 
 std::string ListenAddress::text() const {
   if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
@@ -775,7 +966,8 @@ Config parse_config(std::string_view text, std::string_view source, const Overri
     if (e.source().begin.line > 0) {
       message += ":" + std::to_string(e.source().begin.line) + ":" + std::to_string(e.source().begin.column);
     }
-    throw ConfigError(message + ": " + std::string(e.description()));
+    // toml++ quotes what it saw, which can be a line break of the file.
+    throw ConfigError(message + ": " + without_controls(e.description()));
   }
   parse_top(ctx, root, config);
   apply_overrides(overrides, config);

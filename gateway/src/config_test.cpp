@@ -25,6 +25,17 @@ std::string error_of(std::string_view toml, const Overrides& overrides = {}) {
   return "";
 }
 
+// main() prints a ConfigError as one line; the file's own line breaks must not split it (found by
+// fuzz/config_fuzz: toml++ quotes the bytes it saw, a key may hold an escaped line break).
+TEST(Config, ErrorsStayOneLine) {
+  for (const char* toml : {"required = tru\nx = 1\n", "\"a\\nb\" = 1\n", "[[route]]\n\"m\\u0001\" = 2\n"}) {
+    const std::string error = error_of(toml);
+    EXPECT_FALSE(error.empty()) << toml;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+    EXPECT_EQ(error.find('\x01'), std::string::npos) << error;
+  }
+}
+
 TEST(Durations, Units) {
   EXPECT_EQ(parse_duration("1500ms"), 1500ms);
   EXPECT_EQ(parse_duration("30s"), 30s);
@@ -211,6 +222,7 @@ required = false
 
 [idempotency]
 lease = "5s"
+allow_short_lease = true
 header = "X-Key"
 store_server_errors = true
 on_lease_expiry = "unknown"
@@ -320,7 +332,7 @@ TEST(Config, TypeAndValueErrors) {
   EXPECT_NE(error_of("[idempotency]\nkey_min_length = \"16\"\n").find("key_min_length: expected an integer, got a string"),
             std::string::npos);
   EXPECT_NE(error_of("[idempotency]\nstore_server_errors = \"yes\"\n").find("expected true or false"), std::string::npos);
-  EXPECT_NE(error_of("[idempotency]\non_lease_expiry = \"retry\"\n").find("expected \"reexecute\" or \"unknown\""),
+  EXPECT_NE(error_of("[idempotency]\non_lease_expiry = \"retry\"\n").find("expected \"reexecute\", \"unknown\" or \"ask\""),
             std::string::npos);
   EXPECT_NE(error_of("[idempotency]\nkey_min_length = 300\n").find("key_min_length (300) is greater than key_max_length (256)"),
             std::string::npos);
@@ -487,4 +499,60 @@ TEST_F(EncryptionConfig, BadKeyFilesAreOneLineErrorsWithoutKeyMaterial) {
 }
 
 }  // namespace
+// on_lease_expiry = "ask" (docs/gateway.md): the lookup is a route's own, parsed at load.
+TEST(Config, AskNeedsItsLookupOnTheRoute) {
+  const Config c = parse_config(
+      "[[route]]\nmethod = \"POST\"\npath = \"/v1/payments\"\non_lease_expiry = \"ask\"\n"
+      "ask = \"GET /v1/payments/by-idempotency-key/{key}\"\n",
+      "config.toml");
+  ASSERT_EQ(c.routes.size(), 1u);
+  EXPECT_EQ(c.routes[0].policy.on_lease_expiry, LeaseExpiry::ask);
+  EXPECT_EQ(c.routes[0].policy.lookup, "GET /v1/payments/by-idempotency-key/{key}");
+  EXPECT_EQ(c.upstream_attempt_header, "Idempotency-Attempt");
+  EXPECT_EQ(c.upstream_tenant_header, "Idempotency-Tenant");
+
+  const std::string route = "[[route]]\nmethod = \"POST\"\npath = \"/p\"\n";
+  EXPECT_NE(error_of(route + "on_lease_expiry = \"ask\"\n").find("needs the upstream's lookup"), std::string::npos);
+  EXPECT_NE(error_of(route + "ask = \"GET /x/{key}\"\n").find("only with on_lease_expiry = \"ask\""),
+            std::string::npos);
+  EXPECT_NE(error_of(route + "on_lease_expiry = \"ask\"\nask = \"POST /x/{key}\"\n").find("ask:"),
+            std::string::npos);
+  EXPECT_NE(error_of("[idempotency]\non_lease_expiry = \"ask\"\n").find("only in a [[route]]"), std::string::npos);
+  EXPECT_NE(error_of("[idempotency]\nask = \"GET /x/{key}\"\n").find("only in a [[route]]"), std::string::npos);
+  // The asking retry holds the key for a lease, which must outlast the lookup.
+  EXPECT_NE(error_of("lookup_timeout = \"5s\"\n" + route +
+                     "lease = \"5s\"\nallow_short_lease = true\non_lease_expiry = \"ask\"\nask = \"GET /x/{key}\"\n")
+                .find("must be longer than lookup_timeout"),
+            std::string::npos);
+}
+
+// Issue 19: a lease not longer than upstream_timeout lets a takeover run beside the first call.
+TEST(Config, ALeaseNotLongerThanTheUpstreamTimeoutIsRefusedUnlessAllowed) {
+  EXPECT_NE(error_of("[idempotency]\nlease = \"30s\"\n").find("is not longer than upstream_timeout"),
+            std::string::npos);
+  EXPECT_NE(error_of("upstream_timeout = \"10s\"\n[[route]]\nmethod = \"POST\"\npath = \"/p\"\nlease = \"10s\"\n")
+                .find("[[route]] #1: lease (10000 ms) is not longer than upstream_timeout (10000 ms)"),
+            std::string::npos);
+  EXPECT_EQ(error_of("upstream_timeout = \"10s\"\n[[route]]\nmethod = \"POST\"\npath = \"/p\"\nlease = \"11s\"\n"), "");
+  EXPECT_EQ(error_of("[idempotency]\nlease = \"1s\"\nallow_short_lease = true\n[[route]]\nmethod = \"POST\"\npath = \"/p\"\n"),
+            "");  // routes inherit the allowance with the lease
+  EXPECT_EQ(error_of("[[route]]\nmethod = \"POST\"\npath = \"/p\"\nlease = \"1s\"\nallow_short_lease = true\n"), "");
+}
+
+TEST(Config, UpstreamHeadersMustDifferFromTheKeyHeader) {
+  EXPECT_NE(error_of("upstream_attempt_header = \"Idempotency-Key\"\n").find("rename one"), std::string::npos);
+  EXPECT_NE(error_of("upstream_attempt_header = \"X-A\"\nupstream_tenant_header = \"x-a\"\n").find("different"),
+            std::string::npos);
+  EXPECT_EQ(error_of("upstream_attempt_header = \"X-Attempt\"\nupstream_tenant_header = \"X-Tenant\"\n"), "");
+}
+
+// SPEC 5: volatile headers are never fingerprinted; naming one is a mistake said at load.
+TEST(Config, VolatileFingerprintHeadersAreRefused) {
+  for (const char* name : {"Date", "traceparent", "X-Request-Id", "Authorization", "cookie", "Idempotency-Key"}) {
+    const std::string error = error_of(std::string("[idempotency]\nfingerprint.headers = [\"") + name + "\"]\n");
+    EXPECT_NE(error.find("is never fingerprinted"), std::string::npos) << name << ": " << error;
+  }
+  EXPECT_EQ(error_of("[idempotency]\nfingerprint.headers = [\"Content-Type\", \"X-Api-Version\"]\n"), "");
+}
+
 }  // namespace idem::gateway

@@ -1,5 +1,7 @@
 #include "idem/gateway/log.hpp"
 
+#include "idem/gateway/access_log.hpp"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -19,8 +21,13 @@ namespace {
 using namespace std::chrono_literals;
 
 std::atomic<int> g_level{static_cast<int>(LogLevel::info)};
+std::atomic<int> g_format{static_cast<int>(LogFormat::text)};
+
+bool json_format() { return g_format.load(std::memory_order_relaxed) == static_cast<int>(LogFormat::json); }
 
 void append_timestamp(std::string& out);
+void append_head(std::string& out, LogLevel level, std::string_view event);
+void append_json_text(std::string& out, std::string_view s);
 
 // Every line reaches stderr through one writer thread, so that a reader that stops reading
 // (a stalled journald, a pipe into a stuck process) never blocks an event loop: the loops only
@@ -87,9 +94,15 @@ class Sink {
       }
       if (dropped > 0) {
         std::string note;
-        append_timestamp(note);
-        note += "warn log: " + std::to_string(dropped) +
-                " lines dropped: stderr was not being read (see idem_log_lines_dropped_total)\n";
+        const std::string text = std::to_string(dropped) +
+                                 " lines dropped: stderr was not being read (see idem_log_lines_dropped_total)";
+        append_head(note, LogLevel::warn, "log");
+        if (json_format()) {
+          append_json_text(note, text);
+          note += "}\n";
+        } else {
+          note += "log: " + text + "\n";
+        }
         write_all(note);
       }
       write_all(batch);
@@ -145,24 +158,61 @@ std::string_view level_name(LogLevel level) {
   return "?";
 }
 
-void append_timestamp(std::string& out) {
+// "2024-05-01T12:00:00.123Z" (UTC, milliseconds), what idemctl prints too.
+void append_time(std::string& out) {
   const auto now = std::chrono::system_clock::now();
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
   const std::time_t secs = static_cast<std::time_t>(ms / 1000);
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[40];
-  const int n = std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ ", tm.tm_year + 1900, tm.tm_mon + 1,
+  const int n = std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
                               tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
   out.append(buf, static_cast<std::size_t>(n));
 }
 
-void emit(LogLevel level, std::string_view message, bool now) {
+void append_timestamp(std::string& out) {
+  append_time(out);
+  out += ' ';
+}
+
+// What every line starts with: `TIME LEVEL ` as text, or `{"time":...,"level":...,"event":...,`
+// as JSON, whose members the caller appends before closing the object.
+void append_head(std::string& out, LogLevel level, std::string_view event) {
+  if (!json_format()) {
+    append_timestamp(out);
+    out += level_name(level);
+    out += ' ';
+    return;
+  }
+  out += "{\"time\":\"";
+  append_time(out);
+  out += "\",\"level\":\"";
+  out += level_name(level);
+  out += "\",\"event\":";
+  append_log_json_string(out, event);
+  out += ',';
+}
+
+// A free-form line's text as the JSON member "message":"...".
+void append_json_text(std::string& out, std::string_view s) {
+  out += "\"message\":";
+  append_log_json_string(out, s);
+}
+
+// `payload`: the message (text), or the object's members after the head (JSON, `members`).
+void emit(LogLevel level, std::string_view event, std::string_view payload, bool members, bool now) {
   ThreadBuffer& b = t_buffer;
-  append_timestamp(b.data);
-  b.data += level_name(level);
-  b.data += ' ';
-  b.data += message;
+  append_head(b.data, level, event);
+  if (!json_format()) {
+    b.data += payload;
+  } else if (members) {
+    b.data += payload;
+    b.data += '}';
+  } else {
+    append_json_text(b.data, payload);
+    b.data += '}';
+  }
   b.data += '\n';
   if (now || level <= LogLevel::warn) {
     const auto seq = b.flush();
@@ -178,11 +228,19 @@ void set_level(LogLevel level) { g_level.store(static_cast<int>(level), std::mem
 
 bool enabled(LogLevel level) { return static_cast<int>(level) <= g_level.load(std::memory_order_relaxed); }
 
+void set_format(LogFormat format) { g_format.store(static_cast<int>(format), std::memory_order_relaxed); }
+
+LogFormat format() { return static_cast<LogFormat>(g_format.load(std::memory_order_relaxed)); }
+
 void write(LogLevel level, std::string_view message) {
-  if (enabled(level)) emit(level, message, false);
+  if (enabled(level)) emit(level, "log", message, false, false);
 }
 
-void notice(std::string_view message) { emit(LogLevel::info, message, true); }
+void event(LogLevel level, std::string_view name, std::string_view payload) {
+  if (enabled(level)) emit(level, name, payload, json_format(), false);
+}
+
+void notice(std::string_view message) { emit(LogLevel::info, "notice", message, false, true); }
 
 void buffer_this_thread() { t_buffer.buffered = true; }
 

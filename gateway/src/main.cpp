@@ -112,20 +112,22 @@ int run(int argc, char** argv) {
   if (app.count("--store")) overrides.store = store_url;
   if (app.count("--admin-listen")) overrides.admin_listen = admin_listen;
 
-  Config config;
+  const std::optional<std::string> path = app.count("--config") ? std::optional<std::string>(config_path) : std::nullopt;
+  std::shared_ptr<const Config> loaded;
   try {
-    config = load_config(app.count("--config") ? std::optional<std::string>(config_path) : std::nullopt, overrides);
+    loaded = std::make_shared<const Config>(load_config(path, overrides));
   } catch (const ConfigError& e) {
     return fail(2, e.what());
   }
+  const Config& config = *loaded;
   log::set_level(config.log_level);
+  log::set_format(config.log_format);
   for (const auto& warning : config.warnings) log::write(LogLevel::warn, warning);
   raise_open_files_limit(config);
 
   std::string error;
-  // The key ring sits behind an atomic pointer in the decorator: a reload (SIGHUP, when it comes)
-  // is `encrypted->set_keys(*KeyRing::load(config.encryption_key_file))`; requests in flight keep
-  // the ring they started with. Until then a restart applies a changed key file.
+  // The key ring sits behind an atomic pointer in the decorator: a reload swaps it
+  // (encrypted->set_keys); requests in flight keep the ring they started with.
   EncryptedStore* encrypted = nullptr;
   std::unique_ptr<Store> store = open_configured_store(config, encrypted, error);
   if (!store) return fail(1, error);
@@ -137,7 +139,15 @@ int run(int argc, char** argv) {
                                    (sealing != nullptr ? "encrypted with key id " + *sealing : "stored unencrypted"));
   }
   Engine engine(*store);
-  auto gateway = std::make_unique<Gateway>(config, engine);
+  // A reload reads the same file and applies the same flags: what the command line set stays set.
+  Reloader reloader = [path, overrides]() -> std::expected<std::shared_ptr<const Config>, std::string> {
+    try {
+      return std::make_shared<const Config>(load_config(path, overrides));
+    } catch (const ConfigError& e) {
+      return std::unexpected(std::string(e.what()));
+    }
+  };
+  auto gateway = std::make_unique<Gateway>(loaded, engine, encrypted, std::move(reloader));
   try {
     gateway->start();
   } catch (const std::exception& e) {

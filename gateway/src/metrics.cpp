@@ -29,6 +29,7 @@ std::string_view to_string(FinishResult r) {
     case FinishResult::fenced_out: return "fenced_out";
     case FinishResult::error: return "error";
     case FinishResult::left_in_progress: return "left_in_progress";
+    case FinishResult::abandoned: return "abandoned";
     case FinishResult::count_: break;
   }
   return "?";
@@ -43,6 +44,24 @@ std::string_view to_string(UpstreamError e) {
   }
   return "?";
 }
+
+}  // namespace
+
+std::string_view to_string(LookupOutcome l) {
+  switch (l) {
+    case LookupOutcome::happened: return "happened";
+    case LookupOutcome::not_found: return "not_found";
+    case LookupOutcome::unknown: return "unknown";
+    case LookupOutcome::malformed: return "malformed";
+    case LookupOutcome::mismatch: return "mismatch";
+    case LookupOutcome::failed: return "failed";
+    case LookupOutcome::limited: return "limited";
+    case LookupOutcome::count_: break;
+  }
+  return "?";
+}
+
+namespace {
 
 std::string number(double v) {
   char buf[32];
@@ -114,6 +133,7 @@ Outcome outcome_of(Verdict verdict) {
     case Verdict::key_invalid: return Outcome::invalid;
     case Verdict::store_unavailable: return Outcome::store_unavailable;
     case Verdict::record_unreadable: return Outcome::record_unreadable;
+    case Verdict::ask: return Outcome::executed;  // counted by what the lookup decided instead
   }
   return Outcome::passed_through;
 }
@@ -193,6 +213,12 @@ std::string Metrics::render() const {
     sample(out, "idem_upstream_errors_total", "kind=\"" + std::string(to_string(static_cast<UpstreamError>(i))) + "\"",
            std::to_string(sum([i](const MetricsShard& s) -> auto& { return s.upstream_errors[i]; })));
   }
+  header(out, "idem_lookups_total", "counter",
+         "Lookups of on_lease_expiry = \"ask\" routes by what the upstream answered.");
+  for (std::size_t i = 0; i < static_cast<std::size_t>(LookupOutcome::count_); ++i) {
+    sample(out, "idem_lookups_total", "answer=\"" + std::string(to_string(static_cast<LookupOutcome>(i))) + "\"",
+           std::to_string(sum([i](const MetricsShard& s) -> auto& { return s.lookups[i]; })));
+  }
   header(out, "idem_upstream_connections_total", "counter", "Upstream connections used, new or reused from the pool.");
   sample(out, "idem_upstream_connections_total", "kind=\"new\"",
          std::to_string(sum([](const MetricsShard& s) -> auto& { return s.upstream_connects; })));
@@ -237,6 +263,8 @@ std::string Metrics::render() const {
   header(out, "idem_upstream_duration_seconds", "histogram",
          "Upstream latency: request sent until response headers received.");
   histogram("idem_upstream_duration_seconds", "", [](const MetricsShard& s) -> const Histogram& { return s.upstream; });
+  header(out, "idem_lookup_duration_seconds", "histogram", "Lookup latency: sent until the whole answer was read.");
+  histogram("idem_lookup_duration_seconds", "", [](const MetricsShard& s) -> const Histogram& { return s.lookup; });
   return out;
 }
 

@@ -1,82 +1,44 @@
-// A client connection: read a request, decide with the engine, forward to the upstream or
-// answer from the store, record the outcome, write the response. Also the upstream pool.
-#include "worker.hpp"
-
-#include <sys/socket.h>
-
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
+// Deciding and answering one request: route it, derive its tenant, claim its key, forward it to
+// the upstream or answer from the store, record the outcome, write the response, log its line.
 #include <boost/beast/http/buffer_body.hpp>
-#include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/serializer.hpp>
-#include <boost/beast/http/write.hpp>
 
 #include <algorithm>
-#include <array>
-#include <cerrno>
 #include <cstdio>
+#include <ctime>
 #include <limits>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "idem/gateway/access_log.hpp"
 #include "idem/gateway/log.hpp"
 #include "idem/http/async.hpp"
-#include "idem/http/message.hpp"
 #include "idem/key.hpp"
 #include "idem/problem.hpp"
 #include "idem/tenant.hpp"
+#include "proxy.hpp"
 
 namespace idem::gateway {
 namespace {
 
-namespace bhttp = beast::http;
 using http::Request;
 using http::Response;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kChunk = 64 * 1024;
 constexpr std::uint32_t kUpstreamHeaderLimit = 64 * 1024;
-constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-
-constexpr auto kCheckAfterIdle = std::chrono::milliseconds(20);
 
 constexpr std::string_view kForwardedFor = "X-Forwarded-For";
 constexpr std::string_view kForwardedProto = "X-Forwarded-Proto";
-
-auto with(beast::error_code& ec) { return asio::redirect_error(kAwait, ec); }
-
-// Whether a pooled socket is still open: nothing to read yet (EAGAIN) means alive; EOF, an
-// error, or unsolicited bytes (the upstream should send nothing between responses) mean not.
-bool still_open(Socket& socket) {
-  char byte;
-  const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-}
-
-bool is_http_error(const beast::error_code& ec) {
-  return &ec.category() == &bhttp::make_error_code(bhttp::error::bad_target).category();
-}
+/// Sent with executed and replayed keyed responses that the store keeps (docs/gateway.md).
+constexpr std::string_view kExpiresHeader = "Idempotency-Key-Expires";
 
 UpstreamError failure_kind(const beast::error_code& ec) {
   return ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped;
-}
-
-// Writes a whole message framed by Content-Length (or without a body): its head, built into
-// `head`, and its body in one gather write, instead of Beast's serializer with a buffer per
-// header field. A chunked message goes through Beast's serializer. Returns the bytes written.
-template <class Message>
-Task<std::size_t> write_message(Stream& stream, Message& message, std::string& head,
-                                           beast::error_code& ec) {
-  if (message.chunked()) co_return co_await bhttp::async_write(stream, message, with(ec));
-  head.clear();
-  http::append_head(head, message.base());
-  const std::array<asio::const_buffer, 2> buffers{asio::buffer(head), asio::buffer(message.body())};
-  co_return co_await asio::async_write(stream, buffers, with(ec));
 }
 
 std::string response_failure(const beast::error_code& ec) {
@@ -85,129 +47,9 @@ std::string response_failure(const beast::error_code& ec) {
   return "the upstream closed the connection in the middle of the response: " + ec.message();
 }
 
-}  // namespace
-
-// ---------------------------------------------------------------------------------------------
-// Upstream pool
-
-Task<UpstreamPool::Acquired> UpstreamPool::acquire(bool fresh) {
-  Acquired out;
-  if (!fresh) {
-    const auto now = Clock::now();
-    while (!idle_.empty()) {
-      auto conn = std::move(idle_.back());
-      idle_.pop_back();
-      const auto idle = now - conn->idle_since;
-      if (idle >= shared_.config.upstream_idle_timeout) continue;
-      // Upstreams close keep-alive connections after they sat idle for the upstream's own
-      // timeout (seconds: gunicorn 2, Node.js 5, nginx 75). Checking costs a syscall, which is
-      // a tenth of a proxied request's CPU; under load LIFO reuse happens within milliseconds,
-      // so only connections idle for kCheckAfterIdle or more are checked.
-      if (idle >= kCheckAfterIdle && !still_open(conn->stream.socket())) continue;
-      metrics_.upstream_reuses.fetch_add(1, std::memory_order_relaxed);
-      out.conn = std::move(conn);
-      out.reused = true;
-      co_return out;
-    }
-  }
-  const auto endpoints = shared_.upstream.get();
-  if (endpoints->empty()) {
-    out.ec = asio::error::host_not_found;
-    shared_.upstream.request_refresh();
-    co_return out;
-  }
-  auto conn = std::make_unique<UpstreamConn>(deadlines_, io_.get_executor());
-  conn->stream.expires_after(shared_.config.upstream_connect_timeout);
-  co_await conn->stream.async_connect(*endpoints, with(out.ec));
-  if (out.ec) {
-    shared_.upstream.request_refresh();  // the upstream may have moved
-    co_return out;
-  }
-  beast::error_code ignored;
-  conn->stream.socket().set_option(tcp::no_delay(true), ignored);
-  metrics_.upstream_connects.fetch_add(1, std::memory_order_relaxed);
-  out.conn = std::move(conn);
-  co_return out;
-}
-
-void UpstreamPool::release(std::unique_ptr<UpstreamConn> conn) {
-  if (idle_.size() >= shared_.config.upstream_max_idle || shared_.config.upstream_idle_timeout.count() == 0) return;
-  if (conn->buffer.size() != 0) return;  // bytes after the response: the connection is confused
-  conn->stream.expires_never();
-  conn->idle_since = Clock::now();
-  idle_.push_back(std::move(conn));
-}
-
-void UpstreamPool::sweep() {
-  const auto now = Clock::now();
-  // Oldest first: they sit at the front.
-  auto keep = std::find_if(idle_.begin(), idle_.end(), [&](const auto& c) {
-    return now - c->idle_since < shared_.config.upstream_idle_timeout;
-  });
-  idle_.erase(idle_.begin(), keep);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Sessions
-
-struct Session {
-  Session(Worker& w, Socket socket) : worker(w), stream(w.deadlines, std::move(socket)) {
-    next = w.sessions;
-    if (next) next->prev = this;
-    w.sessions = this;
-    w.open.fetch_add(1, std::memory_order_relaxed);
-    w.metrics.connections.fetch_add(1, std::memory_order_relaxed);
-  }
-  ~Session() {
-    if (prev) prev->next = next;
-    if (next) next->prev = prev;
-    if (worker.sessions == this) worker.sessions = next;
-    worker.metrics.connections.fetch_sub(1, std::memory_order_relaxed);
-    worker.open.fetch_sub(1, std::memory_order_relaxed);
-  }
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
-
-  Worker& worker;
-  Stream stream;
-  beast::flat_buffer buffer;
-  http::BeastRequestView view;
-  std::string head;  // the head of the message being written (write_message), reused
-  std::string client_ip;
-  bool idle = false;  // waiting for the first byte of the next request
-  Session* prev = nullptr;
-  Session* next = nullptr;
-};
-
-Worker::~Worker() {
-  // Pooled sockets belong to the io_context: close them first. Sessions waiting for a store are
-  // held by their store call, not by the io_context: destroy them while it still exists. Then
-  // destroy the io_context, and with it every other suspended session, while the members those
-  // sessions unlink from still live.
-  pool.clear();
-  store_deadlines.abandon_all();
-  io.reset();
-}
-
-void Worker::drain() {
-  draining = true;
-  for (Session* s = sessions; s != nullptr; s = s->next) {
-    if (s->idle) s->stream.cancel();
-  }
-}
-
-namespace {
-
-// What happened to one request, for the caller and the log line.
-struct Exchange {
-  unsigned status = 0;  // sent to the client; 0 if nothing was sent
-  bool keep_alive = false;
-  std::optional<FinishResult> record;
-  std::optional<UpstreamError> upstream_error;
-};
-
-// The stored stand-in for a response too large to store: executed, not replayable.
-StoredResponse not_stored(unsigned status, std::size_t limit) {
+// The stored stand-in for a response too large to store: executed, not replayable. Written in
+// the route's envelope, like every answer the gateway makes itself; its replays keep it.
+StoredResponse not_stored(unsigned status, std::size_t limit, const ErrorEnvelope& envelope) {
   Problem p = make_problem(
       410, "idempotency_response_not_stored", "The response to this request was not stored",
       "the request with this key was executed (upstream status " + std::to_string(status) +
@@ -215,60 +57,73 @@ StoredResponse not_stored(unsigned status, std::size_t limit) {
           " bytes), so it cannot be replayed; do not retry, look the result up instead");
   StoredResponse stored;
   stored.status = 410;
-  stored.headers = {{"Content-Type", std::string(kProblemContentType)},
+  stored.headers = {{"Content-Type", envelope.content_type()},
                     {"Cache-Control", "no-store"},
                     {"Idempotent-Original-Status", std::to_string(status)}};
-  stored.body = problem_json(p);
+  stored.body = envelope.body(p);
   return stored;
 }
 
+// An HTTP-date (RFC 9110 §5.6.7, IMF-fixdate): "Sun, 06 Nov 1994 08:49:37 GMT".
+std::string http_date(TimePoint t) {
+  const std::time_t secs = static_cast<std::time_t>(to_epoch_ms(t) / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[40];
+  const std::size_t n = std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  return std::string(buf, n);
+}
 
-// Helpers bound to one session.
-class Handler {
- public:
-  explicit Handler(Session& s)
-      : s_(s), w_(s.worker), cfg_(s.worker.shared.config), m_(s.worker.metrics), engine_(s.worker.shared.engine) {}
-
-  Task<bool> handle(Request& req);
-
- private:
-  Task<Exchange> forward(Request& req, const Ticket* ticket, bool keep_alive);
-  Task<Exchange> upstream_failed(UpstreamError kind, const Ticket* ticket, unsigned version,
-                                            bool keep_alive, const std::string& detail);
-  Task<Exchange> deliver(Response& res, const Ticket* ticket, unsigned version, bool keep_alive,
-                                    bool head);
-  Task<FinishResult> finish(const Ticket& ticket, StoredResponse&& stored);
-  Task<FinishResult> release(const Ticket& ticket);
-  // store_timeout, or zero (no deadline) for the memory store: it answers within the call, so
-  // it cannot hang, and its calls skip the bookkeeping (an allocation and a list entry each).
-  Millis store_deadline() const {
-    return cfg_.store.kind == StoreUrl::Kind::memory ? Millis::zero() : cfg_.store_timeout;
+// The request's key as the log shows it (nullopt when it has none or an invalid one).
+std::optional<std::string> key_of(const Policy& policy, const Request& req) {
+  std::string_view values[4];
+  std::size_t n = 0;
+  for (const auto& f : req) {
+    if (n < 4 && iequals(f.name_string(), policy.key_header)) values[n++] = f.value();
   }
-  // Engine::begin, finish and release, given up after store_timeout (store_deadline.hpp).
-  // References are used when the call starts, that is when it is co_awaited.
-  auto async_begin_within(const Policy& policy, const RequestView& view, std::string_view tenant);
-  auto async_finish_within(const Ticket& ticket, StoredResponse&& stored);
-  auto async_release_within(const Ticket& ticket);
-  StoreError store_timeout_error() const;
-  Task<bool> write(Response& res);
-  StoredResponse to_record(const bhttp::fields& fields, unsigned status, std::string_view body, const Ticket& ticket);
-  StoredResponse oversized_record(unsigned status, const Ticket& ticket);
-  void prepare_forward(Request& req);
-  void log_key(const Decision& d, const Policy& policy, const std::string& tenant, const Request& req,
-               const Exchange& ex, Clock::time_point start);
+  auto key = parse_key(std::span<const std::string_view>(values, n), policy.key);
+  if (!key) return std::nullopt;
+  return std::string(*key);
+}
 
-  Session& s_;
-  Worker& w_;
-  const Config& cfg_;
-  MetricsShard& m_;
-  Engine& engine_;
+// Whether the request carries a header of that name (even an empty one).
+bool has_header(std::span<const HeaderView> headers, std::string_view name) {
+  for (const auto& h : headers) {
+    if (iequals(h.name, name)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// What happened to one request, for the caller and the log line.
+struct Handler::Exchange {
+  unsigned status = 0;  // sent to the client; 0 if nothing was sent
+  bool keep_alive = false;
+  std::optional<FinishResult> record;
+  std::optional<UpstreamError> upstream_error;
+  std::optional<TimePoint> expires;  // the key's record is kept until then (at least)
 };
+
+http::Response problem_response(const Problem& problem, const RouteOptions& options, unsigned version, bool keep_alive) {
+  return http::problem_response(problem, *options.errors, version, keep_alive);
+}
+
+Handler::Handler(Session& s) : s_(s), w_(s.worker), m_(s.worker.metrics), engine_(s.worker.shared.engine) {}
 
 Task<bool> Handler::write(Response& res) {
   beast::error_code ec;
-  s_.stream.expires_after(cfg_.client_timeout);
+  s_.stream.expires_after(cfg_->client_timeout);
   co_await write_message(s_.stream, res, s_.head, ec);
   co_return !ec;
+}
+
+Response Handler::problem(const Problem& p, unsigned version, bool keep_alive) const {
+  return problem_response(p, *options_, version, keep_alive);
+}
+
+void Handler::advertise_expiry(bhttp::fields& fields, const Exchange& ex) const {
+  if (options_->advertise_expiry && ex.expires) fields.set(kExpiresHeader, http_date(*ex.expires));
 }
 
 // What is recorded for a response whose body exceeds max_stored_response: the status decides
@@ -279,20 +134,26 @@ StoredResponse Handler::oversized_record(unsigned status, const Ticket& ticket) 
   stored.status = static_cast<int>(status);
   if (classify_status(stored.status, ticket.store_server_errors) == Disposition::store) {
     m_.oversized_responses.fetch_add(1, std::memory_order_relaxed);
-    return not_stored(status, cfg_.max_stored_response);
+    return not_stored(status, options_->max_stored_response, *options_->errors);
   }
   return stored;
 }
 
 StoredResponse Handler::to_record(const bhttp::fields& fields, unsigned status, std::string_view body,
                                   const Ticket& ticket) {
-  if (body.size() > cfg_.max_stored_response) return oversized_record(status, ticket);
+  if (body.size() > options_->max_stored_response) return oversized_record(status, ticket);
   return http::to_stored_response(fields, status, body);
+}
+
+// store_timeout, or zero (no deadline) for the memory store: it answers within the call, so
+// it cannot hang, and its calls skip the bookkeeping (an allocation and a list entry each).
+Millis Handler::store_deadline() const {
+  return cfg_->store.kind == StoreUrl::Kind::memory ? Millis::zero() : cfg_->store_timeout;
 }
 
 StoreError Handler::store_timeout_error() const {
   return StoreError{StoreErrc::timeout,
-                    "no answer from the store within store_timeout (" + std::to_string(cfg_.store_timeout.count()) +
+                    "no answer from the store within store_timeout (" + std::to_string(cfg_->store_timeout.count()) +
                         " ms)",
                     /*in_doubt=*/true};
 }
@@ -359,6 +220,7 @@ Task<FinishResult> Handler::finish(const Ticket& ticket, StoredResponse&& stored
       case FinishStatus::released: result = FinishResult::released; break;
       case FinishStatus::failed_retryable: result = FinishResult::failed_retryable; break;
       case FinishStatus::fenced_out: result = FinishResult::fenced_out; break;
+      case FinishStatus::abandoned: result = FinishResult::abandoned; break;
     }
   }
   m_.count(result);
@@ -380,22 +242,219 @@ Task<FinishResult> Handler::release(const Ticket& ticket) {
   co_return result;
 }
 
-void Handler::prepare_forward(Request& req) {
+auto Handler::async_resolve_within(const Ticket& ticket, StoredResponse&& stored) {
+  return async_store_call<StoreResult<FinishStatus>>(
+      w_.store_deadlines, store_deadline(), [this] { return std::unexpected(store_timeout_error()); },
+      [](StoreResult<FinishStatus>) {},
+      [engine = &engine_, ticket = &ticket, stored = std::move(stored)](auto done) mutable {
+        engine->resolve(*ticket, std::move(stored), std::move(done));
+      },
+      kAwait);
+}
+
+// The lookup's outcome becomes the record's (Engine::resolve), fenced like any completion.
+// `stored` by rvalue reference, as finish() takes it. Taken by value (a copy in the coroutine's
+// frame, moved into the store call), g++ 12's build freed its header buffer when the coroutine
+// ended while the stored record still held it: a use-after-free ASan found in the ask test.
+Task<FinishResult> Handler::resolve(const Ticket& ticket, StoredResponse&& stored) {
+  const auto t0 = Clock::now();
+  auto r = co_await async_resolve_within(ticket, std::move(stored));
+  m_.store_call(StoreCall::finish).observe(Clock::now() - t0);
+  FinishResult result = FinishResult::error;
+  if (!r) {
+    log::write(LogLevel::error, "store: recording the looked-up outcome of key " + ticket.fence.id.key + " failed (" +
+                                    r.error().message + "); the next retry asks again");
+  } else {
+    result = *r == FinishStatus::stored ? FinishResult::stored : FinishResult::fenced_out;
+  }
+  m_.count(result);
+  co_return result;
+}
+
+// A lookup that could not tell: the record goes back to what the claim found (in progress, its
+// lease ended), so the next retry asks again.
+Task<FinishResult> Handler::unclaim(const Ticket& ticket) {
+  const auto t0 = Clock::now();
+  auto r = co_await async_store_call<StoreResult<FinishStatus>>(
+      w_.store_deadlines, store_deadline(), [this] { return std::unexpected(store_timeout_error()); },
+      [](StoreResult<FinishStatus>) {},
+      [engine = &engine_, ticket = &ticket](auto done) mutable { engine->unclaim(*ticket, std::move(done)); },
+      kAwait);
+  m_.store_call(StoreCall::release).observe(Clock::now() - t0);
+  FinishResult result = FinishResult::error;
+  if (!r) {
+    log::write(LogLevel::warn, "store: giving key " + ticket.fence.id.key + " back after its lookup failed (" +
+                                   r.error().message + "); it is asked about again once this claim's lease ends");
+  } else {
+    switch (*r) {
+      case FinishStatus::abandoned: result = FinishResult::abandoned; break;
+      case FinishStatus::released: result = FinishResult::released; break;
+      case FinishStatus::failed_retryable: result = FinishResult::failed_retryable; break;
+      case FinishStatus::fenced_out: result = FinishResult::fenced_out; break;
+      case FinishStatus::stored: result = FinishResult::stored; break;
+    }
+  }
+  m_.count(result);
+  co_return result;
+}
+
+// Sends one lookup (GET target, the contract's headers) over the upstream pool and reads the
+// whole answer within lookup_timeout; nullopt with `failure` set when none came. A GET changes
+// nothing, so a reused connection the upstream had closed is retried once on a new one.
+Task<std::optional<http::LookupReply>> Handler::send_lookup(const std::string& target, const Headers& headers,
+                                                            std::string& failure) {
+  Request lookup{bhttp::verb::get, target, 11};
+  lookup.set(bhttp::field::host, cfg_->upstream.authority);
+  for (const auto& h : headers) lookup.insert(h.name, h.value);
+  const std::size_t limit = options_->max_stored_response;
+  bool fresh = false;
+  for (int attempt = 0;; ++attempt) {
+    auto acquired = co_await w_.pool.acquire(fresh, config_->upstream(), *cfg_);
+    if (!acquired.conn) {
+      failure = "connecting to the upstream failed: " + acquired.ec.message();
+      co_return std::nullopt;
+    }
+    auto conn = std::move(acquired.conn);
+    conn->stream.expires_after(cfg_->lookup_timeout);
+    beast::error_code ec;
+    const std::size_t written = co_await write_message(conn->stream, lookup, s_.head, ec);
+    bhttp::response_parser<bhttp::string_body> parser;
+    if (!ec) {
+      parser.header_limit(kUpstreamHeaderLimit);
+      parser.body_limit(limit);
+      co_await bhttp::async_read(conn->stream, conn->buffer, parser, with(ec));
+    }
+    if (ec && ec != bhttp::error::body_limit) {
+      const bool silent = written == 0 || (!parser.got_some() && conn->buffer.size() == 0);
+      if (silent && acquired.reused && attempt == 0 && ec != beast::error::timeout) {
+        fresh = true;
+        continue;
+      }
+      failure = ec == beast::error::timeout
+                    ? "no whole answer within lookup_timeout (" + std::to_string(cfg_->lookup_timeout.count()) + " ms)"
+                    : "the lookup failed: " + ec.message();
+      co_return std::nullopt;
+    }
+    http::LookupReply reply;
+    reply.status = static_cast<int>(parser.get().result_int());
+    reply.headers = http::to_stored_response(parser.get().base(), parser.get().result_int(), {}).headers;
+    reply.truncated = ec == bhttp::error::body_limit;
+    if (!reply.truncated) {
+      reply.body = std::move(parser.get().body());
+      if (parser.keep_alive()) w_.pool.release(std::move(conn), *cfg_);
+    }
+    co_return reply;
+  }
+}
+
+// on_lease_expiry = "ask": this retry took the key over from a holder whose lease ran out (its
+// token and attempt are fenced out now); the upstream's lookup says whether the operation
+// happened. Happened: its response is the outcome, recorded and replayed. Never happened: the
+// retry executes. Anything else: the key is given back and the client told 409 unknown, to retry
+// later, when the lookup is asked again.
+Task<Handler::Exchange> Handler::ask(Request& req, const Decision& d, const Policy& policy, bool keep_alive) {
+  const Ticket& ticket = *d.ticket;
+  const unsigned version = req.version();
+  const std::string& key = ticket.fence.id.key;
+  LookupOutcome outcome = LookupOutcome::failed;
+  std::string detail;
+  http::LookupResult result;
+  if (!w_.shared.lookups.take(cfg_->lookup_rate, Clock::now())) {
+    outcome = LookupOutcome::limited;
+    detail = "more lookups than lookup_rate (" + std::to_string(static_cast<long>(cfg_->lookup_rate)) +
+             " a second) allows";
+  } else if (auto lookup = http::parse_lookup(policy.lookup); !lookup) {
+    detail = "the route's lookup is not valid: " + lookup.error();  // checked at load; kept for safety
+  } else {
+    const http::LookupHeaders names{policy.key_header, cfg_->upstream_tenant_header, cfg_->upstream_attempt_header};
+    const auto headers = http::lookup_request_headers(names, ticket.fence.id.tenant, key, ticket.attempt);
+    const auto t0 = Clock::now();
+    auto reply = co_await send_lookup(http::lookup_target(*lookup, ticket.fence.id.tenant, key), headers, detail);
+    m_.lookup.observe(Clock::now() - t0);
+    if (reply) {
+      result = http::interpret_lookup(*reply, key, http::LookupRules{policy.key_header, ticket.store_server_errors});
+      switch (result.answer) {
+        case http::LookupAnswer::happened: outcome = LookupOutcome::happened; break;
+        case http::LookupAnswer::not_found: outcome = LookupOutcome::not_found; break;
+        case http::LookupAnswer::unknown: outcome = LookupOutcome::unknown; break;
+        case http::LookupAnswer::malformed: outcome = LookupOutcome::malformed; break;
+        case http::LookupAnswer::mismatch: outcome = LookupOutcome::mismatch; break;
+      }
+      detail = result.detail;
+    }
+  }
+  m_.count(outcome);
+  lookup_ = to_string(outcome);
+
+  if (outcome == LookupOutcome::not_found) {
+    // Never happened, and the upstream has seen this attempt: execute it as the takeover it is.
+    m_.count(Outcome::executed);
+    m_.lease_takeovers.fetch_add(1, std::memory_order_relaxed);
+    co_return co_await forward(req, &ticket, keep_alive);
+  }
+  Exchange ex;
+  if (outcome == LookupOutcome::happened) {
+    m_.count(Outcome::replayed);
+    StoredResponse stored = result.oversized ? oversized_record(static_cast<unsigned>(result.response.status), ticket)
+                                             : std::move(result.response);
+    const TimePoint expires = engine_.clock().now() + ticket.retention;
+    // Answered whatever the store says: the upstream knows the operation happened, and this is
+    // its response. Unrecorded (a store error), the next retry asks again.
+    Response res = http::replay_response(stored, version, keep_alive);
+    ex.record = co_await resolve(ticket, std::move(stored));
+    if (ex.record == FinishResult::stored) ex.expires = expires;
+    advertise_expiry(res.base(), ex);
+    ex.status = res.result_int();
+    const bool written = co_await write(res);
+    ex.keep_alive = keep_alive && written;
+    co_return ex;
+  }
+  m_.count(Outcome::outcome_unknown);
+  if (outcome != LookupOutcome::limited) {
+    log::write(LogLevel::warn, "lookup: key " + key + " (attempt " + std::to_string(ticket.attempt) + "): " +
+                                   std::string(to_string(outcome)) + ": " + detail);
+  }
+  ex.record = co_await unclaim(ticket);
+  Problem p = make_problem(409, "idempotency_outcome_unknown", "The outcome of the request with this key is unknown",
+                           "an earlier request with this key may have been executed, and the upstream's lookup "
+                           "could not say (" + detail + "); nothing was executed now, retry later");
+  p.retry_after_seconds = std::max<long>(1, policy.retry_after.count());
+  Response res = problem(p, version, keep_alive);
+  ex.status = res.result_int();
+  const bool written = co_await write(res);
+  ex.keep_alive = keep_alive && written;
+  co_return ex;
+}
+
+void Handler::prepare_forward(Request& req, const Ticket* ticket) {
   http::strip_hop_by_hop(req.base());
   // One scan for the fields rewritten below: each lookup by name would be a case-insensitive
   // tree search, and most requests carry none of them but Host.
-  bool has_host = false, has_expect = false, has_xff = false, has_xfp = false;
+  bool has_host = false, has_expect = false, has_xff = false, has_xfp = false, has_attempt = false,
+       has_tenant = false;
   for (const auto& f : req) {
     switch (f.name()) {
       case bhttp::field::host: has_host = true; break;
       case bhttp::field::expect: has_expect = true; break;
-      default:
-        if (iequals(f.name_string(), kForwardedFor)) has_xff = true;
-        if (iequals(f.name_string(), kForwardedProto)) has_xfp = true;
+      default: {
+        const std::string_view name = f.name_string();
+        if (iequals(name, kForwardedFor)) has_xff = true;
+        if (iequals(name, kForwardedProto)) has_xfp = true;
+        if (iequals(name, cfg_->upstream_attempt_header)) has_attempt = true;
+        if (iequals(name, cfg_->upstream_tenant_header)) has_tenant = true;
         break;
+      }
     }
   }
   if (has_expect) req.erase(bhttp::field::expect);  // answered (100 Continue) and the body already read
+  // The attempt and the tenant are the gateway's to say: a client's own would let it pose as a
+  // later attempt (and fence out the real one at an upstream that honours the numbers).
+  if (has_attempt) req.erase(cfg_->upstream_attempt_header);
+  if (has_tenant) req.erase(cfg_->upstream_tenant_header);
+  if (ticket) {
+    req.insert(cfg_->upstream_attempt_header, std::to_string(ticket->attempt));
+    if (tenant_) req.insert(cfg_->upstream_tenant_header, *tenant_);
+  }
   // X-Forwarded-For: the client's own chain, then the client.
   if (!has_xff) {
     req.insert(kForwardedFor, s_.client_ip);
@@ -410,7 +469,7 @@ void Handler::prepare_forward(Request& req) {
   }
   if (has_xfp) req.erase(kForwardedProto);
   req.insert(kForwardedProto, "http");
-  if (!has_host) req.insert(bhttp::field::host, cfg_.upstream.authority);
+  if (!has_host) req.insert(bhttp::field::host, cfg_->upstream.authority);
   req.version(11);
   // The body was read whole; send it with a Content-Length (never chunked). Requests without a
   // body keep no framing header, except methods whose body is expected.
@@ -423,8 +482,8 @@ void Handler::prepare_forward(Request& req) {
   }
 }
 
-Task<Exchange> Handler::upstream_failed(UpstreamError kind, const Ticket* ticket, unsigned version,
-                                                   bool keep_alive, const std::string& detail) {
+Task<Handler::Exchange> Handler::upstream_failed(UpstreamError kind, const Ticket* ticket, unsigned version,
+                                                 bool keep_alive, const std::string& detail) {
   m_.count(kind);
   Exchange ex;
   ex.upstream_error = kind;
@@ -442,7 +501,7 @@ Task<Exchange> Handler::upstream_failed(UpstreamError kind, const Ticket* ticket
     }
     problem = make_problem(504, "upstream_timeout", "The upstream did not answer completely", detail);
   }
-  Response res = http::problem_response(problem, version, keep_alive);
+  Response res = this->problem(problem, version, keep_alive);
   ex.status = res.result_int();
   const bool written = co_await write(res);
   ex.keep_alive = keep_alive && written;
@@ -451,14 +510,18 @@ Task<Exchange> Handler::upstream_failed(UpstreamError kind, const Ticket* ticket
 
 // Sends a complete upstream response to the client, recording it first when a key is held: a
 // client that saw the response can always replay it.
-Task<Exchange> Handler::deliver(Response& res, const Ticket* ticket, unsigned version, bool keep_alive,
-                                           bool head) {
+Task<Handler::Exchange> Handler::deliver(Response& res, const Ticket* ticket, unsigned version, bool keep_alive,
+                                         bool head) {
   Exchange ex;
   if (ticket) {
     StoredResponse record = to_record(res.base(), res.result_int(), res.body(), *ticket);
+    // The store computes its own expiry a moment later: the key is kept at least until this one.
+    const TimePoint expires = engine_.clock().now() + ticket->retention;
     ex.record = co_await finish(*ticket, std::move(record));
+    if (ex.record == FinishResult::stored) ex.expires = expires;
   }
   http::strip_hop_by_hop(res.base());
+  advertise_expiry(res.base(), ex);
   res.version(version);
   res.keep_alive(keep_alive);
   const unsigned status = res.result_int();
@@ -473,12 +536,11 @@ Task<Exchange> Handler::deliver(Response& res, const Ticket* ticket, unsigned ve
   co_return ex;
 }
 
-
-Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_alive) {
+Task<Handler::Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_alive) {
   const unsigned version = req.version();
   const bool head = req.method() == bhttp::verb::head;
   const bool retry_safe = !ticket && http::is_idempotent_method(req.method_string());
-  prepare_forward(req);
+  prepare_forward(req, ticket);
 
   std::unique_ptr<UpstreamConn> conn;
   std::optional<bhttp::response_parser<bhttp::string_body>> parser;
@@ -486,16 +548,16 @@ Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_al
   Clock::time_point sent_at;
   bool fresh = false;
   for (int attempt = 0;; ++attempt) {
-    auto acquired = co_await w_.pool.acquire(fresh);
+    auto acquired = co_await w_.pool.acquire(fresh, config_->upstream(), *cfg_);
     if (!acquired.conn) {
       const std::string detail =
           acquired.ec == asio::error::host_not_found
-              ? "the upstream host " + cfg_.upstream.host + " does not resolve: " + w_.shared.upstream.error()
+              ? "the upstream host " + cfg_->upstream.host + " does not resolve: " + config_->upstream().error()
               : "connecting to the upstream failed: " + acquired.ec.message();
       co_return co_await upstream_failed(UpstreamError::unreachable, ticket, version, keep_alive, detail);
     }
     conn = std::move(acquired.conn);
-    conn->stream.expires_after(cfg_.upstream_timeout);
+    conn->stream.expires_after(cfg_->upstream_timeout);
     sent_at = Clock::now();
     const std::size_t written = co_await write_message(conn->stream, req, s_.head, ec);
     if (ec) {
@@ -544,14 +606,16 @@ Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_al
     }
     break;
   }
-  m_.upstream.observe(Clock::now() - sent_at);
+  const auto upstream_time = Clock::now() - sent_at;
+  m_.upstream.observe(upstream_time);
+  upstream_ms_ = std::chrono::duration<double, std::milli>(upstream_time).count();
 
   const unsigned status = parser->get().result_int();
   if (status == 101) {
     const std::string detail = "the upstream switched protocols, which the gateway does not support";
     co_return co_await upstream_failed(UpstreamError::dropped, ticket, version, keep_alive, detail);
   }
-  const std::size_t limit = cfg_.max_stored_response;
+  const std::size_t limit = options_->max_stored_response;
   const auto length = parser->content_length();
 
   if (parser->is_done() || (length && *length <= limit)) {
@@ -563,7 +627,7 @@ Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_al
     }
     const bool reusable = parser->keep_alive();
     Response res = parser->release();
-    if (reusable) w_.pool.release(std::move(conn));
+    if (reusable) w_.pool.release(std::move(conn), *cfg_);
     conn.reset();
     co_return co_await deliver(res, ticket, version, keep_alive, head);
   }
@@ -582,10 +646,13 @@ Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_al
     // The outcome is decided by the status; the body cannot be stored.
     if (ticket) {
       StoredResponse record = oversized_record(status, *ticket);
+      const TimePoint expires = engine_.clock().now() + ticket->retention;
       ex.record = co_await finish(*ticket, std::move(record));
+      if (ex.record == FinishResult::stored) ex.expires = expires;
     }
     out.base() = bp.get().base();
     http::strip_hop_by_hop(out.base());
+    advertise_expiry(out.base(), ex);
     out.version(version);
     out.erase(bhttp::field::content_length);
     bool client_keep_alive = keep_alive;
@@ -608,7 +675,7 @@ Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_al
     out.body().size = size;
     out.body().more = more;
     beast::error_code wec;
-    s_.stream.expires_after(cfg_.client_timeout);
+    s_.stream.expires_after(cfg_->client_timeout);
     co_await bhttp::async_write(s_.stream, *sr, with(wec));
     co_return !wec || wec == bhttp::error::need_buffer;
   };
@@ -617,7 +684,7 @@ Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_al
   for (;;) {
     bp.get().body().data = chunk.get();
     bp.get().body().size = kChunk;
-    conn->stream.expires_after(cfg_.upstream_timeout);
+    conn->stream.expires_after(cfg_->upstream_timeout);
     co_await bhttp::async_read(conn->stream, conn->buffer, bp, with(ec));
     if (ec == bhttp::error::need_buffer) ec = {};
     const std::size_t n = kChunk - bp.get().body().size;
@@ -641,7 +708,7 @@ Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_al
         const bool reusable = bp.keep_alive();
         Response res{std::move(bp.get().base())};
         res.body() = std::move(collected);
-        if (reusable) w_.pool.release(std::move(conn));
+        if (reusable) w_.pool.release(std::move(conn), *cfg_);
         co_return co_await deliver(res, ticket, version, keep_alive, head);
       }
       co_await start_streaming();
@@ -662,113 +729,59 @@ Task<Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_al
     }
     if (done) break;
   }
-  if (bp.keep_alive()) w_.pool.release(std::move(conn));
+  if (bp.keep_alive()) w_.pool.release(std::move(conn), *cfg_);
   co_return ex;
 }
 
-// The request's key as the log shows it ("-" when it has none or an invalid one).
-void append_key(std::string& line, const Policy& policy, const Request& req) {
-  std::string_view values[4];
-  std::size_t n = 0;
-  for (const auto& f : req) {
-    if (n < 4 && iequals(f.name_string(), policy.key_header)) values[n++] = f.value();
-  }
-  auto key = parse_key(std::span<const std::string_view>(values, n), policy.key);
-  if (key) {
-    log::append_quoted(line, *key);
-  } else {
-    line += '-';
-  }
-}
-
-void append_request(std::string& line, const Request& req) {
-  line += " method=";
-  line += req.method_string();
-  line += " path=";
-  log::append_quoted(line, http::split_target(req.target()).path);
-}
-
-void append_ms(std::string& line, Clock::time_point start) {
-  char ms[32];
-  std::snprintf(ms, sizeof ms, " ms=%.2f", std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-  line += ms;
-}
-
-// The key line of a request refused before its key was claimed because its tenant could not be
-// derived: verdict=tenant_ambiguous or token_* with the reason (never the token or its claims).
-void log_tenant_refusal(const Problem& problem, const Policy& policy, const Request& req, unsigned status,
-                        Clock::time_point start) {
+void Handler::log_key(const Decision* d, const Problem* refusal, const Policy& policy, const std::string* tenant,
+                      const Request& req, const Exchange& ex) {
   if (!log::enabled(LogLevel::info)) return;
-  std::string line;
-  line.reserve(256);
-  line += "key tenant=- key=";
-  append_key(line, policy, req);
-  append_request(line, req);
-  line += " verdict=";
-  line += problem.code;
-  line += " status=";
-  line += std::to_string(status);
-  line += " reason=";
-  log::append_quoted(line, problem.detail);
-  append_ms(line, start);
-  log::write(LogLevel::info, line);
+  static constexpr std::string_view kRecords[] = {"stored",          "released",        "failed_retryable",
+                                                  "fenced_out",      "error",           "left_in_progress",
+                                                  "abandoned"};
+  static constexpr std::string_view kUpstreamErrors[] = {"unreachable", "timeout", "dropped"};
+  KeyLine line;
+  if (tenant) line.tenant = *tenant;
+  std::optional<std::string> parsed_key;
+  if (d && d->ticket) {
+    line.key = d->ticket->fence.id.key;
+  } else if (!d || (d->verdict != Verdict::key_invalid && d->verdict != Verdict::key_missing)) {
+    parsed_key = key_of(policy, req);
+    if (parsed_key) line.key = *parsed_key;
+  }
+  line.method = req.method_string();
+  line.path = http::split_target(req.target()).path;
+  line.verdict = refusal ? std::string_view(refusal->code) : to_string(d->verdict);
+  if (d && d->ticket && d->ticket->kind != ClaimKind::fresh) {
+    line.takeover = d->ticket->kind == ClaimKind::after_lease_expiry ? "lease_expired" : "after_failure";
+  }
+  if (d && d->ticket) line.attempt = d->ticket->attempt;
+  line.lookup = lookup_;
+  line.status = ex.status;
+  if (ex.record) line.record = kRecords[static_cast<std::size_t>(*ex.record)];
+  if (ex.upstream_error) line.upstream_error = kUpstreamErrors[static_cast<std::size_t>(*ex.upstream_error)];
+  // Why the claim failed (503, 500): the only place an operator can read it.
+  if (d && d->store_error) line.store_error = d->store_error->message;
+  if (refusal) line.reason = refusal->detail;  // the problem's detail: never the token
+  line.ms = std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
+  line.upstream_ms = upstream_ms_;
+  const RequestView& view = s_.view.view();
+  std::string generated;
+  line.request_id = request_id_of(view.headers, generated);
+  line.trace_id = trace_id_of(view.headers);
+  log::event(LogLevel::info, "key", log::format() == LogFormat::json ? render_json_members(line) : render_text(line));
 }
 
-void Handler::log_key(const Decision& d, const Policy& policy, const std::string& tenant, const Request& req,
-                      const Exchange& ex, Clock::time_point start) {
-  if (!log::enabled(LogLevel::info)) return;
-  std::string line;
-  line.reserve(256);
-  line += "key tenant=";
-  log::append_quoted(line, tenant);
-  line += " key=";
-  if (d.ticket) {
-    log::append_quoted(line, d.ticket->fence.id.key);
-  } else if (d.verdict == Verdict::key_invalid || d.verdict == Verdict::key_missing) {
-    line += '-';
-  } else {
-    append_key(line, policy, req);
-  }
-  append_request(line, req);
-  line += " verdict=";
-  line += to_string(d.verdict);
-  if (d.ticket && d.ticket->kind != ClaimKind::fresh) {
-    line += d.ticket->kind == ClaimKind::after_lease_expiry ? " takeover=lease_expired" : " takeover=after_failure";
-  }
-  line += " status=";
-  line += std::to_string(ex.status);
-  if (ex.record) {
-    static constexpr std::string_view kNames[] = {"stored",     "released", "failed_retryable",
-                                                  "fenced_out", "error",    "left_in_progress"};
-    line += " record=";
-    line += kNames[static_cast<std::size_t>(*ex.record)];
-  }
-  if (ex.upstream_error) {
-    static constexpr std::string_view kNames[] = {"unreachable", "timeout", "dropped"};
-    line += " upstream=";
-    line += kNames[static_cast<std::size_t>(*ex.upstream_error)];
-  }
-  if (d.store_error) {  // why the claim failed (503): the only place an operator can read it
-    line += " store_error=";
-    log::append_quoted(line, d.store_error->message);
-  }
-  append_ms(line, start);
-  log::write(LogLevel::info, line);
-}
-
-// Whether the request carries a header of that name (even an empty one).
-bool has_header(std::span<const HeaderView> headers, std::string_view name) {
-  for (const auto& h : headers) {
-    if (iequals(h.name, name)) return true;
-  }
-  return false;
-}
-
-Task<bool> Handler::handle(Request& req) {
-  const auto start = Clock::now();
+Task<bool> Handler::handle(Request& req, std::shared_ptr<LoopConfig> config, Router::Match route) {
+  config_ = std::move(config);
+  cfg_ = &config_->config();
+  options_ = &config_->runtime().options(route.route);
+  start_ = Clock::now();
+  upstream_ms_.reset();
+  tenant_ = nullptr;
+  lookup_ = {};
   const bool keep_alive = req.keep_alive() && !w_.draining;
   const unsigned version = req.version();
-  const Router::Match route = w_.shared.router.match(req.method_string(), http::split_target(req.target()).path);
   const Policy* policy = route.policy;
   if (policy == nullptr) {
     m_.count(Outcome::passed_through);
@@ -777,7 +790,7 @@ Task<bool> Handler::handle(Request& req) {
   }
 
   const RequestView& view = s_.view.assign(req);
-  TenantSource& source = w_.tenants.for_route(route.route);
+  TenantSource& source = config_->tenants.for_route(route.route);
   std::string tenant;
   // A verified token scopes keys, so a request without a key needs none: it passes through (or
   // gets 400 idempotency_key_missing) and the upstream authenticates it as it always does. With
@@ -785,12 +798,13 @@ Task<bool> Handler::handle(Request& req) {
   if (!source.verifies_tokens() || has_header(view.headers, policy->key_header)) {
     auto derived = source.derive(view.headers);
     if (!derived) {
-      const Problem& problem = derived.error();
-      m_.count(problem.status == 401 ? Outcome::unauthorized : Outcome::bad_request);
-      Response res = http::problem_response(problem, version, keep_alive);
-      const unsigned status = res.result_int();
+      const Problem& refusal = derived.error();
+      m_.count(refusal.status == 401 ? Outcome::unauthorized : Outcome::bad_request);
+      Response res = problem(refusal, version, keep_alive);
+      Exchange ex;
+      ex.status = res.result_int();
       const bool written = co_await write(res);
-      log_tenant_refusal(problem, *policy, req, status, start);
+      log_key(nullptr, &refusal, *policy, nullptr, req, ex);
       co_return written && keep_alive;
     }
     tenant = std::move(*derived);
@@ -800,7 +814,8 @@ Task<bool> Handler::handle(Request& req) {
   if (d.verdict != Verdict::pass_through && d.verdict != Verdict::key_missing && d.verdict != Verdict::key_invalid) {
     m_.store_call(StoreCall::begin).observe(Clock::now() - t0);
   }
-  m_.count(outcome_of(d.verdict));
+  if (d.verdict != Verdict::ask) m_.count(outcome_of(d.verdict));  // ask: counted by what the lookup says
+  tenant_ = &tenant;
 
   Exchange ex;
   switch (d.verdict) {
@@ -812,13 +827,19 @@ Task<bool> Handler::handle(Request& req) {
       if (d.ticket->kind == ClaimKind::after_failure) m_.failure_retries.fetch_add(1, std::memory_order_relaxed);
       // forward() rewrites headers only; the log line needs the method, target and ticket.
       ex = co_await forward(req, &*d.ticket, keep_alive);
-      log_key(d, *policy, tenant, req, ex, start);
+      log_key(&d, nullptr, *policy, &tenant, req, ex);
+      co_return ex.keep_alive;
+    case Verdict::ask:
+      ex = co_await ask(req, d, *policy, keep_alive);
+      log_key(&d, nullptr, *policy, &tenant, req, ex);
       co_return ex.keep_alive;
     case Verdict::replay: {
       Response res = http::replay_response(*d.replay, version, keep_alive);
+      ex.expires = d.replay_expires;
+      advertise_expiry(res.base(), ex);
       ex.status = res.result_int();
       const bool written = co_await write(res);
-  ex.keep_alive = keep_alive && written;
+      ex.keep_alive = keep_alive && written;
       break;
     }
     case Verdict::record_unreadable:
@@ -829,145 +850,15 @@ Task<bool> Handler::handle(Request& req) {
                                       (d.store_error ? d.store_error->message : std::string("unreadable record")));
       [[fallthrough]];
     default: {
-      Response res = http::problem_response(*problem_for(d), version, keep_alive);
+      Response res = problem(*problem_for(d), version, keep_alive);
       ex.status = res.result_int();
       const bool written = co_await write(res);
-  ex.keep_alive = keep_alive && written;
+      ex.keep_alive = keep_alive && written;
       break;
     }
   }
-  log_key(d, *policy, tenant, req, ex, start);
+  log_key(&d, nullptr, *policy, &tenant, req, ex);
   co_return ex.keep_alive;
-}
-
-// `problem` must outlive the call: pass a named object (GCC 12 mishandles temporaries that live
-// across a co_await).
-Task<void> answer_and_close(Session& s, const Problem& problem, unsigned version) {
-  Response res = http::problem_response(problem, version == 10 ? 10 : 11, false);
-  beast::error_code ec;
-  s.stream.expires_after(s.worker.shared.config.client_timeout);
-  co_await write_message(s.stream, res, s.head, ec);
-  if (ec) co_return;
-  s.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-  // Lingering close: read and drop what the client is still sending (at most 1 s, 1 MiB), so
-  // that closing with unread bytes does not reset the connection before it reads the answer.
-  std::size_t drained = 0;
-  s.stream.expires_after(std::chrono::seconds(1));
-  while (!ec && drained < 1024 * 1024) {
-    drained += co_await s.stream.async_read_some(s.buffer.prepare(16 * 1024), with(ec));
-  }
-}
-
-// The head rules Beast's parser does not enforce (http::check_request_head): what no request
-// may carry into the store or the upstream.
-std::optional<Problem> head_defect(const Request& req) {
-  std::array<std::string_view, 2> hosts;  // two are enough to know there is more than one
-  std::size_t host_count = 0;
-  for (auto [it, end] = req.equal_range(bhttp::field::host); it != end && host_count < hosts.size(); ++it) {
-    hosts[host_count++] = it->value();
-  }
-  std::vector<std::string_view> transfer_encodings;  // nearly always none: no allocation
-  for (auto [it, end] = req.equal_range(bhttp::field::transfer_encoding); it != end; ++it) {
-    transfer_encodings.push_back(it->value());
-  }
-  const http::HeadFacts facts{req.version(), req.method_string(), transfer_encodings,
-                              std::span<const std::string_view>(hosts.data(), host_count)};
-  auto defect = http::check_request_head(facts);
-  if (!defect) return std::nullopt;
-  const bool unsupported = defect->status == 501;
-  return make_problem(static_cast<int>(defect->status), std::string(defect->code),
-                      unsupported ? "The request needs what the gateway does not support"
-                                  : "The request could not be parsed",
-                      std::move(defect->detail));
-}
-
-Problem too_large(const Config& cfg) {
-  return request_too_large("the request body exceeds max_body (" + std::to_string(cfg.max_body) + " bytes)");
-}
-
-}  // namespace
-
-Task<void> run_session(Worker& w, Socket socket) {
-  Session s(w, std::move(socket));
-  const Config& cfg = w.shared.config;
-  beast::error_code ec;
-  {
-    const auto remote = s.stream.socket().remote_endpoint(ec);
-    s.client_ip = ec ? std::string("unknown") : remote.address().to_string();
-    s.stream.socket().set_option(tcp::no_delay(true), ec);
-  }
-  Handler handler(s);
-  for (;;) {
-    // Wait for the next request, at most idle_timeout.
-    if (s.buffer.size() == 0) {
-      if (w.draining) break;
-      s.idle = true;
-      s.stream.expires_after(cfg.idle_timeout);
-      const std::size_t n = co_await s.stream.async_read_some(s.buffer.prepare(8192), with(ec));
-      s.idle = false;
-      if (ec) break;  // closed, idle too long, or draining
-      s.buffer.commit(n);
-    }
-
-    // The whole request must arrive within client_timeout: a slow client cannot hold on.
-    bhttp::request_parser<bhttp::string_body> parser;
-    parser.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(cfg.max_header, 0xffffffffu)));
-    parser.body_limit(cfg.max_body);
-    s.stream.expires_after(cfg.client_timeout);
-    co_await bhttp::async_read_header(s.stream, s.buffer, parser, with(ec));
-    if (ec == bhttp::error::header_limit) {
-      w.metrics.count(Outcome::bad_request);
-      const Problem problem = make_problem(431, "request_header_too_large", "The request header is too large",
-                                           "the request line and headers exceed max_header (" +
-                                               std::to_string(cfg.max_header) + " bytes)");
-      co_await answer_and_close(s, problem, 11);
-      break;
-    }
-    if (ec == bhttp::error::body_limit) {
-      w.metrics.count(Outcome::too_large);
-      const Problem problem = too_large(cfg);
-      co_await answer_and_close(s, problem, parser.get().version());
-      break;
-    }
-    if (ec) {
-      if (is_http_error(ec) && ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
-        w.metrics.count(Outcome::bad_request);
-        const Problem problem =
-            make_problem(400, "bad_request", "The request could not be parsed", "malformed HTTP request: " + ec.message());
-        co_await answer_and_close(s, problem, 11);
-      }
-      break;
-    }
-    Request& req = parser.get();
-    if (const std::optional<Problem> defect = head_defect(req)) {
-      w.metrics.count(Outcome::bad_request);
-      co_await answer_and_close(s, *defect, req.version());
-      break;
-    }
-    if (auto expect = req.find(bhttp::field::expect); expect != req.end()) {
-      if (iequals(expect->value(), "100-continue") && !parser.is_done()) {
-        co_await asio::async_write(s.stream, asio::buffer(kContinue.data(), kContinue.size()), with(ec));
-        if (ec) break;
-      }
-    }
-    if (!parser.is_done()) {
-      co_await bhttp::async_read(s.stream, s.buffer, parser, with(ec));
-      if (ec == bhttp::error::body_limit) {
-        w.metrics.count(Outcome::too_large);
-        const Problem problem = too_large(cfg);
-        co_await answer_and_close(s, problem, req.version());
-        break;
-      }
-      if (ec) break;  // timeout, reset, or the client gave up mid-body
-    }
-
-    w.metrics.in_flight.fetch_add(1, std::memory_order_relaxed);
-    const bool keep = co_await handler.handle(req);
-    w.metrics.in_flight.fetch_sub(1, std::memory_order_relaxed);
-    if (!keep || w.draining) break;
-  }
-  s.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-  s.stream.close();
 }
 
 }  // namespace idem::gateway

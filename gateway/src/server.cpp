@@ -23,6 +23,7 @@
 #include "idem/gateway/log.hpp"
 #include "idem/http/async.hpp"
 #include "idem/http/message.hpp"
+#include "idem/encrypted_store.hpp"
 #include "idem/redact.hpp"
 
 namespace idem::gateway {
@@ -90,14 +91,23 @@ std::string describe(const tcp::endpoint& e) {
 
 }  // namespace
 
+std::size_t thread_count(const Config& c) { return c.threads != 0 ? c.threads : std::max(1u, std::thread::hardware_concurrency()); }
+
+std::shared_ptr<const Snapshot> first_snapshot(std::shared_ptr<const Config> config) {
+  auto upstream = std::make_shared<UpstreamAddresses>(config->upstream);
+  return std::make_shared<const Snapshot>(Snapshot{std::make_shared<const Runtime>(std::move(config), 1), std::move(upstream)});
+}
+
 struct Gateway::Impl {
-  Impl(const Config& c, Engine& e)
-      : config(c),
+  Impl(std::shared_ptr<const Config> c, Engine& e, EncryptedStore* enc, Reloader r)
+      : initial(c),
+        config(*initial),
         engine(e),
-        router(c.routes, c.defaults),
-        metrics(c.threads != 0 ? c.threads : std::max(1u, std::thread::hardware_concurrency())),
-        shared{c, router, e, {}} {
-    const std::size_t n = c.threads != 0 ? c.threads : std::max(1u, std::thread::hardware_concurrency());
+        encrypted(enc),
+        reloader(std::move(r)),
+        metrics(thread_count(*c)),
+        shared(e, first_snapshot(c)) {
+    const std::size_t n = thread_count(*c);
     for (std::size_t i = 0; i < n; ++i) workers.push_back(std::make_unique<Worker>(i, shared, metrics.shard(i)));
   }
 
@@ -120,12 +130,20 @@ struct Gateway::Impl {
   Task<void> housekeeping(Worker& w);
   Task<void> watch_deadlines(Worker& w);
   Task<void> drain();
+  Task<void> reload();
   void on_signal();
   void stop_all();
 
+  /// The configuration in force now (a reload may have replaced the one the gateway started
+  /// with); what cannot change without a restart (listen, store, threads) is the same in every one.
+  std::shared_ptr<const Snapshot> current() const { return shared.current(); }
+
+  /// The configuration the gateway started with: listen and admin addresses, the store.
+  std::shared_ptr<const Config> initial;
   const Config& config;
   Engine& engine;
-  Router router;
+  EncryptedStore* encrypted;  // null without [encryption]
+  Reloader reloader;
   Metrics metrics;
   Shared shared;
   std::vector<std::unique_ptr<Worker>> workers;
@@ -138,6 +156,8 @@ struct Gateway::Impl {
   std::optional<asio::steady_timer> resolve_timer;
   bool draining = false;
   bool stopped = false;
+  bool reloading = false;      // a reload is running (on worker 0's thread)
+  bool reload_again = false;   // SIGHUP arrived meanwhile: reload once more when it is done
 };
 
 void Gateway::Impl::start() {
@@ -149,11 +169,11 @@ void Gateway::Impl::start() {
     beast::error_code ec;
     const auto results = resolver.resolve(config.upstream.host, std::to_string(config.upstream.port), ec);
     if (auto why = resolve_failure(ec, results)) {
-      shared.upstream.set_error(*why);
+      current()->upstream->set_error(*why);
       log::write(LogLevel::warn, "upstream http://" + config.upstream.authority + ": the host does not resolve (" +
                                      *why + "); answering 502 until it does");
     } else {
-      shared.upstream.set(endpoints_of(results));
+      current()->upstream->set(endpoints_of(results));
     }
   }
   acceptor.emplace(io);
@@ -167,16 +187,17 @@ void Gateway::Impl::start() {
 
 void Gateway::Impl::run() {
   asio::io_context& io = io0();
-  // SIGHUP is caught to be ignored: its default action would end the gateway without draining
-  // (in-flight requests lost, their keys in progress until their leases expire), and operators
-  // and tools (logrotate) send it expecting a reload, which the gateway does not do.
+  // SIGHUP reloads the configuration (Impl::reload); SIGINT and SIGTERM drain and stop.
   signals.emplace(io, SIGINT, SIGTERM, SIGHUP);
   std::function<void()> arm = [this, &arm] {
     signals->async_wait([this, &arm](const beast::error_code& ec, int signal_number) {
       if (ec || stopped) return;
       if (signal_number == SIGHUP) {
-        log::write(LogLevel::warn, "SIGHUP ignored: the gateway does not reload its configuration; "
-                                   "restart it to apply changes (SIGTERM drains in-flight requests first)");
+        if (reloading) {
+          reload_again = true;
+        } else if (!draining) {
+          asio::co_spawn(io0(), reload(), LogFailure{"reload"});
+        }
       } else {
         on_signal();
       }
@@ -193,10 +214,11 @@ void Gateway::Impl::run() {
 
   asio::co_spawn(io, accept_loop(), LogFailure{"listener"});
   if (admin) asio::co_spawn(io, admin_loop(), LogFailure{"admin listener"});
-  if (config.reaper_interval.count() > 0 && engine.store().expires_records_itself()) {
+  if (engine.store().expires_records_itself()) {
     // A periodic purge would SCAN a Redis keyspace for what Redis deletes by itself.
-    log::write(LogLevel::info, "reaper: off, the store expires records by itself");
-  } else if (config.reaper_interval.count() > 0) {
+    if (config.reaper_interval.count() > 0) log::write(LogLevel::info, "reaper: off, the store expires records by itself");
+  } else {
+    // Runs even with reaper_interval = "0s", idle, so that a reload can turn it on.
     reaper_timer.emplace(io);
     asio::co_spawn(io, reaper(), LogFailure{"reaper"});
   }
@@ -204,12 +226,8 @@ void Gateway::Impl::run() {
     asio::co_spawn(*w->io, housekeeping(*w), LogFailure{"housekeeping"});
     asio::co_spawn(*w->io, watch_deadlines(*w), LogFailure{"deadlines"});
   }
-  beast::error_code not_literal;
-  asio::ip::make_address(config.upstream.host, not_literal);
-  if (not_literal) {  // an IP address never changes; a name may
-    resolve_timer.emplace(io);
-    asio::co_spawn(io, resolve_upstream(), LogFailure{"upstream resolver"});
-  }
+  resolve_timer.emplace(io);
+  asio::co_spawn(io, resolve_upstream(), LogFailure{"upstream resolver"});
 
   auto loop = [](asio::io_context& ctx) {
     log::buffer_this_thread();
@@ -281,7 +299,7 @@ Task<void> Gateway::Impl::accept_loop() {
       co_await backoff.async_wait(with(ec));
       continue;
     }
-    if (open_connections() >= config.max_connections) {
+    if (open_connections() >= current()->config().max_connections) {
       w.metrics.connections_refused.fetch_add(1, std::memory_order_relaxed);
       socket.close(ec);
       continue;
@@ -298,7 +316,7 @@ Task<void> Gateway::Impl::housekeeping(Worker& w) {
     co_await timer.async_wait(with(ec));
     if (ec) co_return;
     log::flush();
-    if (tick % 4 == 0) w.pool.sweep();
+    if (tick % 4 == 0) w.pool.sweep(w.config()->config());
   }
 }
 
@@ -314,9 +332,8 @@ static std::chrono::milliseconds deadline_tick(const Config& c) {
 
 Task<void> Gateway::Impl::watch_deadlines(Worker& w) {
   asio::steady_timer timer(*w.io);
-  const auto tick = deadline_tick(config);
   for (;;) {
-    timer.expires_after(tick);
+    timer.expires_after(deadline_tick(w.config()->config()));  // the timeouts may have been reloaded
     beast::error_code ec;
     co_await timer.async_wait(with(ec));
     if (ec) co_return;
@@ -338,38 +355,52 @@ static std::string describe(const UpstreamAddresses::Endpoints& endpoints) {
 // Looks the upstream host up again every upstream_resolve_interval, and every second while it
 // does not resolve or a worker saw a connection fail; the addresses found replace the old ones
 // (connections already open stay until they close). A failed lookup keeps the last addresses.
+// Follows the upstream of the configuration in force: after a reload that names another one,
+// that one. An IP address is never looked up again: it cannot change.
 Task<void> Gateway::Impl::resolve_upstream() {
   tcp::resolver resolver(io0());
-  const std::string port = std::to_string(config.upstream.port);
+  const UpstreamAddresses* watched = nullptr;
   auto last = Clock::now();
-  bool failing = !shared.upstream.error().empty();
+  bool failing = false;
   for (;;) {
     resolve_timer->expires_after(std::chrono::seconds(1));
     beast::error_code ec;
     co_await resolve_timer->async_wait(with(ec));
     if (ec || stopped) co_return;
-    const bool asked = shared.upstream.take_refresh_request();
-    const bool due = config.upstream_resolve_interval.count() > 0 && Clock::now() - last >= config.upstream_resolve_interval;
+    const auto snapshot = current();
+    UpstreamAddresses& upstream = *snapshot->upstream;
+    const UpstreamUrl& url = upstream.url();
+    if (&upstream != watched) {
+      watched = &upstream;
+      last = Clock::now();
+      failing = !upstream.error().empty();
+    }
+    beast::error_code not_literal;
+    asio::ip::make_address(url.host, not_literal);
+    if (!not_literal) continue;
+    const bool asked = upstream.take_refresh_request();
+    const Millis interval = snapshot->config().upstream_resolve_interval;
+    const bool due = interval.count() > 0 && Clock::now() - last >= interval;
     if (!failing && !asked && !due) continue;
     last = Clock::now();
-    const auto results = co_await resolver.async_resolve(config.upstream.host, port, with(ec));
+    const auto results = co_await resolver.async_resolve(url.host, std::to_string(url.port), with(ec));
     if (stopped) co_return;
     if (auto why = resolve_failure(ec, results)) {
-      shared.upstream.set_error(*why);
+      upstream.set_error(*why);
       if (!failing) {
-        log::write(LogLevel::warn, "upstream http://" + config.upstream.authority + ": the host no longer resolves (" +
-                                       *why + "); keeping its last addresses");
+        log::write(LogLevel::warn, "upstream http://" + url.authority + ": the host no longer resolves (" + *why +
+                                       "); keeping its last addresses");
       }
       failing = true;
       continue;
     }
     UpstreamAddresses::Endpoints found = endpoints_of(results);
-    const auto before = shared.upstream.get();
+    const auto before = upstream.get();
     if (found != *before) {
-      log::notice("upstream http://" + config.upstream.authority + " now resolves to " + describe(found) +
+      log::notice("upstream http://" + url.authority + " now resolves to " + describe(found) +
                   (before->empty() ? std::string() : " (was " + describe(*before) + ")"));
     }
-    shared.upstream.set(std::move(found));
+    upstream.set(std::move(found));
     failing = false;
   }
 }
@@ -378,14 +409,19 @@ Task<void> Gateway::Impl::reaper() {
   Store& store = engine.store();
   MetricsShard& m = metrics.shard(0);
   for (;;) {
-    reaper_timer->expires_after(config.reaper_interval);
+    // The interval and batch of the configuration in force; "0s" waits, idle, for a reload.
+    const auto snapshot = current();
+    const Millis interval = snapshot->config().reaper_interval;
+    const std::size_t batch = snapshot->config().reaper_batch;
+    reaper_timer->expires_after(interval.count() > 0 ? Millis(interval) : Millis(std::chrono::seconds(1)));
     beast::error_code ec;
     co_await reaper_timer->async_wait(with(ec));
     if (ec || stopped) co_return;
+    if (interval.count() == 0) continue;
     std::size_t total = 0;
     for (;;) {
       const auto t0 = Clock::now();
-      auto r = co_await http::async_purge_expired(store, engine.clock().now(), config.reaper_batch, kAwait);
+      auto r = co_await http::async_purge_expired(store, engine.clock().now(), batch, kAwait);
       m.store_call(StoreCall::purge).observe(Clock::now() - t0);
       if (!r) {
         log::write(LogLevel::warn, "reaper: purging expired records failed: " + r.error().message);
@@ -393,7 +429,7 @@ Task<void> Gateway::Impl::reaper() {
       }
       total += *r;
       m.reaper_deleted.fetch_add(*r, std::memory_order_relaxed);
-      if (*r < config.reaper_batch || stopped) break;
+      if (*r < batch || stopped) break;
     }
     if (total > 0) log::write(LogLevel::debug, "reaper: deleted " + std::to_string(total) + " expired records");
   }
@@ -402,8 +438,9 @@ Task<void> Gateway::Impl::reaper() {
 // The store's readiness: nullopt when it answered a ping within 2 s, else why not.
 Task<std::optional<std::string>> Gateway::Impl::ready() {
   if (draining) co_return std::string("shutting down");
-  if (shared.upstream.get()->empty()) {
-    co_return "the upstream host " + config.upstream.host + " does not resolve: " + shared.upstream.error();
+  const auto snapshot = current();
+  if (snapshot->upstream->get()->empty()) {
+    co_return "the upstream host " + snapshot->upstream->url().host + " does not resolve: " + snapshot->upstream->error();
   }
   struct State {
     explicit State(asio::io_context& io) : timer(io) {}
@@ -492,6 +529,55 @@ Task<void> Gateway::Impl::admin_loop() {
   }
 }
 
+// SIGHUP: reads the configuration again (Reloader: the same file and command-line flags) and puts
+// it in force for requests that start from now on; requests in flight finish with the one they
+// started with. A configuration that does not load changes nothing: one warning line says why.
+// What only a restart can change keeps its running value, with a warning line each.
+Task<void> Gateway::Impl::reload() {
+  reloading = true;
+  do {
+    reload_again = false;
+    const auto running = current();
+    std::expected<std::shared_ptr<const Config>, std::string> loaded =
+        reloader ? reloader() : std::unexpected(std::string("this gateway cannot reload"));
+    if (!loaded) {
+      log::write(LogLevel::warn, "reload failed, keeping the running configuration: " + redact_text(loaded.error()));
+      continue;
+    }
+    for (const auto& line : restart_needed(running->config(), **loaded)) log::write(LogLevel::warn, "reload: " + line);
+    std::shared_ptr<const Config> next = keep_restart_settings(running->config(), **loaded);
+    // Another upstream: resolved before it is put in force, so the first request finds it (a
+    // name that does not resolve yet is followed as at start-up: 502 until it does).
+    std::shared_ptr<UpstreamAddresses> upstream = running->upstream;
+    if (next->upstream.host != running->upstream->url().host || next->upstream.port != running->upstream->url().port ||
+        next->upstream.authority != running->upstream->url().authority) {
+      upstream = std::make_shared<UpstreamAddresses>(next->upstream);
+      tcp::resolver resolver(io0());
+      beast::error_code ec;
+      const auto results = co_await resolver.async_resolve(next->upstream.host, std::to_string(next->upstream.port), with(ec));
+      if (stopped) break;
+      if (auto why = resolve_failure(ec, results)) {
+        upstream->set_error(*why);
+        log::write(LogLevel::warn, "reload: upstream http://" + next->upstream.authority + ": the host does not resolve (" +
+                                       *why + "); answering 502 until it does");
+      } else {
+        upstream->set(endpoints_of(results));
+      }
+    }
+    for (const auto& warning : next->warnings) log::write(LogLevel::warn, "reload: " + warning);
+    // The key ring swaps behind the store's own atomic pointer: a claim or completion in flight
+    // finishes with the ring it started with.
+    if (encrypted != nullptr && next->encryption_keys) encrypted->set_keys(next->encryption_keys);
+    log::set_level(next->log_level);
+    log::set_format(next->log_format);
+    const std::uint64_t generation = running->runtime->generation() + 1;
+    shared.publish(std::make_shared<const Snapshot>(
+        Snapshot{std::make_shared<const Runtime>(next, generation), std::move(upstream)}));
+    log::notice("reload: configuration " + std::to_string(generation) + " in force: " + describe_reload(*next));
+  } while (reload_again && !stopped);
+  reloading = false;
+}
+
 void Gateway::Impl::on_signal() {
   if (draining) {
     log::write(LogLevel::warn, "second signal: stopping now, without waiting for in-flight requests");
@@ -501,14 +587,14 @@ void Gateway::Impl::on_signal() {
   draining = true;
   beast::error_code ec;
   acceptor->close(ec);
-  log::notice("shutting down: stopped accepting; waiting up to " + std::to_string(config.drain_timeout.count()) +
+  log::notice("shutting down: stopped accepting; waiting up to " + std::to_string(current()->config().drain_timeout.count()) +
               " ms for " + std::to_string(open_connections()) + " open connections");
   for (auto& w : workers) asio::post(*w->io, [w = w.get()] { w->drain(); });
   asio::co_spawn(io0(), drain(), LogFailure{"drain"});
 }
 
 Task<void> Gateway::Impl::drain() {
-  const auto deadline = Clock::now() + config.drain_timeout;
+  const auto deadline = Clock::now() + current()->config().drain_timeout;
   asio::steady_timer timer(io0());
   for (;;) {
     const std::size_t open = open_connections();
@@ -538,7 +624,8 @@ void Gateway::Impl::stop_all() {
   for (auto& w : workers) w->io->stop();
 }
 
-Gateway::Gateway(const Config& config, Engine& engine) : impl_(std::make_unique<Impl>(config, engine)) {}
+Gateway::Gateway(std::shared_ptr<const Config> config, Engine& engine, EncryptedStore* encrypted, Reloader reloader)
+    : impl_(std::make_unique<Impl>(std::move(config), engine, encrypted, std::move(reloader))) {}
 
 Gateway::~Gateway() = default;
 

@@ -11,6 +11,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -24,6 +25,7 @@
 #include "idem/gateway/config.hpp"
 #include "idem/gateway/metrics.hpp"
 #include "idem/gateway/routes.hpp"
+#include "idem/gateway/runtime.hpp"
 #include "idem/gateway/tenant.hpp"
 #include "idem/http/beast.hpp"
 #include "store_deadline.hpp"
@@ -45,13 +47,21 @@ using Stream = TimedStream;
 using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
 inline constexpr asio::use_awaitable_t<Executor> kAwait{};
 
-/// The upstream's addresses, shared by every event loop. The gateway resolves the host again
-/// while it runs (Gateway::Impl::resolve_upstream), so an upstream whose address changes (a
+/// The addresses of one upstream URL, shared by every event loop. The gateway resolves the host
+/// again while it runs (Gateway::Impl::resolve_upstream), so an upstream whose address changes (a
 /// container that restarted) or that does not resolve yet at start-up is followed without a
-/// restart. Thread-safe.
+/// restart. A reload that names another upstream makes a new one: requests that started before
+/// it keep going to the old upstream. Thread-safe.
 class UpstreamAddresses {
  public:
   using Endpoints = std::vector<tcp::endpoint>;
+
+  explicit UpstreamAddresses(UpstreamUrl url) : url_(std::move(url)), id_(next_id_.fetch_add(1) + 1) {}
+
+  /// The URL these are the addresses of.
+  const UpstreamUrl& url() const { return url_; }
+  /// Unique in the process: what pooled connections remember their upstream by.
+  std::uint64_t id() const { return id_; }
 
   /// The addresses last resolved: empty while the host has never resolved.
   std::shared_ptr<const Endpoints> get() const {
@@ -78,18 +88,91 @@ class UpstreamAddresses {
   bool take_refresh_request() { return refresh_.exchange(false, std::memory_order_relaxed); }
 
  private:
+  inline static std::atomic<std::uint64_t> next_id_{0};
+  const UpstreamUrl url_;
+  const std::uint64_t id_;
   mutable std::mutex mutex_;
   std::shared_ptr<const Endpoints> endpoints_ = std::make_shared<const Endpoints>();
   std::string error_;
   mutable std::atomic<bool> refresh_{false};
 };
 
-/// State every event loop shares: read-only but for the upstream's addresses.
-struct Shared {
-  const Config& config;
-  const Router& router;
+/// One configuration as the event loops serve it: the Runtime and the addresses of its upstream.
+struct Snapshot {
+  std::shared_ptr<const Runtime> runtime;
+  std::shared_ptr<UpstreamAddresses> upstream;
+  const Config& config() const { return runtime->config(); }
+};
+
+/// on_lease_expiry = "ask": at most lookup_rate lookups a second from the whole gateway (a token
+/// bucket holding one second's worth), so that a storm of retries of stuck keys is not a storm of
+/// lookups against the upstream. Lookups are rare (a lease ran out); one mutex is cheap enough.
+class LookupBudget {
+ public:
+  /// Whether one more lookup may be sent now.
+  bool take(double per_second, std::chrono::steady_clock::time_point now) {
+    std::lock_guard lock(mutex_);
+    if (!started_) {
+      started_ = true;
+      tokens_ = per_second;
+    } else {
+      const double elapsed = std::chrono::duration<double>(now - last_).count();
+      tokens_ = std::min(per_second, tokens_ + per_second * std::max(0.0, elapsed));
+    }
+    last_ = now;
+    if (tokens_ < 1) return false;
+    tokens_ -= 1;
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  bool started_ = false;
+  double tokens_ = 0;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+/// State every event loop shares: the engine, and the configuration in force behind an atomic
+/// pointer that a reload swaps (Gateway::Impl::reload).
+class Shared {
+ public:
+  Shared(Engine& engine, std::shared_ptr<const Snapshot> first)
+      : engine(engine), current_(std::move(first)), generation_(current_.load()->runtime->generation()) {}
+
   Engine& engine;
-  UpstreamAddresses upstream;
+  mutable LookupBudget lookups;
+
+  /// The configuration in force now.
+  std::shared_ptr<const Snapshot> current() const { return current_.load(); }
+  /// Its generation: read on every request (a relaxed load) to notice a reload.
+  std::uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+  /// Puts `next` in force for requests that start from now on.
+  void publish(std::shared_ptr<const Snapshot> next) {
+    const std::uint64_t g = next->runtime->generation();
+    current_.store(std::move(next));
+    generation_.store(g, std::memory_order_release);
+  }
+
+ private:
+  std::atomic<std::shared_ptr<const Snapshot>> current_;
+  std::atomic<std::uint64_t> generation_;
+};
+
+/// One event loop's copy of a Snapshot, with the loop's own tenant sources (JWT verifiers and
+/// their caches, which take no locks). A request holds the one it started with until it is
+/// answered; the loop makes a new one when a reload published another Snapshot.
+struct LoopConfig {
+  explicit LoopConfig(std::shared_ptr<const Snapshot> s)
+      : snapshot(std::move(s)), tenants(snapshot->config().tenant, snapshot->config().routes) {}
+  LoopConfig(const LoopConfig&) = delete;
+  LoopConfig& operator=(const LoopConfig&) = delete;
+
+  const Runtime& runtime() const { return *snapshot->runtime; }
+  const Config& config() const { return snapshot->config(); }
+  UpstreamAddresses& upstream() const { return *snapshot->upstream; }
+
+  const std::shared_ptr<const Snapshot> snapshot;
+  TenantSources tenants;
 };
 
 /// One upstream connection and the bytes read from it but not yet parsed.
@@ -98,16 +181,18 @@ struct UpstreamConn {
   Stream stream;
   beast::flat_buffer buffer;
   std::chrono::steady_clock::time_point idle_since{};
+  std::uint64_t upstream_id = 0;  ///< UpstreamAddresses::id() of the upstream it is connected to
 };
 
 /// Keep-alive connections to the upstream, one pool per event loop (so no locks): LIFO reuse
 /// (the most recently used connection is the least likely to have been closed by the upstream),
 /// idle connections closed after upstream_idle_timeout, and a liveness check before reusing a
-/// connection that sat idle for a second or more (see acquire).
+/// connection that sat idle for a while (see acquire). After a reload that names another
+/// upstream, connections to the old one are closed instead of reused.
 class UpstreamPool {
  public:
-  UpstreamPool(asio::io_context& io, Deadlines& deadlines, const Shared& shared, MetricsShard& metrics)
-      : io_(io), deadlines_(deadlines), shared_(shared), metrics_(metrics) {}
+  UpstreamPool(asio::io_context& io, Deadlines& deadlines, MetricsShard& metrics)
+      : io_(io), deadlines_(deadlines), metrics_(metrics) {}
 
   /// A connection: a pooled one unless `fresh`, else a new one. On failure `conn` is null and
   /// `ec` says why; nothing was sent anywhere.
@@ -116,14 +201,14 @@ class UpstreamPool {
     bool reused = false;
     beast::error_code ec;
   };
-  Task<Acquired> acquire(bool fresh);
+  Task<Acquired> acquire(bool fresh, UpstreamAddresses& upstream, const Config& config);
 
   /// Returns a connection whose last response was read completely and which the upstream keeps
   /// alive; it is closed instead when the pool is full.
-  void release(std::unique_ptr<UpstreamConn> conn);
+  void release(std::unique_ptr<UpstreamConn> conn, const Config& config);
 
   /// Closes idle connections older than upstream_idle_timeout.
-  void sweep();
+  void sweep(const Config& config);
 
   /// Closes every idle connection.
   void clear() { idle_.clear(); }
@@ -131,7 +216,6 @@ class UpstreamPool {
  private:
   asio::io_context& io_;
   Deadlines& deadlines_;
-  const Shared& shared_;
   MetricsShard& metrics_;
   std::vector<std::unique_ptr<UpstreamConn>> idle_;
 };
@@ -146,8 +230,8 @@ class Worker {
         index(index),
         shared(shared),
         metrics(metrics),
-        pool(*io, deadlines, shared, metrics),
-        tenants(shared.config.tenant, shared.config.routes) {}
+        pool(*io, deadlines, metrics),
+        config_(std::make_shared<LoopConfig>(shared.current())) {}
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -159,8 +243,13 @@ class Worker {
   const Shared& shared;
   MetricsShard& metrics;
   UpstreamPool pool;
-  /// This loop's tenant derivation, with its JWT verifiers and their caches (no locks).
-  TenantSources tenants;
+
+  /// The configuration in force for a request starting now, on this thread: this loop's copy of
+  /// the Snapshot last published, made anew after a reload.
+  const std::shared_ptr<LoopConfig>& config() {
+    if (shared.generation() != config_->runtime().generation()) config_ = std::make_shared<LoopConfig>(shared.current());
+    return config_;
+  }
 
   // Touched only on this worker's thread.
   bool draining = false;
@@ -171,6 +260,9 @@ class Worker {
 
   /// Sets `draining` and closes every session waiting for its next request. On this thread.
   void drain();
+
+ private:
+  std::shared_ptr<LoopConfig> config_;
 };
 
 /// Serves one client connection until it closes, times out, or the worker drains.

@@ -76,17 +76,21 @@ const RequestView& BeastRequestView::assign(const Request& request) {
 }
 
 Response problem_response(const Problem& problem, unsigned version, bool keep_alive) {
+  return problem_response(problem, *ErrorEnvelope::problem_json(), version, keep_alive);
+}
+
+Response problem_response(const Problem& problem, const ErrorEnvelope& envelope, unsigned version, bool keep_alive) {
   Response res;
   res.result(static_cast<unsigned>(problem.status));
   res.version(version);
-  res.set(bhttp::field::content_type, kProblemContentType);
+  res.set(bhttp::field::content_type, envelope.content_type());
   res.set(bhttp::field::cache_control, "no-store");
   if (problem.retry_after_seconds) {
     res.set(bhttp::field::retry_after, std::to_string(*problem.retry_after_seconds));
   }
   if (problem.conflict) res.set(kConflictHeader, "true");
   if (problem.www_authenticate) res.set(bhttp::field::www_authenticate, *problem.www_authenticate);
-  res.body() = problem_json(problem);
+  res.body() = envelope.body(problem);
   res.keep_alive(keep_alive);
   res.prepare_payload();
   return res;

@@ -27,6 +27,15 @@
 //                              {"key","execution_id","attempt"} (attempt: the request's
 //                              Idempotency-Attempt header as sent, "" when none), for the history
 //                              checker (tests/common/history.py)
+//   GET /lookup/{mode}/{key}[?ms=N]   a lookup of on_lease_expiry = "ask" (docs/gateway.md), after
+//                              N ms: mode "ok" answers the key's first execution (200,
+//                              Idempotency-Original-Status: 201, {"execution_id":...}) or 404 with
+//                              Idempotency-Lookup: not_found if it never executed; "never" always
+//                              that 404; faults: "nomarker" (a 404 without the marker), "error"
+//                              (500), "hang", "malformed" (200 without the key header),
+//                              "otherkey" (200 naming another key)
+//   GET /lookups?key=K         {"key","count","max_in_flight","attempt","tenant"}: lookups of K
+//                              so far, most ever in flight at once, the last one's headers
 //   POST /reset                forgets every count
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange unincluded
 
@@ -68,6 +77,15 @@ struct State {
   long next_execution = 0;
   std::string instance;  // distinguishes ids of two fixture processes
   std::string history;   // GET /history: one line per execution
+  std::map<std::string, std::string> first_execution;  // key -> its first execution's id
+  struct Lookups {
+    long count = 0;
+    long in_flight = 0;
+    long max_in_flight = 0;
+    std::string attempt;  // the last lookup's Idempotency-Attempt
+    std::string tenant;   // and Idempotency-Tenant
+  };
+  std::map<std::string, Lookups> lookups;
 };
 
 State g_state;
@@ -243,6 +261,51 @@ net::awaitable<void> malformed_response(beast::tcp_stream& stream, const std::st
   stream.socket().close(ec);
 }
 
+/// GET /lookup/{mode}/{key}: see the header. nullopt: hang (mode "hang").
+net::awaitable<std::optional<Response>> lookup(const Request& req, const std::string& path, const std::string& target) {
+  const std::string_view rest = std::string_view(path).substr(std::string_view("/lookup/").size());
+  const auto slash = rest.find('/');
+  const std::string mode(rest.substr(0, slash));
+  const std::string key(slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1));
+  State::Lookups& counts = g_state.lookups[key];
+  ++counts.count;
+  const auto attempt = req.find("Idempotency-Attempt");
+  counts.attempt = attempt == req.end() ? std::string() : std::string(sv(attempt->value()));
+  const auto tenant = req.find("Idempotency-Tenant");
+  counts.tenant = tenant == req.end() ? std::string() : std::string(sv(tenant->value()));
+  counts.max_in_flight = std::max(counts.max_in_flight, ++counts.in_flight);
+  if (const long ms = to_long(query_param(target, "ms"), 0); ms > 0) {
+    net::steady_timer timer(co_await net::this_coro::executor);
+    timer.expires_after(std::chrono::milliseconds(ms));
+    beast::error_code ec;
+    co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+  }
+  --g_state.lookups[key].in_flight;
+  if (mode == "hang") co_return std::nullopt;
+  const auto first = g_state.first_execution.find(key);
+  auto answer = [&](http::status status, std::string body, std::string_view named_key) {
+    Response res = make_response(req, status, std::move(body), "application/json", new_execution_id());
+    if (!named_key.empty()) res.set("Idempotency-Key", std::string(named_key));
+    return res;
+  };
+  if (mode == "ok" && first != g_state.first_execution.end()) {
+    Response res = answer(http::status::ok, "{\"execution_id\":" + jstr(first->second) + ",\"looked_up\":true}", key);
+    res.set("Idempotency-Original-Status", "201");
+    res.set("X-Execution-Id", first->second);
+    co_return res;
+  }
+  if (mode == "ok" || mode == "never") {
+    Response res = answer(http::status::not_found, "{\"error\":\"no such operation\"}", key);
+    res.set("Idempotency-Lookup", "not_found");
+    co_return res;
+  }
+  if (mode == "nomarker") co_return answer(http::status::not_found, "{\"error\":\"no such route\"}", key);
+  if (mode == "error") co_return answer(http::status::internal_server_error, "{\"error\":\"boom\"}", key);
+  if (mode == "malformed") co_return answer(http::status::ok, "{\"looked_up\":true}", "");
+  if (mode == "otherkey") co_return answer(http::status::ok, "{\"looked_up\":true}", key + "-other");
+  co_return answer(http::status::bad_request, "{\"error\":\"unknown lookup mode\"}", "");
+}
+
 /// One connection: read a request, answer it, repeat while keep-alive.
 net::awaitable<void> session(tcp::socket socket) {
   beast::tcp_stream stream(std::move(socket));
@@ -271,7 +334,23 @@ net::awaitable<void> session(tcp::socket socket) {
                           "application/json", new_execution_id());
     } else if (path == "/history") {
       res = make_response(req, http::status::ok, g_state.history, "application/x-ndjson", new_execution_id());
+    } else if (path == "/lookups") {
+      const std::string key = query_param(target, "key");
+      const State::Lookups l = g_state.lookups[key];
+      res = make_response(req, http::status::ok,
+                          "{\"key\":" + jstr(key) + ",\"count\":" + std::to_string(l.count) +
+                              ",\"max_in_flight\":" + std::to_string(l.max_in_flight) + ",\"attempt\":" +
+                              jstr(l.attempt) + ",\"tenant\":" + jstr(l.tenant) + "}",
+                          "application/json", new_execution_id());
+    } else if (route == "/lookup") {
+      res = co_await lookup(req, path, target);
+      if (!res) {
+        co_await hang(stream);
+        co_return;
+      }
     } else if (path == "/reset") {
+      g_state.first_execution.clear();
+      g_state.lookups.clear();
       g_state.total = 0;
       g_state.by_request.clear();
       g_state.by_key.clear();
@@ -280,6 +359,7 @@ net::awaitable<void> session(tcp::socket socket) {
     } else {
       const long nth = count_execution(req);
       const std::string id = new_execution_id();
+      g_state.first_execution.try_emplace(key_of(req), id);
       const auto attempt = req.find("Idempotency-Attempt");
       g_state.history += "{\"key\":" + jstr(key_of(req)) + ",\"execution_id\":" + jstr(id) + ",\"attempt\":" +
                          jstr(attempt == req.end() ? std::string() : std::string(sv(attempt->value()))) + "}\n";

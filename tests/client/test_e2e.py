@@ -35,7 +35,7 @@ THREADS = 5
 
 GATEWAY_CONFIG = """
 [idempotency]
-lease = "30s"
+lease = "60s"
 
 [[route]]
 method = "POST"

@@ -285,7 +285,7 @@ class CrashTakeoverTest(GatewayTestCase):
         if harness.ARGS.store != "sqlite":
             self.skipTest("a crash loses a memory store; runs under --store sqlite")
         config = CONFIG.replace('upstream_timeout = "700ms"', 'upstream_timeout = "10s"').replace(
-            'lease = "2s"', 'lease = "3s"')
+            'lease = "2s"', 'lease = "3s"\nallow_short_lease = true')
         gw = self.start_gateway(config)
         key = new_key()
         t = threading.Thread(target=lambda: self._swallow(gw, key))

@@ -31,7 +31,7 @@ log_level = "info"
 
 [idempotency]
 retention = "1h"
-lease = "30s"
+lease = "60s"
 
 [tenant]
 from = "jwt"

@@ -70,10 +70,16 @@ class ShutdownTest(GatewayTestCase):
     def test_sigint_too(self):
         self.shutdown_with_request_in_flight(signal.SIGINT)
 
-    def test_sighup_is_ignored_and_logged(self):
+    def test_sighup_reloads_and_a_file_that_does_not_load_changes_nothing(self):
         gw = self.start_gateway(CONFIG)
         gw.process.signal(signal.SIGHUP)
-        self.eventually(lambda: "SIGHUP ignored" in gw.process.log(), 5, msg="no log line for SIGHUP")
+        self.eventually(lambda: "reload: configuration 2 in force" in gw.process.log(), 5, msg="no reload line")
+        with open(gw.config_path, "w") as f:
+            f.write(CONFIG + "\nno_such_key = 1\n")
+        gw.process.signal(signal.SIGHUP)
+        self.eventually(lambda: "reload failed, keeping the running configuration" in gw.process.log(), 5,
+                        msg="no line for the failed reload")
+        self.assertIn("no_such_key", gw.process.log())
         self.assertTrue(gw.alive(), "SIGHUP ended the gateway")
         self.assertTrue(can_connect(gw.port), "stopped accepting after SIGHUP")
         self.assertExecuted(gw.request("POST", "/echo", "{}", key=new_key()))

@@ -141,20 +141,28 @@ def start_service(port, db, mode, lease_ms=60000, log_path=None):
 
 
 def write_gateway_config(path, port, upstream_port, store, lease="60s", on_lease_expiry="reexecute"):
+    """A gateway in front of the service. With on_lease_expiry = "ask", POST /v1/payments asks
+    the service's lookup (GET /v1/payments/by-idempotency-key/{key}) about keys whose holder
+    vanished; the other routes park theirs (unknown)."""
+    default_policy = "unknown" if on_lease_expiry == "ask" else on_lease_expiry
     with open(path, "w") as f:
         f.write(f'''listen = "127.0.0.1:{port}"
 admin_listen = "off"
 upstream = "http://127.0.0.1:{upstream_port}"
 store = "sqlite:{store}"
 log_level = "warn"
+lookup_timeout = "200ms"
 [idempotency]
 lease = "{lease}"
-on_lease_expiry = "{on_lease_expiry}"
+allow_short_lease = true
+on_lease_expiry = "{default_policy}"
 [tenant]
 from = "authorization"
 ''')
         for route in ("/v1/payments", "/v1/orders", "/v1/bonuses", "/v1/accounts"):
             f.write(f'[[route]]\nmethod = "POST"\npath = "{route}"\n')
+            if route == "/v1/payments" and on_lease_expiry == "ask":
+                f.write('on_lease_expiry = "ask"\nask = "GET /v1/payments/by-idempotency-key/{key}"\n')
 
 
 def start_gateway(config, port, log_path=None):

@@ -84,6 +84,8 @@ struct Decision {
   Verdict verdict = Verdict::pass_through;
   std::optional<Ticket> ticket;          ///< for execute and ask
   std::optional<StoredResponse> replay;  ///< for replay
+  /// For replay: when the stored record expires (the gateway advertises it: Idempotency-Key-Expires).
+  TimePoint replay_expires{};
   std::chrono::seconds retry_after{0};   ///< for in_use, store_unavailable and ask
   std::string detail;                    ///< a sentence for the client and the log
   std::optional<StoreError> store_error; ///< for store_unavailable and record_unreadable (why, for the log)

@@ -12,6 +12,7 @@
 
 #include "idem/encryption.hpp"
 #include "idem/engine.hpp"
+#include "idem/error_envelope.hpp"
 #include "idem/gateway/routes.hpp"
 #include "idem/tenant.hpp"
 
@@ -55,6 +56,9 @@ struct StoreUrl {
 /// How much the gateway says on stderr.
 enum class LogLevel { error, warn, info, debug };
 
+/// How log lines are written: `time level message` text, or one JSON object per line.
+enum class LogFormat { text, json };
+
 /// Everything idem-gateway runs with; defaults are written here and in docs/gateway.md.
 struct Config {
   ListenAddress listen{"127.0.0.1", 8080};
@@ -70,10 +74,22 @@ struct Config {
   /// every second while it does not resolve or connections to it fail.
   Millis upstream_resolve_interval = 30s;
   std::size_t upstream_max_idle = 64;     ///< idle upstream connections kept, per thread
+  /// Sent to the upstream with every keyed request it executes and every lookup: the claim's
+  /// attempt number (1, then one more per takeover) and the key's tenant, so the upstream can
+  /// refuse a write of a lower attempt than one it saw (docs/security.md, the fence contract).
+  /// A client's own headers of these names are removed from every forwarded request.
+  std::string upstream_attempt_header = "Idempotency-Attempt";
+  std::string upstream_tenant_header = "Idempotency-Tenant";
+  /// on_lease_expiry = "ask": a lookup's limit from sending to its whole answer, and how many
+  /// lookups per second the gateway sends at most (beyond: 409 idempotency_outcome_unknown).
+  Millis lookup_timeout = 5s;
+  double lookup_rate = 100;
 
-  std::size_t max_body = 1024 * 1024;             ///< request body; above: 413
+  /// Request body; above: 413. The default of every route (a route's own `max_body` wins).
+  std::size_t max_body = 1024 * 1024;
   std::size_t max_header = 16 * 1024;             ///< request line + headers; above: 431
-  std::size_t max_stored_response = 1024 * 1024;  ///< response body stored for replay
+  /// Response body stored for replay; the default of every route, like max_body.
+  std::size_t max_stored_response = 1024 * 1024;
   std::size_t max_connections = 10000;            ///< client connections; above: refused
 
   Millis idle_timeout = 60s;    ///< a keep-alive client connection waiting for its next request
@@ -88,6 +104,16 @@ struct Config {
   std::size_t reaper_batch = 1000;   ///< records deleted per purge call
 
   LogLevel log_level = LogLevel::info;
+  LogFormat log_format = LogFormat::text;
+
+  /// `errors`: the envelope of every answer the gateway makes itself, for routes without their own
+  /// and for requests refused before a route is known (400 malformed, 431). Never null.
+  std::shared_ptr<const ErrorEnvelope> errors = ErrorEnvelope::problem_json();
+  /// [idempotency] advertise_expiry: executed and replayed keyed responses carry
+  /// Idempotency-Key-Expires (the default of every route).
+  bool advertise_expiry = true;
+  /// [idempotency] allow_short_lease (the default of every route): see RouteOptions.
+  bool allow_short_lease = false;
 
   /// [idempotency]: the policy of POST/PATCH requests no route lists (key optional) and the base
   /// every route overrides.
@@ -106,6 +132,10 @@ struct Config {
   /// Things worth saying at start-up that do not stop it (retention outside 1h-7d, ...).
   std::vector<std::string> warnings;
 };
+
+/// What a request's answer depends on besides its Policy, for a route or for requests no route
+/// lists (Config's top-level values).
+RouteOptions default_route_options(const Config& config);
 
 /// Values given on the command line; each replaces the file's.
 struct Overrides {

@@ -12,6 +12,13 @@ namespace idem::gateway::log {
 /// Sets the most detailed level written (default info).
 void set_level(LogLevel level);
 
+/// Sets how lines are written (default text): `TIME LEVEL message`, or one JSON object per line,
+/// `{"time":"2024-05-01T12:00:00.123Z","level":"info","event":"log","message":"..."}`.
+void set_format(LogFormat format);
+
+/// The format lines are written in.
+LogFormat format();
+
 /// Whether messages at `level` are written; test it before building an expensive message.
 bool enabled(LogLevel level);
 
@@ -25,6 +32,11 @@ bool enabled(LogLevel level);
 /// announces. While stderr takes nothing, up to 4 MiB of lines wait; beyond that, lines are
 /// dropped and counted (dropped_lines()).
 void write(LogLevel level, std::string_view message);
+
+/// Writes a line about `name` (e.g. "key", "reload"), buffered like write(): `payload` is the
+/// message in the text format, and the JSON object's members after "event" in the JSON format
+/// (`"tenant":"acme","status":201`): the caller builds the one format() asks for.
+void event(LogLevel level, std::string_view name, std::string_view payload);
 
 /// Writes an info line whatever the level (start-up and shutdown milestones), like a warning.
 void notice(std::string_view message);

@@ -51,6 +51,9 @@ enum class FinishResult : std::uint8_t {
   fenced_out,
   error,             ///< the store failed; the record stays in progress until its lease expires
   left_in_progress,  ///< the outcome is unknown (upstream timeout or dropped connection)
+  /// given back unused (a lookup that could not tell): in progress with its lease ended, so the
+  /// next retry asks again
+  abandoned,
   count_
 };
 
@@ -61,6 +64,21 @@ enum class UpstreamError : std::uint8_t {
   dropped,      ///< sent, the connection broke before a complete answer: 504
   count_
 };
+
+/// What a lookup of on_lease_expiry = "ask" answered: the `answer` label of idem_lookups_total.
+enum class LookupOutcome : std::uint8_t {
+  happened,   ///< the operation took place: its response became the key's outcome
+  not_found,  ///< it never happened: the retry executed as a takeover
+  unknown,    ///< the upstream could not say (5xx, a 404 without the marker, another status)
+  malformed,  ///< an answer breaking the lookup contract
+  mismatch,   ///< an answer about another key
+  failed,     ///< no answer: connection refused or dropped, lookup_timeout
+  limited,    ///< not sent: more lookups than lookup_rate allows
+  count_
+};
+
+/// The label value of a lookup's answer.
+std::string_view to_string(LookupOutcome outcome);
 
 /// A latency histogram with fixed buckets (seconds), updated with relaxed atomics.
 class Histogram {
@@ -85,6 +103,8 @@ struct alignas(64) MetricsShard {
   Histogram upstream;
   std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(FinishResult::count_)> finish{};
   std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(UpstreamError::count_)> upstream_errors{};
+  std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(LookupOutcome::count_)> lookups{};
+  Histogram lookup;  ///< lookups sent: from sending to the whole answer
   std::atomic<std::uint64_t> lease_takeovers{0};
   std::atomic<std::uint64_t> failure_retries{0};
   std::atomic<std::uint64_t> reaper_deleted{0};
@@ -101,6 +121,7 @@ struct alignas(64) MetricsShard {
   void count(Outcome o) { requests[static_cast<std::size_t>(o)].fetch_add(1, std::memory_order_relaxed); }
   void count(FinishResult r) { finish[static_cast<std::size_t>(r)].fetch_add(1, std::memory_order_relaxed); }
   void count(UpstreamError e) { upstream_errors[static_cast<std::size_t>(e)].fetch_add(1, std::memory_order_relaxed); }
+  void count(LookupOutcome l) { lookups[static_cast<std::size_t>(l)].fetch_add(1, std::memory_order_relaxed); }
   Histogram& store_call(StoreCall c) { return store[static_cast<std::size_t>(c)]; }
 };
 

@@ -1,12 +1,14 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "idem/engine.hpp"
+#include "idem/error_envelope.hpp"
 #include "idem/gateway/tenant.hpp"
 
 namespace idem::gateway {
@@ -31,11 +33,25 @@ class PathPattern {
   bool rest_ = false;                  // trailing "/**"
 };
 
+/// What the gateway does for a route that the engine does not decide: the envelope of its own
+/// answers, its size limits, whether responses advertise the key's expiry. Defaults come from the
+/// top-level keys (`errors`, `max_body`, `max_stored_response`, [idempotency] advertise_expiry).
+struct RouteOptions {
+  std::shared_ptr<const ErrorEnvelope> errors = ErrorEnvelope::problem_json();  ///< never null
+  std::size_t max_body = 1024 * 1024;             ///< request body; above: 413
+  std::size_t max_stored_response = 1024 * 1024;  ///< response body stored for replay
+  bool advertise_expiry = true;                   ///< send Idempotency-Key-Expires
+  /// `allow_short_lease`: a lease not longer than upstream_timeout is accepted (else refused at
+  /// load: a takeover could run while the first call still executes).
+  bool allow_short_lease = false;
+};
+
 /// One [[route]]: the methods and path it applies to, and its policy.
 struct Route {
   std::vector<std::string> methods;  ///< upper-case, e.g. {"POST"}
   PathPattern path;
   Policy policy;  ///< key_required = the route's `required` (default true)
+  RouteOptions options;  ///< resolved: the route's own keys over the top-level defaults
   /// The route's own `tenant` table; nullopt: [tenant]'s.
   std::optional<TenantSetting> tenant;
 };

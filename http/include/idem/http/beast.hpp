@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "idem/error_envelope.hpp"
 #include "idem/http_view.hpp"
 #include "idem/problem.hpp"
 #include "idem/record.hpp"
@@ -44,6 +45,10 @@ class BeastRequestView {
 /// The response for a problem: application/problem+json body, Retry-After when the problem has
 /// one, X-Idempotency-Conflict: true for conflicts, Cache-Control: no-store.
 Response problem_response(const Problem& problem, unsigned version, bool keep_alive);
+
+/// The same response with its body in `envelope` (Stripe's error object, a template, ...): the
+/// status and every header but Content-Type are those of problem+json, in every style.
+Response problem_response(const Problem& problem, const ErrorEnvelope& envelope, unsigned version, bool keep_alive);
 
 /// The response replaying a stored one: same status, same stored headers in the same order,
 /// same body bytes, a recomputed Content-Length, plus Idempotent-Replayed: true.

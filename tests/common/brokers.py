@@ -71,10 +71,57 @@ class Broker:
             return "%s?queue=%s.dead-letter&declare=false" % (self.base, self.name)
         return "%s/%s:dead-letter?group=inspect" % (self.base, self.name)
 
+    def settled(self):
+        """Whether every message published so far was delivered and acknowledged: for a Redis
+        stream, its group has no pending entries and no lag (a message a killed consumer held stays
+        pending until a live one claims it after claim_idle). RabbitMQ requeues what a closed
+        connection held at once, and needs no wait here: True."""
+        if self.kind != "redis_streams":
+            return True
+        host, _, port = self.base[len("redis+stream://"):].rpartition(":")
+        groups = redis_command(host.split("@")[-1], int(port), "XINFO", "GROUPS", self.name)
+        for group in groups:
+            fields = dict(zip(group[::2], group[1::2]))
+            if fields.get(b"name") == b"consumers":
+                return fields.get(b"pending") == 0 and fields.get(b"lag") in (0, None)
+        return False
+
     def declare(self, tool):
         """Creates the queue (and its dead-letter queue) or the stream's group before anything is
         published, by opening a source on it: messages published earlier could be routed nowhere."""
         tool.take(self.source_url(), idle_ms=50)
+
+
+def redis_command(host, port, *args):
+    """One command over RESP2 on a new connection; the reply as Python values (bytes, int, list)."""
+    with socket.create_connection((host, port), timeout=5) as sock:
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        sock.sendall(out)
+        reader = sock.makefile("rb")
+
+        def read():
+            line = reader.readline()
+            kind, rest = line[:1], line[1:-2]
+            if kind == b"+":
+                return rest
+            if kind == b"-":
+                raise RuntimeError("redis: " + rest.decode(errors="replace"))
+            if kind == b":":
+                return int(rest)
+            if kind == b"$":
+                n = int(rest)
+                if n < 0:
+                    return None
+                data = reader.read(n + 2)
+                return data[:-2]
+            if kind == b"*":
+                n = int(rest)
+                return None if n < 0 else [read() for _ in range(n)]
+            raise RuntimeError("redis: unexpected reply %r" % line)
+        return read()
 
 
 class BrokerTool:

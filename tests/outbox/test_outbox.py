@@ -89,9 +89,13 @@ class Chain:
             sink_url = self.broker.sink_url()
         self.admin_port = brokers.free_port()
         config = os.path.join(workdir, "relay.toml")
+        # Retries every second at most, so max_attempts must outlast the notifier's lease (30 s):
+        # a notifier killed mid-receipt leaves its key in progress that long, and the webhook answers
+        # 409 until then (20 attempts gave up after ~15 s and dead-lettered a payment's receipt).
         with open(config, "w") as f:
             f.write('outbox = "sqlite:%s"\nsink = "%s"\nadmin_listen = "127.0.0.1:%d"\nlog_level = "warn"\n'
-                    'poll_interval = "20ms"\nretry_min = "100ms"\nretry_max = "1s"\n' % (ledger_db, sink_url, self.admin_port))
+                    'poll_interval = "20ms"\nretry_min = "100ms"\nretry_max = "1s"\nmax_attempts = 100\n'
+                    % (ledger_db, sink_url, self.admin_port))
         self.notifier = Proc("notifier", [NOTIFIER_BIN, "--db", self.notifier_db] + notifier_args, workdir)
         self.relay = Proc("relay", [RELAY_BIN, "--config", config], workdir)
         if sink == "webhook":

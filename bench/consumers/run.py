@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""Consumer and outbox throughput, each against its raw baseline on the same broker, in one run.
+
+Consumers (issue "Queues for real"), per broker (RabbitMQ, Redis Streams), N messages each case,
+prefetch 64, 8 workers:
+  raw              receive + ack, no store (idem-consume-bench raw)
+  inprocess/STORE  ConsumeLoop + process_once, a no-op handler, STORE = memory, sqlite, redis
+  raw-http         receive, POST to the handler, ack, no store (the sidecar's baseline)
+  sidecar/STORE    idem-consume delivering to the same handler (nginx `return 200`)
+Ratios: inprocess/raw, sidecar/raw-http; CPU per message (the measured process only).
+
+Outbox (issue "The outbox"):
+  payments/s of idem-payments --idempotency inprocess (SQLite FULL) with --outbox on and off, wrk
+  sending fresh keys; and idem-relay's rows/s (SQLite outbox -> RabbitMQ, batches of 100) against
+  a raw publish-with-confirms loop (batches of 100) on the same broker.
+
+The cases run in rounds; each reports its median round. Servers (RabbitMQ, Redis) are started
+fresh under a temporary directory (scripts/lib/servers.sh) and stopped at exit.
+
+usage: bench/consumers/run.py --build DIR [--messages N] [--rounds R] [--out-dir DIR] [--quick]
+  --out-dir: where results.md and consumers_bench.png go; default: update docs/benchmarks.md
+  (section "## Consumers and the outbox") and docs/img/consumers_bench.png
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SERVERS = os.path.join(ROOT, "scripts", "lib", "servers.sh")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ticks(pid):
+    """User + system CPU seconds of a process so far."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def metric(port, name):
+    try:
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2).read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+class Run:
+    def __init__(self, args):
+        self.args = args
+        self.work = tempfile.mkdtemp(prefix="idem-consumers-bench-")
+        self.bin = lambda *p: os.path.join(args.build, *p)
+        subprocess.run(["bash", SERVERS, "start", os.path.join(self.work, "servers"), "rabbitmq", "redis"], check=True,
+                       stdout=subprocess.DEVNULL)
+        self.env = {}
+        with open(os.path.join(self.work, "servers", "env")) as f:
+            for line in f:
+                if line.startswith("export "):
+                    for part in line[7:].strip().split(" "):
+                        k, _, v = part.partition("=")
+                        self.env[k] = v.strip("'")
+        self.procs = []
+        self.handler_port = free_port()
+        prefix = os.path.join(self.work, "nginx")
+        os.makedirs(os.path.join(prefix, "logs"))
+        with open(os.path.join(prefix, "nginx.conf"), "w") as f:
+            f.write("daemon off; worker_processes 1; pid %s/nginx.pid; error_log %s/logs/error.log warn;\n"
+                    "events { worker_connections 1024; }\n"
+                    "http { access_log off; client_body_temp_path %s/body; keepalive_requests 1000000;\n"
+                    "  server { listen 127.0.0.1:%d; location / { return 200 \"ok\"; } } }\n"
+                    % (prefix, prefix, prefix, self.handler_port))
+        self.procs.append(subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-p", prefix, "-c",
+                                            os.path.join(prefix, "nginx.conf")], stderr=subprocess.DEVNULL))
+        time.sleep(0.5)
+        self.handler = "http://127.0.0.1:%d/messages" % self.handler_port
+        self.n = 0
+
+    def close(self):
+        for p in self.procs:
+            p.terminate()
+            p.wait()
+        subprocess.run(["bash", SERVERS, "stop", os.path.join(self.work, "servers")], stdout=subprocess.DEVNULL)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def urls(self, broker):
+        """(source, sink) URLs of a fresh queue or stream."""
+        self.n += 1
+        name = "bench-%d-%d" % (os.getpid(), self.n)
+        if broker == "amqp":
+            base = self.env["IDEM_TEST_AMQP_URL"].rstrip("/")
+            return "%s?queue=%s" % (base, name), "%s?exchange=&routing_key=%s" % (base, name)
+        netloc = urllib.parse.urlsplit(self.env["IDEM_TEST_REDIS_URL"]).netloc
+        return "redis+stream://%s/%s?group=bench" % (netloc, name), "redis+stream://%s/%s" % (netloc, name)
+
+    def tool(self, *argv):
+        out = subprocess.run([self.bin("bench", "consumers", "idem-consume-bench")] + [str(a) for a in argv],
+                             capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            raise RuntimeError("idem-consume-bench %s: %s" % (argv[0], out.stderr))
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def prepared(self, broker):
+        source, sink = self.urls(broker)
+        # Declare the queue (or group) before publishing: open a source on it once.
+        subprocess.run([self.bin("tests", "tools", "idem-broker-tool"), "take", source, "--idle-ms", "50"],
+                       check=True, stdout=subprocess.DEVNULL)
+        self.tool("publish", sink, self.args.messages)
+        return source
+
+    def store_url(self, store):
+        if store == "memory":
+            return "memory:"
+        if store == "sqlite":
+            return "sqlite:%s" % os.path.join(self.work, "store-%d.db" % self.n)
+        return self.env["IDEM_TEST_REDIS_URL"] + "/%d" % (self.n % 15 + 1)  # a database of its own
+
+    def sidecar(self, source, store):
+        admin = free_port()
+        p = subprocess.Popen([self.bin("consume", "idem-consume"), "--source", source, "--deliver", self.handler,
+                              "--store", self.store_url(store), "--admin-listen", "127.0.0.1:%d" % admin,
+                              "--log-level", "warn"], stderr=open(os.path.join(self.work, "sidecar.log"), "ab"))
+        try:
+            n = self.args.messages
+            deadline = time.time() + 600
+            while (metric(admin, "idem_consume_received_total") or 0) == 0:
+                if time.time() > deadline or p.poll() is not None:
+                    raise RuntimeError("idem-consume did not start consuming")
+                time.sleep(0.002)
+            t0, cpu0 = time.monotonic(), ticks(p.pid)
+            while (metric(admin, "idem_consume_processed_total") or 0) < n:
+                if time.time() > deadline:
+                    raise RuntimeError("idem-consume did not finish")
+                time.sleep(0.01)
+            seconds, cpu = time.monotonic() - t0, ticks(p.pid) - cpu0
+            return {"msgs_per_s": n / seconds, "cpu_us_per_msg": cpu * 1e6 / n}
+        finally:
+            p.terminate()
+            p.wait()
+
+    def consumer_round(self, broker):
+        out = {}
+        n = self.args.messages
+        out["raw"] = self.tool("raw", self.prepared(broker), n)
+        for store in ("memory", "sqlite", "redis"):
+            out["inprocess/" + store] = self.tool("inprocess", self.prepared(broker), n, self.store_url(store))
+        out["raw-http"] = self.tool("raw-http", self.prepared(broker), n, self.handler)
+        for store in ("memory", "sqlite", "redis"):
+            out["sidecar/" + store] = self.sidecar(self.prepared(broker), store)
+        return out
+
+    # --- the outbox ----------------------------------------------------------------------------
+
+    def payments_rate(self, outbox):
+        port = free_port()
+        db = os.path.join(self.work, "payments-%d.db" % self.n)
+        self.n += 1
+        p = subprocess.Popen([self.bin("examples", "payments", "idem-payments"), "--listen", "127.0.0.1:%d" % port,
+                              "--db", db, "--idempotency", "inprocess", "--outbox", "on" if outbox else "off"],
+                             stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(100):
+                try:
+                    urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            con = sqlite3.connect(db, timeout=30)
+            con.execute("INSERT INTO accounts (id, currency, balance, opening, created) VALUES "
+                        "('acct_a', 'EUR', 4000000000000, 4000000000000, 0), ('acct_b', 'EUR', 0, 0, 0)")
+            con.commit()
+            con.close()
+            lua = os.path.join(ROOT, "bench", "consumers", "payment.lua")
+            duration = "2s" if self.args.quick else "8s"
+            cpu0 = ticks(p.pid)
+            out = subprocess.run(["wrk", "-t2", "-c32", "-d" + duration, "-s", lua, "http://127.0.0.1:%d" % port],
+                                 capture_output=True, text=True, timeout=120)
+            cpu = ticks(p.pid) - cpu0
+            rate = float([l for l in out.stdout.splitlines() if l.startswith("Requests/sec")][0].split()[1])
+            if "Non-2xx" in out.stdout:
+                raise RuntimeError("payments answered non-2xx: %s" % out.stdout)
+            (count,), = sqlite3.connect(db).execute("SELECT COUNT(*) FROM payments").fetchall()
+            return {"payments_per_s": rate, "cpu_us_per_payment": cpu * 1e6 / max(count, 1)}
+        finally:
+            p.terminate()
+            p.wait()
+
+    def relay_rate(self):
+        n = self.args.messages
+        _, sink = self.urls("amqp")
+        db = os.path.join(self.work, "outbox-%d.db" % self.n)
+        sqlite3.connect(db).close()  # an empty file: the relay creates the table in it
+        admin = free_port()
+        p = subprocess.Popen([self.bin("relay", "idem-relay"), "--outbox", "sqlite:" + db, "--sink", sink,
+                              "--admin-listen", "127.0.0.1:%d" % admin, "--log-level", "warn"],
+                             stderr=open(os.path.join(self.work, "relay.log"), "ab"))
+        try:
+            while metric(admin, "idem_relay_pending") is None:
+                time.sleep(0.02)
+            # Rows inserted as a service in any language would, the relay stopped meanwhile, so that
+            # the clock starts with all of them there.
+            p.send_signal(19)  # SIGSTOP
+            con = sqlite3.connect(db, timeout=30)
+            con.executemany("INSERT INTO idem_outbox (message_id, body) VALUES (?, ?)",
+                            (("row-%d-%d" % (self.n, i), b"x" * 300) for i in range(n)))
+            con.commit()
+            t0, cpu0 = time.monotonic(), ticks(p.pid)
+            p.send_signal(18)  # SIGCONT
+            while True:
+                (pending,), = con.execute("SELECT COUNT(*) FROM idem_outbox WHERE state = 'pending'").fetchall()
+                if pending == 0:
+                    break
+                time.sleep(0.01)
+            seconds, cpu = time.monotonic() - t0, ticks(p.pid) - cpu0
+            con.close()
+            return {"msgs_per_s": n / seconds, "cpu_us_per_msg": cpu * 1e6 / n}
+        finally:
+            p.terminate()
+            p.wait()
+
+    def outbox_round(self):
+        _, sink = self.urls("amqp")
+        return {"payments/outbox off": self.payments_rate(False), "payments/outbox on": self.payments_rate(True),
+                "publish-raw": self.tool("outbox-raw", sink, self.args.messages), "relay": self.relay_rate()}
+
+
+def median(rounds, case, field):
+    return statistics.median(r[case][field] for r in rounds)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", required=True)
+    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out-dir")
+    parser.add_argument("--quick", action="store_true", help="1 round of 2,000 messages: proves the script works")
+    args = parser.parse_args()
+    if args.quick:
+        args.messages, args.rounds = 2000, 1
+    args.build = os.path.abspath(args.build)
+    run = Run(args)
+    try:
+        results = {b: [run.consumer_round(b) for _ in range(args.rounds)] for b in ("amqp", "redis_streams")}
+        outbox = [run.outbox_round() for _ in range(args.rounds)]
+    finally:
+        run.close()
+
+    lines = ["| broker | case | messages/s | vs baseline | CPU µs per message |", "|---|---|---:|---:|---:|"]
+    plot = []
+    for broker, rounds in results.items():
+        for case in rounds[0]:
+            base = "raw" if not case.startswith("sidecar") and case != "raw-http" else "raw-http"
+            rate = median(rounds, case, "msgs_per_s")
+            ratio = statistics.median(r[case]["msgs_per_s"] / r[base]["msgs_per_s"] for r in rounds)
+            lines.append("| %s | %s | %.0f | %s | %.1f |" % (broker, case, rate, "" if case == base else "%.2f" % ratio,
+                                                           median(rounds, case, "cpu_us_per_msg")))
+            plot.append('"%s %s" %.0f' % ("rmq" if broker == "amqp" else "redis", case, rate))
+    off = median(outbox, "payments/outbox off", "payments_per_s")
+    on = median(outbox, "payments/outbox on", "payments_per_s")
+    cost = statistics.median(1 - r["payments/outbox on"]["payments_per_s"] / r["payments/outbox off"]["payments_per_s"]
+                             for r in outbox)
+    relay_ratio = statistics.median(r["relay"]["msgs_per_s"] / r["publish-raw"]["msgs_per_s"] for r in outbox)
+    lines += ["", "| outbox case | rate | ratio | CPU µs per item |", "|---|---:|---:|---:|",
+              "| payments, outbox off (in-process, SQLite FULL) | %.0f payments/s | | %.1f |"
+              % (off, median(outbox, "payments/outbox off", "cpu_us_per_payment")),
+              "| payments, outbox on | %.0f payments/s | %.2f (costs %.0f %%) | %.1f |"
+              % (on, 1 - cost, cost * 100, median(outbox, "payments/outbox on", "cpu_us_per_payment")),
+              "| raw publish with confirms (batches of 100) | %.0f messages/s | | %.1f |"
+              % (median(outbox, "publish-raw", "msgs_per_s"), median(outbox, "publish-raw", "cpu_us_per_msg")),
+              "| idem-relay, SQLite outbox to RabbitMQ | %.0f rows/s | %.2f | %.1f |"
+              % (median(outbox, "relay", "msgs_per_s"), relay_ratio, median(outbox, "relay", "cpu_us_per_msg"))]
+    table = "\n".join(lines) + "\n"
+    print(table)
+    out_dir = args.out_dir or os.path.join(ROOT, "docs", "img")
+    os.makedirs(out_dir, exist_ok=True)
+    dat = os.path.join(out_dir if args.out_dir else tempfile.gettempdir(), "consumers_bench.dat")
+    with open(dat, "w") as f:
+        f.write("\n".join(plot) + "\n")
+    png = os.path.join(out_dir, "consumers_bench.png")
+    subprocess.run(["gnuplot", "-e", "datafile='%s'; outfile='%s'" % (dat, png),
+                    os.path.join(ROOT, "bench", "consumers", "plot.gp")], check=True)
+    if args.out_dir:
+        with open(os.path.join(args.out_dir, "results.md"), "w") as f:
+            f.write(table)
+    else:
+        update_docs(table, args)
+
+
+def update_docs(table, args):
+    path = os.path.join(ROOT, "docs", "benchmarks.md")
+    with open(path) as f:
+        text = f.read()
+    head = "## Consumers and the outbox"
+    section = (head + "\n\nMeasured by `bench/consumers/run.py --build build/release --messages %d --rounds %d` "
+               "(%s, %d cores). Each figure is the median round; ratios are medians of per-round ratios. CPU is the "
+               "measured process's only (the bench tool, idem-consume, idem-payments or idem-relay), not the broker's.\n\n"
+               % (args.messages, args.rounds, time.strftime("%Y-%m-%d"), os.cpu_count())
+               + table + "\n![consumers](img/consumers_bench.png)\n")
+    if head in text:
+        start = text.index(head)
+        end = text.find("\n## ", start + len(head))
+        text = text[:start] + section + (text[end:] if end != -1 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -67,6 +67,7 @@ class Run:
     def __init__(self, args):
         self.args = args
         self.work = tempfile.mkdtemp(prefix="idem-consumers-bench-")
+        os.chmod(self.work, 0o755)  # the servers drop root (rabbitmq, postgres) and must reach it
         self.bin = lambda *p: os.path.join(args.build, *p)
         subprocess.run(["bash", SERVERS, "start", os.path.join(self.work, "servers"), "rabbitmq", "redis"], check=True,
                        stdout=subprocess.DEVNULL)

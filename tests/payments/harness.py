@@ -131,16 +131,16 @@ def wait_http(port, path, proc, what, timeout=20.0):
     fail("%s did not answer %s on port %d" % (what, path, port))
 
 
-def start_service(port, db, mode, lease_ms=60000, log_path=None):
+def start_service(port, db, mode, lease_ms=60000, log_path=None, extra=()):
     args = [PAYMENTS_BIN, "--listen", "127.0.0.1:%d" % port, "--db", db, "--idempotency", mode,
-            "--lease-ms", str(lease_ms)]
+            "--lease-ms", str(lease_ms)] + list(extra)
     err = open(log_path, "ab") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
     wait_http(port, "/healthz", proc, "idem-payments")
     return proc
 
 
-def write_gateway_config(path, port, upstream_port, store, lease="60s", on_lease_expiry="reexecute"):
+def write_gateway_config(path, port, upstream_port, store, lease="60s", on_lease_expiry="reexecute", top=""):
     """A gateway in front of the service. With on_lease_expiry = "ask", POST /v1/payments asks
     the service's lookup (GET /v1/payments/by-idempotency-key/{key}) about keys whose holder
     vanished; the other routes park theirs (unknown)."""
@@ -152,6 +152,7 @@ upstream = "http://127.0.0.1:{upstream_port}"
 store = "sqlite:{store}"
 log_level = "warn"
 lookup_timeout = "200ms"
+{top}
 [idempotency]
 lease = "{lease}"
 allow_short_lease = true

@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
   app.add_option("--outbox", outbox, "on: each succeeded payment enqueues payment.succeeded (docs/outbox.md)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  std::string hold;
+  app.add_option("--hold-attempt", hold,
+                 "tests: N:MS, a write with Idempotency-Attempt N waits MS ms first (a slow first call)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -43,6 +46,23 @@ int main(int argc, char** argv) {
   } catch (const std::exception&) {
     std::fprintf(stderr, "idem-payments: --listen %s: expected HOST:PORT\n", listen.c_str());
     return 2;
+  }
+  if (!hold.empty()) {
+    const auto sep = hold.find(':');
+    try {
+      if (sep == std::string::npos) throw std::invalid_argument("no colon");
+      std::size_t used = 0;
+      const unsigned long n = std::stoul(hold.substr(0, sep), &used);
+      if (used != sep || n == 0) throw std::invalid_argument("attempt");
+      const std::string ms_text = hold.substr(sep + 1);
+      const unsigned long ms = std::stoul(ms_text, &used);
+      if (used != ms_text.size()) throw std::invalid_argument("ms");
+      options.hold_attempt = static_cast<unsigned>(n);
+      options.hold = std::chrono::milliseconds(ms);
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "idem-payments: --hold-attempt %s: expected N:MS, e.g. 1:3000\n", hold.c_str());
+      return 2;
+    }
   }
   options.inprocess = mode == "inprocess";
   options.outbox = outbox == "on";

@@ -278,7 +278,17 @@ asio::awaitable<Response> Service::Impl::handle(const Request& req) {
     if (req.method() != bhttp::verb::post) {
       co_return make_response(problem(405, "method_not_allowed", "Method not allowed", "use POST"), version, keep_alive);
     }
-    if (!engine) co_return write_off(req, route);
+    if (!engine) {
+      if (options.hold_attempt != 0) {
+        const auto attempt = req.find(http::kAttemptHeader);
+        if (attempt != req.end() && attempt->value() == std::to_string(options.hold_attempt)) {
+          asio::steady_timer hold(co_await asio::this_coro::executor, options.hold);
+          beast::error_code ignored;
+          co_await hold.async_wait(with(ignored));
+        }
+      }
+      co_return write_off(req, route);
+    }
     Response res = co_await write_inprocess(req, route);
     co_return res;
   }

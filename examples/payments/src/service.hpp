@@ -20,6 +20,11 @@ struct ServiceOptions {
   bool outbox = true;
   /// In-process mode: how long a request may hold its key before a retry may take it over.
   std::chrono::milliseconds lease{60'000};
+  /// For tests of the attempt fence (tests/payments/fence_test.py): a write carrying
+  /// Idempotency-Attempt `hold_attempt` waits `hold` before it runs, as a slow first call would.
+  /// 0: none.
+  unsigned hold_attempt = 0;
+  std::chrono::milliseconds hold{0};
 };
 
 /// The HTTP service: one event loop, a coroutine per connection, the ledger over SQLite.

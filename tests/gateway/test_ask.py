@@ -215,6 +215,33 @@ class AskTest(GatewayTestCase):
         self.assertEqual(final.body, replays[0].body)
         self.assertEqual(self.upstream.executions(key), 1)
 
+    def test_idemctl_reconcile_resolves_a_key_nobody_retried(self):
+        if harness.ARGS.store != "sqlite":
+            self.skipTest("idemctl opens the gateway's store from another process: runs under --store sqlite")
+        import subprocess
+        idemctl = os.path.normpath(os.path.join(os.path.dirname(harness.ARGS.gateway), "..", "cli", "idemctl"))
+        store = self.gateway.store
+        found, never = new_key("found"), new_key("never")
+        after = max(self.stuck("/hang-first/ok", found), self.stuck("/hang-first/never", never))
+        sleep_until(after)
+        run = subprocess.run([idemctl, "reconcile", "--store", store, "--upstream", self.upstream.url, "--json"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(run.returncode, 0, run.stderr + run.stdout)
+        report = json.loads(run.stdout)
+        text = json.dumps(report)
+        self.assertIn(found, text)
+        self.assertIn(never, text)
+        self.assertEqual(self.lookups(found)["count"], 1)
+        self.assertEqual(self.lookups(found)["attempt"], "2")
+        # The found key replays the committed outcome without asking again; the other executes.
+        r = self.gateway.request("POST", "/hang-first/ok", "{}", key=found, headers=[("X-Tenant", "acme")])
+        self.assertEqual((r.status, r.header("Idempotent-Replayed")), (201, "true"), r)
+        self.assertEqual(self.lookups(found)["count"], 1, "reconciled: the gateway does not ask again")
+        n = self.gateway.request("POST", "/hang-first/never", "{}", key=never, headers=[("X-Tenant", "acme")])
+        self.assertExecuted(n)
+        self.assertEqual(self.upstream.executions(found), 1)
+        self.assertEqual(self.upstream.executions(never), 2)
+
     def test_keyed_requests_carry_their_attempt_and_tenant_and_clients_cannot_set_them(self):
         key = new_key()
         forged = [("X-Tenant", "acme"), ("Idempotency-Attempt", "99"), ("Idempotency-Tenant", "someone-else")]

@@ -369,7 +369,11 @@ def main():
     parser.add_argument("--consume", required=True)
     parser.add_argument("--tool", required=True)
     ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    program = unittest.main(argv=[sys.argv[0]] + rest, verbosity=2, exit=False)
+    # A pattern that matches nothing must not pass as a green test that tested nothing.
+    if program.result.testsRun == 0:
+        sys.exit("test_consume.py: no test matched %s" % rest)
+    sys.exit(0 if program.result.wasSuccessful() else 1)
 
 
 if __name__ == "__main__":

@@ -148,15 +148,6 @@ struct ThreadBuffer {
 
 thread_local ThreadBuffer t_buffer;
 
-std::string_view level_name(LogLevel level) {
-  switch (level) {
-    case LogLevel::error: return "error";
-    case LogLevel::warn: return "warn";
-    case LogLevel::info: return "info";
-    case LogLevel::debug: return "debug";
-  }
-  return "?";
-}
 
 // "2024-05-01T12:00:00.123Z" (UTC, milliseconds), what idemctl prints too.
 void append_time(std::string& out) {
@@ -252,6 +243,16 @@ void drain(std::chrono::milliseconds timeout) {
 }
 
 std::uint64_t dropped_lines() { return Sink::instance().dropped_total(); }
+
+std::string_view level_name(LogLevel level) {
+  switch (level) {
+    case LogLevel::error: return "error";
+    case LogLevel::warn: return "warn";
+    case LogLevel::info: return "info";
+    case LogLevel::debug: return "debug";
+  }
+  return "?";
+}
 
 void append_quoted(std::string& out, std::string_view s) {
   out += '"';

@@ -2,22 +2,13 @@
 
 #include <algorithm>
 
+#include "idem/gateway/log.hpp"
 #include "idem/redact.hpp"
 
 namespace idem::gateway {
 namespace {
 
 std::string listen_text(const std::optional<ListenAddress>& address) { return address ? address->text() : "off"; }
-
-std::string_view level_name(LogLevel level) {
-  switch (level) {
-    case LogLevel::error: return "error";
-    case LogLevel::warn: return "warn";
-    case LogLevel::info: return "info";
-    case LogLevel::debug: return "debug";
-  }
-  return "?";
-}
 
 }  // namespace
 
@@ -68,7 +59,7 @@ std::shared_ptr<const Config> keep_restart_settings(const Config& running, Confi
 std::string describe_reload(const Config& config) {
   std::string line = std::to_string(config.routes.size()) + " route" + (config.routes.size() == 1 ? "" : "s") +
                      ", upstream http://" + config.upstream.authority + ", errors " + config.errors->name() +
-                     ", log_level " + std::string(level_name(config.log_level)) + ", log_format " +
+                     ", log_level " + std::string(log::level_name(config.log_level)) + ", log_format " +
                      (config.log_format == LogFormat::json ? "json" : "text");
   if (config.encryption_keys) {
     line += ", " + std::to_string(config.encryption_keys->keys().size()) + " encryption key(s)";

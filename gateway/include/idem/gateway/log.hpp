@@ -12,6 +12,9 @@ namespace idem::gateway::log {
 /// Sets the most detailed level written (default info).
 void set_level(LogLevel level);
 
+/// "error", "warn", "info" or "debug": the level as the configuration and the log lines name it.
+std::string_view level_name(LogLevel level);
+
 /// Sets how lines are written (default text): `TIME LEVEL message`, or one JSON object per line,
 /// `{"time":"2024-05-01T12:00:00.123Z","level":"info","event":"log","message":"..."}`.
 void set_format(LogFormat format);

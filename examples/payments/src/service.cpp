@@ -145,7 +145,7 @@ sqlite3* open_ledger(const std::string& path) {
   sqlite3_busy_timeout(db, 5000);
   std::string error;
   char* msg = nullptr;
-  if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", nullptr, nullptr, &msg) != SQLITE_OK) {
+  if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA temp_store=MEMORY;", nullptr, nullptr, &msg) != SQLITE_OK) {
     error = msg ? msg : "pragma failed";
     sqlite3_free(msg);
     sqlite3_close(db);

@@ -38,11 +38,12 @@ StoreResult<Connection> open_connection(const std::string& path, int busy_timeou
   if (rc != SQLITE_OK) return std::unexpected(map_error(rc, "open " + path, db.get()));
   sqlite3_extended_result_codes(db.get(), 1);
   sqlite3_busy_timeout(db.get(), busy_timeout_ms);
-  // Statement journals (and temporary b-trees) in memory: a statement that may abort halfway —
-  // the outbox's INSERT, whose triggers check the headers — keeps one per statement, and on disk
-  // it spilled to a /var/tmp file past 64 KiB of a group-commit transaction: about 11 writes per
-  // payment that made the outbox cost 45 % of payments/s (docs/benchmarks.md). They hold what
-  // one transaction's statements touched, and are never needed after a crash.
+  // Statement journals (and temporary b-trees) in memory: a statement that may abort halfway
+  // inside a transaction — the outbox's INSERT, which writes a row and several indexes and can
+  // still fail on its unique message id or its triggers — keeps one, and on disk it spilled to a
+  // /var/tmp file past 64 KiB of a group-commit transaction: about 11 writes per payment that made
+  // the outbox cost 45 % of payments/s (docs/benchmarks.md). They hold what one transaction's
+  // statements touched, and are never needed after a crash.
   if (const int t = sqlite3_exec(db.get(), "PRAGMA temp_store = MEMORY", nullptr, nullptr, nullptr); t != SQLITE_OK) {
     return std::unexpected(map_error(t, "set temp_store", db.get()));
   }

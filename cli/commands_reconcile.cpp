@@ -14,6 +14,7 @@
 #include "commands.hpp"
 #include "idem/client/curl_transport.hpp"
 #include "idem/engine.hpp"
+#include "idem/error_envelope.hpp"
 #include "idem/open_store.hpp"
 #include "idem/problem.hpp"
 #include "reconcile_commands.hpp"
@@ -28,21 +29,6 @@ struct KeyReport {
   Reconciled how = Reconciled::unknown;
   std::string detail;
 };
-
-// What a gateway stores for a response too large to replay (410, docs/gateway.md Limits), so a
-// retry learns the operation was executed instead of executing it again.
-StoredResponse not_stored(int status, std::size_t limit) {
-  const Problem p = make_problem(
-      410, "idempotency_response_not_stored", "The response to this request was not stored",
-      "the request with this key was executed (upstream status " + std::to_string(status) +
-          ") but its response body was larger than max_stored_response (" + std::to_string(limit) +
-          " bytes), so it cannot be replayed; do not retry, look the result up instead");
-  return StoredResponse{410,
-                        {{"Content-Type", std::string(kProblemContentType)},
-                         {"Cache-Control", "no-store"},
-                         {"Idempotent-Original-Status", std::to_string(status)}},
-                        problem_json(p)};
-}
 
 class Reconciler {
  public:
@@ -140,7 +126,8 @@ class Reconciler {
     switch (result.answer) {
       case http::LookupAnswer::happened: {
         StoredResponse outcome =
-            result.oversized ? not_stored(result.response.status, args_.max_stored_response) : std::move(result.response);
+            result.oversized ? not_stored_response(result.response.status, args_.max_stored_response,
+                                                *ErrorEnvelope::problem_json()) : std::move(result.response);
         const int status = outcome.status;
         auto stored = engine_.resolve_and_wait(ticket, std::move(outcome));
         if (!stored) return failed(std::move(report), stored.error());

@@ -140,6 +140,21 @@ void append_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
 }
 
+StoredResponse not_stored_response(int original_status, std::size_t limit, const ErrorEnvelope& envelope) {
+  const Problem p = make_problem(
+      410, "idempotency_response_not_stored", "The response to this request was not stored",
+      "the request with this key was executed (upstream status " + std::to_string(original_status) +
+          ") but its response body was larger than max_stored_response (" + std::to_string(limit) +
+          " bytes), so it cannot be replayed; do not retry, look the result up instead");
+  StoredResponse stored;
+  stored.status = 410;
+  stored.headers = {{"Content-Type", envelope.content_type()},
+                    {"Cache-Control", "no-store"},
+                    {"Idempotent-Original-Status", std::to_string(original_status)}};
+  stored.body = envelope.body(p);
+  return stored;
+}
+
 std::string_view stripe_error_type(const Problem& problem) {
   if (problem.code == "idempotency_key_mismatch" || problem.code == "idempotency_key_in_use" ||
       problem.code == "idempotency_outcome_unknown") {

@@ -47,23 +47,6 @@ std::string response_failure(const beast::error_code& ec) {
   return "the upstream closed the connection in the middle of the response: " + ec.message();
 }
 
-// The stored stand-in for a response too large to store: executed, not replayable. Written in
-// the route's envelope, like every answer the gateway makes itself; its replays keep it.
-StoredResponse not_stored(unsigned status, std::size_t limit, const ErrorEnvelope& envelope) {
-  Problem p = make_problem(
-      410, "idempotency_response_not_stored", "The response to this request was not stored",
-      "the request with this key was executed (upstream status " + std::to_string(status) +
-          ") but its response body was larger than max_stored_response (" + std::to_string(limit) +
-          " bytes), so it cannot be replayed; do not retry, look the result up instead");
-  StoredResponse stored;
-  stored.status = 410;
-  stored.headers = {{"Content-Type", envelope.content_type()},
-                    {"Cache-Control", "no-store"},
-                    {"Idempotent-Original-Status", std::to_string(status)}};
-  stored.body = envelope.body(p);
-  return stored;
-}
-
 // An HTTP-date (RFC 9110 §5.6.7, IMF-fixdate): "Sun, 06 Nov 1994 08:49:37 GMT".
 std::string http_date(TimePoint t) {
   const std::time_t secs = static_cast<std::time_t>(to_epoch_ms(t) / 1000);
@@ -134,7 +117,8 @@ StoredResponse Handler::oversized_record(unsigned status, const Ticket& ticket) 
   stored.status = static_cast<int>(status);
   if (classify_status(stored.status, ticket.store_server_errors) == Disposition::store) {
     m_.oversized_responses.fetch_add(1, std::memory_order_relaxed);
-    return not_stored(status, options_->max_stored_response, *options_->errors);
+    // Written in the route's envelope, like every answer the gateway makes itself.
+    return not_stored_response(static_cast<int>(status), options_->max_stored_response, *options_->errors);
   }
   return stored;
 }

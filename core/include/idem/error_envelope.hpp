@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "idem/problem.hpp"
+#include "idem/record.hpp"
 
 namespace idem {
 
@@ -74,6 +75,12 @@ class ErrorEnvelope {
 /// `api_error` for 5xx, `invalid_request_error` for every other 4xx (a missing or invalid key, a
 /// refused token, a request too large or malformed), as Stripe types each case.
 std::string_view stripe_error_type(const Problem& problem);
+
+/// What is stored for an executed request whose response body exceeded `limit`
+/// (max_stored_response): 410 idempotency_response_not_stored in `envelope`, with
+/// Idempotent-Original-Status, so a retry learns the request was executed instead of executing it
+/// again. The gateway stores it; `idemctl reconcile` stores the same for an oversized lookup answer.
+StoredResponse not_stored_response(int original_status, std::size_t limit, const ErrorEnvelope& envelope);
 
 /// Appends `s` as a JSON string literal (quotes included), escaping quotes, backslashes and
 /// control characters.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """SIGHUP reloads the configuration without a failed request (docs/gateway.md, "Reloading"):
-50 reloads, alternating two valid files and an invalid one, while four clients keep sending keyed
-requests (new keys and replays of old ones). Every one of their answers is a 200 (executed or
+50 reloads, alternating two valid files and an invalid one, under wrk load (fresh keyed POSTs) while
+four clients keep sending keyed requests (new keys and replays of old ones). Every one of their answers is a 200 (executed or
 replayed); after each valid reload a probe sees the new policy (a route's `required`, its error
 envelope); after each invalid one the running configuration stays, with one log line saying why.
 
@@ -9,7 +9,10 @@ envelope); after each invalid one the running configuration stays, with one log 
 """
 
 import os
+import re
+import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -108,6 +111,13 @@ class ReloadTest(GatewayTestCase):
                         answers["ok"] += 1
                     else:
                         answers["bad"].append(repr(r))
+        # wrk alongside: fresh keyed POSTs at full speed for the whole loop (bench/gateway/post.lua).
+        wrk = shutil.which("wrk")
+        self.assertIsNotNone(wrk, "wrk is not installed (scripts/deps installs it)")
+        lua = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "gateway", "post.lua")
+        load = subprocess.Popen([wrk, "-t1", "-c8", "-d10s", "-s", lua,
+                                 "http://127.0.0.1:%d/echo/load" % self.gateway.port],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
         for t in threads:
             t.start()
@@ -129,6 +139,12 @@ class ReloadTest(GatewayTestCase):
             stop.set()
             for t in threads:
                 t.join(30)
+        out, _ = load.communicate(timeout=60)
+        self.assertEqual(load.returncode, 0, out)
+        self.assertNotIn("Non-2xx", out, "wrk got answers other than 2xx during the reloads:\n" + out)
+        self.assertNotIn("Socket errors", out, "wrk's connections failed during the reloads:\n" + out)
+        wrk_requests = int(re.search(r"(\d+) requests in", out).group(1))
+        self.assertGreater(wrk_requests, 1000, out)
         self.assertTrue(self.gateway.alive())
         self.assertEqual(answers["bad"], [], "requests failed during reloads")
         self.assertGreater(answers["ok"], 200, "too little load to prove anything")
@@ -136,7 +152,7 @@ class ReloadTest(GatewayTestCase):
         self.assertTrue('[[route]] #2: lease: "-1s"' in log, "the failed reload's line names the reason")
         failed = sum(1 for n in range(RELOADS) if n % 3 == 1)
         self.assertEqual(self.reload_lines(), (RELOADS - failed, failed))
-        print("reloads=%d answers=%d" % (RELOADS, answers["ok"]))
+        print("reloads=%d answers=%d wrk_requests=%d" % (RELOADS, answers["ok"], wrk_requests))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "idem/headers_codec.hpp"
+#include "writer_transaction.hpp"
 
 namespace idem::sqlite_detail {
 namespace {
@@ -283,6 +284,7 @@ StoreResult<FenceStatus> run_complete_in_transaction(Db& db, const CompleteReque
   std::string error;
   bool ok = false;
   try {
+    WriterTransaction marked(db.raw, db.st.outbox_insert);  // enqueue inside `work` reuses its INSERT
     ok = work(db.raw, error);
   } catch (const std::exception& e) {
     error = std::string("threw: ") + e.what();

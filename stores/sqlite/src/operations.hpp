@@ -30,6 +30,9 @@ struct Statements {
   Statement savepoint, release_savepoint, rollback_to_savepoint;
   Statement select_record, insert_claim, takeover, complete, fail, release, abandon, check_fence, purge, ping;
   Statement admin_mark_retryable, admin_resolve, admin_count;
+  /// SqliteOutbox::enqueue's INSERT, prepared by the first enqueue inside complete_in_transaction's
+  /// work (writer_transaction.hpp), not here: the store never enqueues itself.
+  Statement outbox_insert;
 };
 
 /// Prepares every statement on `db` (whose schema is up to date).

@@ -12,6 +12,7 @@
 #include "connection.hpp"
 #include "relay_lock.hpp"
 #include "schema.hpp"
+#include "writer_transaction.hpp"
 
 namespace idem {
 namespace {
@@ -19,6 +20,7 @@ namespace {
 using sqlite_detail::map_error;
 using sqlite_detail::ResetOnExit;
 using sqlite_detail::Statement;
+using sqlite_detail::WriterTransaction;
 
 StoreError internal_error(std::string message) { return StoreError{StoreErrc::internal, std::move(message)}; }
 
@@ -178,22 +180,31 @@ bool SqliteOutbox::enqueue(sqlite3* db, const OutboxMessage& message, TimePoint 
         "transaction of the application's); none is open on this connection";
     return false;
   }
-  auto q = Statement::prepare(db, kInsert);
-  if (!q) {
-    error = q.error().message;
-    if (error.find("no such table") != std::string::npos) {
-      error += " (the outbox table is made by SqliteStore::open or by an outbox reader on this file)";
+  // On the store's writer connection the INSERT is prepared once (writer_transaction.hpp);
+  // elsewhere it is prepared for this call.
+  Statement* cached = WriterTransaction::outbox_insert_for(db);
+  Statement local;
+  if (cached == nullptr || cached->get() == nullptr) {
+    auto prepared = Statement::prepare(db, kInsert);
+    if (!prepared) {
+      error = prepared.error().message;
+      if (error.find("no such table") != std::string::npos) {
+        error += " (the outbox table is made by SqliteStore::open or by an outbox reader on this file)";
+      }
+      return false;
     }
-    return false;
+    (cached != nullptr ? *cached : local) = std::move(*prepared);
   }
+  Statement& q = cached != nullptr ? *cached : local;
+  ResetOnExit reset(q);  // the bindings point into `message`: none may outlive this call
   const std::string headers = outbox_headers_to_json(message.headers);
-  q->bind_text(1, message.message_id);
-  q->bind_text(2, message.destination);
-  q->bind_text(3, message.content_type);
-  q->bind_text(4, headers);
-  q->bind_blob(5, message.body);
-  q->bind(6, to_epoch_ms(now));
-  if (const int rc = q->step(); rc != SQLITE_DONE) {
+  q.bind_text(1, message.message_id);
+  q.bind_text(2, message.destination);
+  q.bind_text(3, message.content_type);
+  q.bind_text(4, headers);
+  q.bind_blob(5, message.body);
+  q.bind(6, to_epoch_ms(now));
+  if (const int rc = q.step(); rc != SQLITE_DONE) {
     error = map_error(rc, "enqueue message \"" + message.message_id + "\"", db).message;
     return false;
   }
@@ -203,6 +214,28 @@ bool SqliteOutbox::enqueue(sqlite3* db, const OutboxMessage& message, TimePoint 
   }
   return true;
 }
+
+// ---- the writer's cached INSERT ---------------------------------------------------------------
+
+namespace sqlite_detail {
+namespace {
+thread_local WriterTransaction* current_writer_transaction = nullptr;
+}  // namespace
+
+WriterTransaction::WriterTransaction(sqlite3* db, Statement& outbox_insert)
+    : db_(db), outbox_insert_(outbox_insert), previous_(current_writer_transaction) {
+  current_writer_transaction = this;
+}
+
+WriterTransaction::~WriterTransaction() { current_writer_transaction = previous_; }
+
+Statement* WriterTransaction::outbox_insert_for(sqlite3* db) {
+  for (WriterTransaction* t = current_writer_transaction; t != nullptr; t = t->previous_) {
+    if (t->db_ == db) return &t->outbox_insert_;
+  }
+  return nullptr;
+}
+}  // namespace sqlite_detail
 
 // ---- the reader -------------------------------------------------------------------------------
 

@@ -241,6 +241,43 @@ TEST_F(SqliteOutboxTest, ADuplicateMessageIdFailsTheWholeTransaction) {
   }
 }
 
+// On the store's writer connection enqueue keeps its INSERT prepared between transactions
+// (writer_transaction.hpp): each use must start from fresh bindings and leave no lock behind,
+// a failed use included, and another connection inside the work must not get that statement.
+TEST_F(SqliteOutboxTest, TheWritersPreparedInsertCarriesNothingFromOneTransactionToTheNext) {
+  for (int i = 0; i < 40; ++i) {
+    const Fence fence = claim_key("key-outbox-reuse-" + std::to_string(1000 + i));
+    const bool fail = i % 7 == 3;
+    auto done = store->complete_in_transaction(completion(fence), [&, i](sqlite3* db, std::string& error) {
+      // Short-lived strings: a binding that outlived this call would point at freed memory.
+      OutboxMessage m = message("pay_r" + std::to_string(i) + "/payment.succeeded", "body-" + std::to_string(i));
+      if (i % 2 == 0) m.headers = {{"n", std::to_string(i)}};
+      if (!SqliteOutbox::enqueue(db, m, clock.now(), error)) return false;
+      if (fail) return SqliteOutbox::enqueue(db, m, clock.now(), error);  // a duplicate: the step fails
+      std::string other;
+      EXPECT_FALSE(SqliteOutbox::enqueue(raw->get(), m, clock.now(), other));  // not the writer's
+      EXPECT_NE(other.find("inside the transaction"), std::string::npos) << other;
+      return true;
+    });
+    ASSERT_EQ(done.has_value(), !fail) << i;
+    // Nothing is left holding a lock: another connection takes the write lock at once.
+    EXPECT_EQ(raw->try_exec("BEGIN IMMEDIATE; COMMIT"), "") << i;
+  }
+  EXPECT_EQ(outbox_rows(), 40 - 6);
+  auto reader = open_reader(path);
+  auto rows = reader->list(OutboxQuery{});
+  ASSERT_TRUE(rows) << rows.error().message;
+  for (const OutboxRow& row : *rows) {
+    const std::string n = row.message.message_id.substr(5, row.message.message_id.find('/') - 5);
+    EXPECT_EQ(row.message.body, "body-" + n);
+    if (std::stoi(n) % 2 == 0) {
+      EXPECT_EQ(row.message.headers, (MessageHeaders{{"n", n}}));
+    } else {
+      EXPECT_TRUE(row.message.headers.empty()) << n;
+    }
+  }
+}
+
 TEST_F(SqliteOutboxTest, EnqueueRefusesWhatCouldNotBePublishedWithTheReason) {
   struct Case {
     OutboxMessage m;
@@ -697,6 +734,71 @@ TEST(SqliteOutboxSchema, ARelayCreatesTheTableInAServicesOwnDatabaseAndAStoreSti
   auto store = SqliteStore::open(options);
   ASSERT_TRUE(store) << store.error().message;
   EXPECT_EQ(relay->count().value().pending, 1u);
+}
+
+// Whether an INSERT into the outbox opens a temporary b-tree (what `state IN (...)` in a CHECK
+// costs on every row, and migration 4 removed).
+bool insert_opens_a_temporary_btree(RawDb& raw) {
+  sqlite3_stmt* stmt = nullptr;
+  const char* sql = "EXPLAIN INSERT INTO idem_outbox (message_id, body) VALUES ('x', 'y')";
+  if (sqlite3_prepare_v2(raw.get(), sql, -1, &stmt, nullptr) != SQLITE_OK) throw std::runtime_error(sql);
+  bool found = false;
+  while (sqlite3_step(stmt) == SQLITE_ROW) {
+    const auto* opcode = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1));
+    if (opcode != nullptr && std::string(opcode) == "OpenEphemeral") found = true;
+  }
+  sqlite3_finalize(stmt);
+  return found;
+}
+
+TEST(SqliteOutboxSchema, MigrationFourRebuildsTheTableKeepingRowsIdsAndTheHighWaterMark) {
+  TempDir dir;
+  const std::string path = dir.file("v3.db");
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(sqlite_detail::migrate(raw.get(), 3));
+    ASSERT_TRUE(insert_opens_a_temporary_btree(raw));  // the table as version 3 had it
+    raw.exec("INSERT INTO idem_outbox (message_id, destination, headers, body, created_ms) VALUES "
+             "('m-1', 'ex/rk', '{\"a\":\"b\"}', x'00ff', 11), ('m-2', '', '{}', 'two', 12), ('m-3', '', '{}', 'three', 13)");
+    raw.exec("UPDATE idem_outbox SET state = 'dead', attempts = 4, last_error = 'why' WHERE message_id = 'm-1'");
+    raw.exec("DELETE FROM idem_outbox WHERE message_id = 'm-3'");  // purged: its id 3 must not come back
+  }
+  SqliteOptions options;
+  options.path = path;
+  auto store = SqliteStore::open(options);
+  ASSERT_TRUE(store) << store.error().message;
+  store->reset();
+  RawDb raw(path);
+  EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 4);
+  EXPECT_FALSE(insert_opens_a_temporary_btree(raw));
+  EXPECT_EQ(raw.text("SELECT group_concat(id || ':' || message_id || ':' || state || ':' || attempts || ':' || "
+                     "destination || ':' || headers || ':' || hex(body) || ':' || created_ms || ':' || "
+                     "ifnull(last_error, '-'), ' ') FROM (SELECT * FROM idem_outbox ORDER BY id)"),
+            "1:m-1:dead:4:ex/rk:{\"a\":\"b\"}:00FF:11:why 2:m-2:pending:0::{}:74776F:12:-");
+  raw.exec("INSERT INTO idem_outbox (message_id, body) VALUES ('m-4', 'four')");
+  EXPECT_EQ(raw.scalar("SELECT id FROM idem_outbox WHERE message_id = 'm-4'"), 4);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_sequence WHERE name = 'idem_outbox_rebuilt'"), 0);
+  // The checks and the triggers came through the rebuild.
+  EXPECT_NE(raw.try_exec("UPDATE idem_outbox SET state = 'lost' WHERE id = 2"), "");
+  EXPECT_NE(raw.try_exec("INSERT INTO idem_outbox (message_id, headers) VALUES ('m-5', '{\"n\": 1}')"), "");
+  EXPECT_NE(raw.try_exec("UPDATE idem_outbox SET headers = '{\"n\": []}' WHERE id = 2"), "");
+  EXPECT_NE(raw.try_exec("INSERT INTO idem_outbox (message_id) VALUES ('m-1')"), "");
+  for (const char* name : {"idem_outbox_pending", "idem_outbox_sent", "idem_outbox_dead", "idem_outbox_headers_insert",
+                           "idem_outbox_headers_update"}) {
+    EXPECT_EQ(raw.scalar(std::string("SELECT count(*) FROM sqlite_master WHERE name = '") + name + "'"), 1) << name;
+  }
+}
+
+TEST(SqliteOutboxSchema, ARelayMadeTableIsTheCurrentForm) {
+  TempDir dir;
+  const std::string path = dir.file("service.db");
+  RawDb(path).exec("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
+  auto relay = SqliteOutbox::open_reader(SqliteOutboxOptions{path});
+  ASSERT_TRUE(relay) << relay.error().message;
+  RawDb raw(path);
+  EXPECT_FALSE(insert_opens_a_temporary_btree(raw));
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'idem_outbox_rebuilt'"), 0);
+  EXPECT_NE(raw.try_exec("INSERT INTO idem_outbox (message_id, headers) VALUES ('m', '{\"n\": 1}')"), "");
 }
 
 TEST(SqliteOutboxSchema, CreatorsAtOnceDoNotRace) {

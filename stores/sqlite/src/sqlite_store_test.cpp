@@ -246,7 +246,7 @@ TEST_F(SqliteStoreTest, ADatabaseOfVersionTwoGainsAttemptNumbers) {
   auto store = open_store(path);
   {
     RawDb raw(path);
-    EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 3);
+    EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), SqliteStore::schema_version());
     EXPECT_EQ(raw.scalar("SELECT attempt FROM idempotency_keys WHERE key = 'key-from-version-2'"), 1);
   }
   auto old = BlockingStore(*store).get(RecordId{"t", "key-from-version-2"});

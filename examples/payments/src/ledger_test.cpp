@@ -5,6 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <set>
+#include <string>
+
 namespace idem::payments {
 namespace {
 
@@ -196,6 +200,26 @@ TEST_F(LedgerTest, AnOlderLedgerGainsTheTenantColumn) {
   EXPECT_EQ(sqlite3_column_int64(q, 0), 1);
   sqlite3_finalize(q);
   sqlite3_close(old);
+}
+
+TEST(LedgerIds, AreDistinctAndOrderedByTheirTimeDigits) {
+  std::set<std::string> seen;
+  std::string previous_time;
+  for (int i = 0; i < 5000; ++i) {
+    const std::string id = new_id("pay_");
+    ASSERT_EQ(id.size(), 4u + 28u) << id;
+    ASSERT_EQ(id.find_first_not_of("0123456789abcdef", 4), std::string::npos) << id;
+    const std::string time = id.substr(4, 12);
+    EXPECT_GE(time, previous_time) << id;  // the index of a newer row sorts after the older ones
+    previous_time = time;
+    EXPECT_TRUE(seen.insert(id).second) << id;
+  }
+  const auto ms = std::stoull(previous_time, nullptr, 16);
+  const auto now = static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                       std::chrono::system_clock::now().time_since_epoch())
+                                                       .count());
+  EXPECT_LE(ms, now);
+  EXPECT_GT(ms + 60'000, now);
 }
 
 }  // namespace

@@ -116,7 +116,8 @@ Outcome get_account(sqlite3* db, std::string_view id);
 /// GET /v1/payments/{id}: 200, or 404.
 Outcome get_payment(sqlite3* db, std::string_view id);
 
-/// A fresh random id with the given prefix, e.g. "pay_4f9c0a1b2c3d4e5f".
+/// A fresh id with the given prefix: 12 hex digits of the time in ms, then 16 random ones, e.g.
+/// "pay_01a22c3cb2a3e6701c60ae75d084" (time-ordered, so that new rows append to their indexes).
 std::string new_id(std::string_view prefix);
 
 /// A problem outcome: {"type","title","status","detail","code"}.

@@ -213,6 +213,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  idem::configure_process_for_stores();  // before SQLite's first use
   std::signal(SIGPIPE, SIG_IGN);  // a vanished peer is an error code, not a fatal signal
   idem::sidecar::block_stop_signals();  // before any thread starts, so that all inherit it
   try {

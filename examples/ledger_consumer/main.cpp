@@ -41,6 +41,7 @@
 #include "idem/open_broker.hpp"
 #include "idem/redact.hpp"
 #include "idem/sqlite_consumer.hpp"
+#include "idem/sqlite_store.hpp"
 
 namespace {
 
@@ -217,6 +218,7 @@ int consume_broker(const std::string& url, std::size_t workers, std::size_t pref
 }  // namespace
 
 int main(int argc, char** argv) {
+  idem::sqlite_configure_process();  // before SQLite's first use
   CLI::App app{"idem-ledger-consumer: posts messages from stdin to an SQLite ledger exactly once (docs/consumers.md)",
                "idem-ledger-consumer"};
   std::string db_path;

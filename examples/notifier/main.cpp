@@ -32,6 +32,7 @@
 #include "idem/open_broker.hpp"
 #include "idem/redact.hpp"
 #include "idem/sqlite_consumer.hpp"
+#include "idem/sqlite_store.hpp"
 
 namespace {
 
@@ -149,6 +150,7 @@ void wait_for_stop() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  idem::sqlite_configure_process();  // before SQLite's first use
   CLI::App app{"idem-notifier: sends one receipt per payment.succeeded event (docs/outbox.md)", "idem-notifier"};
   std::string db_path, listen, source_url, name = "receipts";
   app.add_option("--db", db_path, "SQLite file holding the receipts and the processed event ids")->required();

@@ -174,6 +174,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  idem::configure_process_for_stores();  // before SQLite's first use
   std::signal(SIGPIPE, SIG_IGN);  // a vanished peer is an error code, not a fatal signal
   // A file-size limit (ulimit -f, systemd's LimitFSIZE) reached by the SQLite store or the log
   // is a failed write, which the store reports (503, nothing executes) and recovers from once

@@ -156,6 +156,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  idem::configure_process_for_stores();  // before SQLite's first use
   std::signal(SIGPIPE, SIG_IGN);
   idem::sidecar::block_stop_signals();  // before any thread starts, so that all inherit it
   try {

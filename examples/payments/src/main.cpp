@@ -9,9 +9,11 @@
 #include <exception>
 #include <string>
 
+#include "idem/sqlite_store.hpp"
 #include "service.hpp"
 
 int main(int argc, char** argv) {
+  idem::sqlite_configure_process();  // before SQLite's first use
   CLI::App app{"idem-payments: an example ledger service (see docs/payments.md)", "idem-payments"};
   std::string listen = "127.0.0.1:8081";
   std::string mode = "off";

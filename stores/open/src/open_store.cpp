@@ -117,6 +117,8 @@ StoreResult<OpenedStore> open_backend(std::string_view url, const OpenStoreOptio
 
 }  // namespace
 
+void configure_process_for_stores() { (void)sqlite_configure_process(); }
+
 StoreResult<OpenedStore> open_store(std::string_view url, const OpenStoreOptions& options) {
   return encrypted(open_backend(url, options), options);
 }

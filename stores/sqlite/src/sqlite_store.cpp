@@ -493,4 +493,6 @@ SqliteStoreStats SqliteStore::stats() const { return impl_->stats(); }
 
 int SqliteStore::schema_version() { return sqlite_detail::latest_schema_version(); }
 
+bool sqlite_configure_process() { return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0) == SQLITE_OK; }
+
 }  // namespace idem

@@ -5,6 +5,8 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -908,6 +910,37 @@ TEST_F(SqliteConsumerTest, ConcurrentRedeliveriesApplyEachEffectExactlyOnce) {
   testing::expect_each_processed_once(tally, kMessages, kThreads * kDeliveries);
   EXPECT_EQ(raw->scalar("SELECT count(*) FROM ledger"), kMessages);
   EXPECT_EQ(raw->scalar("SELECT count(*) FROM (SELECT message_id FROM ledger GROUP BY message_id HAVING count(*) > 1)"), 0);
+}
+
+// sqlite_configure_process, in a child of its own: it acts only before SQLite is initialized,
+// which this test process did long ago (sqlite3_shutdown in the child returns it to that state).
+TEST(SqliteConfigureProcess, TurnsMemoryStatisticsOffBeforeFirstUseAndIsHarmlessAfter) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int failures = 0;
+    if (sqlite3_shutdown() != SQLITE_OK) failures |= 1;
+    if (!sqlite_configure_process()) failures |= 2;
+    if (sqlite3_initialize() != SQLITE_OK) failures |= 4;
+    if (sqlite_configure_process()) failures |= 8;  // too late now: refused, nothing changed
+    sqlite3* db = nullptr;
+    if (sqlite3_open(":memory:", &db) != SQLITE_OK ||
+        sqlite3_exec(db, "CREATE TABLE t (x); INSERT INTO t VALUES (randomblob(100000))", nullptr, nullptr,
+                     nullptr) != SQLITE_OK) {
+      failures |= 16;
+    }
+    if (sqlite3_memory_used() != 0) failures |= 32;  // no statistics kept
+    sqlite3_close(db);
+    ::_exit(failures);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  sqlite3* db = nullptr;  // this process, never configured, still counts
+  ASSERT_EQ(sqlite3_open(":memory:", &db), SQLITE_OK);
+  EXPECT_GT(sqlite3_memory_used(), 0);
+  sqlite3_close(db);
 }
 
 }  // namespace

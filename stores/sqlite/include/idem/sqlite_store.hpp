@@ -139,4 +139,12 @@ class SqliteStore final : public Store, public StoreAdmin {
   std::unique_ptr<Impl> impl_;
 };
 
+/// Call first thing in main(), before anything in the process uses SQLite: turns off SQLite's
+/// memory statistics, which otherwise take one process-wide mutex on every allocation. The
+/// store's writer thread and the application's own connections contend on it: in the payments
+/// example it cost a third of the CPU per payment (docs/benchmarks.md). Returns false and
+/// changes nothing once SQLite is initialized (a second call, or SQLite used first): harmless,
+/// only slower.
+bool sqlite_configure_process();
+
 }  // namespace idem

@@ -315,9 +315,15 @@ def update_docs(table, args):
                "measured process's only (the bench tool, idem-consume, idem-payments or idem-relay), not the broker's.\n\n"
                % (args.messages, args.rounds, time.strftime("%Y-%m-%d"), os.cpu_count())
                + table + "\n![consumers](img/consumers_bench.png)\n")
+    image = "![consumers](img/consumers_bench.png)\n"
     if head in text:
+        # The figures are replaced; the notes written under the chart (how to read them, what was
+        # tried) are kept.
         start = text.index(head)
         end = text.find("\n## ", start + len(head))
+        at_image = text.find(image, start)
+        if at_image != -1 and (end == -1 or at_image < end):
+            end = at_image + len(image)
         text = text[:start] + section + (text[end:] if end != -1 else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section

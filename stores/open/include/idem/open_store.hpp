@@ -35,6 +35,10 @@ struct OpenStoreOptions {
   std::shared_ptr<const KeyRing> encryption;
 };
 
+/// Call first thing in main(), before any store or outbox is opened: process-wide settings the
+/// stores' libraries want (sqlite_configure_process: SQLite's allocations without a global mutex).
+void configure_process_for_stores();
+
 /// Opens the store a URL names:
 ///   memory:                                    in this process only
 ///   sqlite:PATH[?opts]                         an SQLite file (created if missing); opts:
@@ -44,10 +48,6 @@ struct OpenStoreOptions {
 ///   redis://HOST:PORT[/DB]                     Redis standalone
 ///   redis+cluster://HOST:PORT,HOST:PORT,...    Redis Cluster (seed nodes)
 /// Errors say what is wrong without echoing a password.
-/// Call first thing in main(), before any store or outbox is opened: process-wide settings the
-/// stores' libraries want (sqlite_configure_process: SQLite's allocations without a global mutex).
-void configure_process_for_stores();
-
 StoreResult<OpenedStore> open_store(std::string_view url, const OpenStoreOptions& options = {});
 
 /// Checks a store URL's form without connecting; nullopt when valid, else a one-line reason.

@@ -683,6 +683,14 @@ TEST(SqliteOutboxLock, TheLockIsReleasedWhenTheRelayHoldingItIsKilled) {
 
 // ---- where the table comes from -----------------------------------------------------------------
 
+// Opens an idem store on `path` (running its migrations) and closes it again.
+void open_and_close_store(const std::string& path) {
+  SqliteOptions options;
+  options.path = path;
+  auto store = SqliteStore::open(options);
+  ASSERT_TRUE(store) << store.error().message;
+}
+
 TEST(SqliteOutboxSchema, ADatabaseAtTheVersionBeforeOpensAndGainsTheOutbox) {
   TempDir dir;
   const std::string path = dir.file("v1.db");
@@ -693,11 +701,7 @@ TEST(SqliteOutboxSchema, ADatabaseAtTheVersionBeforeOpensAndGainsTheOutbox) {
     EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 1);
     EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'idem_outbox'"), 0);
   }
-  SqliteOptions options;
-  options.path = path;
-  auto store = SqliteStore::open(options);
-  ASSERT_TRUE(store) << store.error().message;
-  store->reset();
+  open_and_close_store(path);
   RawDb raw(path);
   EXPECT_GE(SqliteStore::schema_version(), 2);
   EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), SqliteStore::schema_version());
@@ -763,11 +767,7 @@ TEST(SqliteOutboxSchema, MigrationFourRebuildsTheTableKeepingRowsIdsAndTheHighWa
     raw.exec("UPDATE idem_outbox SET state = 'dead', attempts = 4, last_error = 'why' WHERE message_id = 'm-1'");
     raw.exec("DELETE FROM idem_outbox WHERE message_id = 'm-3'");  // purged: its id 3 must not come back
   }
-  SqliteOptions options;
-  options.path = path;
-  auto store = SqliteStore::open(options);
-  ASSERT_TRUE(store) << store.error().message;
-  store->reset();
+  open_and_close_store(path);
   RawDb raw(path);
   EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 4);
   EXPECT_FALSE(insert_opens_a_temporary_btree(raw));

@@ -393,6 +393,20 @@ OutboxMessage payment_succeeded(const Plan& p) {
   return m;
 }
 
+void with_events(Plan& p) {
+  if (p.op == Op::transfer) p.events.push_back(payment_succeeded(p));
+}
+
+namespace {
+// The event leaves with its writes or not at all: the same transaction (SPEC §11).
+Applied enqueue_events(sqlite3* db, const Plan& p, std::string& error) {
+  for (const OutboxMessage& event : p.events) {
+    if (!SqliteOutbox::enqueue(db, event, SystemClock::instance().now(), error)) return Applied::error;
+  }
+  return Applied::ok;
+}
+}  // namespace
+
 Applied apply(sqlite3* db, const Plan& p, std::string& error) {
   switch (p.op) {
     case Op::none:
@@ -415,11 +429,7 @@ Applied apply(sqlite3* db, const Plan& p, std::string& error) {
       Stmt row(db, "INSERT INTO payments (id, from_account, to_account, amount, currency, created, request_key, request_tenant) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
       row.text(1, p.id).text(2, p.account).text(3, p.to).integer(4, p.amount).text(5, p.currency).integer(6, p.created).text(7, p.request_key).text(8, p.request_tenant);
       if (auto r = run(row, db, 1, error); r != Applied::ok) return r;
-      // The event leaves with the payment or not at all: the same transaction (SPEC §11).
-      if (p.outbox && !SqliteOutbox::enqueue(db, payment_succeeded(p), SystemClock::instance().now(), error)) {
-        return Applied::error;
-      }
-      return Applied::ok;
+      return enqueue_events(db, p, error);
     }
     case Op::order: {
       Stmt s(db, "INSERT INTO orders (id, account, amount, currency, description, created, request_key) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 WHERE EXISTS (SELECT 1 FROM accounts WHERE id = ?2 AND currency = ?4)");

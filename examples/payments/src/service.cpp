@@ -303,7 +303,7 @@ Response Service::Impl::write_off(const Request& req, const WriteRoute& route) {
     Plan plan = route.plan(conn, body, new_id(route.prefix), unix_now());
     plan.request_key = fence->key;
     plan.request_tenant = fence->tenant;
-    plan.outbox = options.outbox;
+    if (options.outbox) with_events(plan);
     return plan;
   });
   return make_response(outcome, req.version(), req.keep_alive());
@@ -376,7 +376,7 @@ asio::awaitable<Response> Service::Impl::write_inprocess(const Request& req, con
     Plan plan = route.plan(db, body, new_id(route.prefix), unix_now());
     plan.request_key = key;
     plan.request_tenant = *tenant;
-    plan.outbox = options.outbox;
+    if (options.outbox) with_events(plan);
     Response res = make_response(plan.outcome, version, keep_alive);
     const TimePoint now = engine->clock().now();
     auto stale = std::make_shared<bool>(false);

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/outbox.hpp"
 
@@ -44,9 +45,9 @@ struct Plan {
   std::int64_t created = 0; ///< Unix seconds
   std::string request_key;  ///< the Idempotency-Key the request came with ("" if none)
   std::string request_tenant;  ///< the tenant that key belongs to (the gateway's Idempotency-Tenant)
-  /// Whether apply enqueues the plan's events in the outbox (idem_outbox, docs/outbox.md), in
-  /// the same transaction as its writes: a transfer enqueues payment.succeeded.
-  bool outbox = false;
+  /// The events apply enqueues in the outbox (idem_outbox, docs/outbox.md), in the same
+  /// transaction as its writes; with_events fills them (a transfer's payment.succeeded).
+  std::vector<OutboxMessage> events;
 };
 
 /// The result of apply.
@@ -73,8 +74,13 @@ Plan plan_bonus(sqlite3* db, std::string_view body, std::string id, std::int64_t
 /// consumers dedupe by it), body {"type": "payment.succeeded", "payment": {...the 201 body...}}.
 OutboxMessage payment_succeeded(const Plan& plan);
 
-/// Performs a plan's writes on `db`, inside the caller's transaction (and its events, see
-/// Plan::outbox).
+/// Fills plan.events with what its writes publish (a transfer: payment_succeeded). The service
+/// calls it where it plans, not inside apply, so that building the events stays off the store's
+/// single writer thread.
+void with_events(Plan& plan);
+
+/// Performs a plan's writes on `db`, inside the caller's transaction, and enqueues its events
+/// (Plan::events) in the same transaction.
 Applied apply(sqlite3* db, const Plan& plan, std::string& error);
 
 /// One keyed request's attempt, as the gateway tells it (docs/security.md): Idempotency-Tenant,

@@ -1,5 +1,7 @@
 #include "idem/payments/ledger.hpp"
 
+#include "idem/sqlite_outbox.hpp"
+
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
@@ -50,6 +52,14 @@ class LedgerTest : public ::testing::Test {
   }
   std::int64_t balance(const std::string& id) { return json::parse(get_account(db_, id).body)["balance"]; }
   std::string code(const Outcome& o) { return json::parse(o.body).value("code", ""); }
+  std::int64_t outbox_rows() {
+    sqlite3_stmt* q = nullptr;
+    sqlite3_prepare_v2(db_, "SELECT count(*) FROM idem_outbox", -1, &q, nullptr);
+    sqlite3_step(q);
+    const std::int64_t n = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    return n;
+  }
 
   sqlite3* db_ = nullptr;
 };
@@ -130,6 +140,60 @@ TEST_F(LedgerTest, StalePlanIsRefusedByApply) {
   EXPECT_EQ(apply(db_, second, error), Applied::stale);
   EXPECT_EQ(balance(a), 20);
   EXPECT_EQ(balance(b), 80);
+}
+
+// ---- the outbox (docs/outbox.md) ----
+
+TEST_F(LedgerTest, APaymentCarriesItsEventAndApplyEnqueuesItInTheSameTransaction) {
+  ASSERT_TRUE(SqliteOutbox::create_table(db_)) << "the outbox table";
+  const std::string a = open(100), b = open(0);
+  const std::string body = json{{"from", a}, {"to", b}, {"amount", 30}, {"currency", "EUR"}}.dump();
+  Plan plan = plan_payment(db_, body, "pay_1", 0);
+  ASSERT_EQ(plan.outcome.status, 201) << plan.outcome.body;
+  EXPECT_TRUE(plan.events.empty()) << "no events until the service asks for them (--outbox off)";
+  with_events(plan);
+  ASSERT_EQ(plan.events.size(), 1u);
+  const OutboxMessage& event = plan.events[0];
+  EXPECT_EQ(event.message_id, "pay_1/payment.succeeded");
+  EXPECT_EQ(event.content_type, "application/json");
+  const json event_body = json::parse(event.body);
+  EXPECT_EQ(event_body["type"], "payment.succeeded");
+  EXPECT_EQ(event_body["payment"], json::parse(plan.outcome.body)) << "the 201 body, as the client got it";
+
+  // Rolled back, neither the payment nor its event is left; committed, both are.
+  std::string error;
+  ASSERT_EQ(sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(apply(db_, plan, error), Applied::ok) << error;
+  ASSERT_EQ(sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  EXPECT_EQ(balance(a), 100);
+  EXPECT_EQ(outbox_rows(), 0);
+  ASSERT_EQ(sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(apply(db_, plan, error), Applied::ok) << error;
+  ASSERT_EQ(sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  EXPECT_EQ(balance(a), 70);
+  EXPECT_EQ(outbox_rows(), 1);
+
+  // A refused payment moves nothing and announces nothing.
+  Plan refused = plan_payment(db_, json{{"from", a}, {"to", b}, {"amount", 1000}, {"currency", "EUR"}}.dump(), "pay_2", 0);
+  EXPECT_EQ(refused.outcome.status, 402);
+  with_events(refused);
+  EXPECT_TRUE(refused.events.empty());
+}
+
+TEST_F(LedgerTest, AnEventTheOutboxRefusesFailsTheApplyAndTheRollbackLeavesNothing) {
+  ASSERT_TRUE(SqliteOutbox::create_table(db_)) << "the outbox table";
+  const std::string a = open(100), b = open(0);
+  Plan plan = plan_payment(db_, json{{"from", a}, {"to", b}, {"amount", 30}, {"currency", "EUR"}}.dump(), "pay_1", 0);
+  with_events(plan);
+  ASSERT_EQ(plan.events.size(), 1u);
+  plan.events[0].message_id = "has a space";  // not a message id any consumer could use
+  std::string error;
+  ASSERT_EQ(sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  EXPECT_EQ(apply(db_, plan, error), Applied::error);
+  EXPECT_NE(error.find("cannot enqueue"), std::string::npos) << error;
+  ASSERT_EQ(sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);  // as the store does
+  EXPECT_EQ(balance(a), 100);
+  EXPECT_EQ(outbox_rows(), 0);
 }
 
 // ---- the attempt fence and the lookup (docs/security.md, docs/gateway.md) ----

@@ -13,61 +13,20 @@ because on this machine the pair's cost moves by several points from one round t
 import argparse
 import os
 import shutil
-import socket
-import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid):
-    fields = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import payments_rate  # noqa: E402  (run.py's pair, measured the same way)
 
 
 def one_run(binary, work, outbox, duration):
-    port = free_port()
     db = os.path.join(work, "payments.db")
-    p = subprocess.Popen([binary, "--listen", "127.0.0.1:%d" % port, "--db", db, "--idempotency", "inprocess",
-                          "--outbox", outbox], stderr=subprocess.DEVNULL)
     try:
-        for _ in range(200):
-            try:
-                urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=1)
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            raise RuntimeError("idem-payments did not answer /healthz")
-        con = sqlite3.connect(db, timeout=30)
-        con.execute("INSERT INTO accounts (id, currency, balance, opening, created) VALUES "
-                    "('acct_a', 'EUR', 4000000000000, 4000000000000, 0), ('acct_b', 'EUR', 0, 0, 0)")
-        con.commit()
-        con.close()
-        cpu0 = cpu_seconds(p.pid)
-        out = subprocess.run(["wrk", "-t2", "-c32", "-d" + duration, "-s",
-                              os.path.join(ROOT, "bench", "consumers", "payment.lua"), "http://127.0.0.1:%d" % port],
-                             capture_output=True, text=True, timeout=600)
-        cpu = cpu_seconds(p.pid) - cpu0
-        if out.returncode != 0 or "Non-2xx" in out.stdout:
-            raise RuntimeError("wrk failed or payments answered non-2xx:\n" + out.stdout + out.stderr)
-        rate = float([l for l in out.stdout.splitlines() if l.startswith("Requests/sec")][0].split()[1])
-        (count,), = sqlite3.connect(db).execute("SELECT COUNT(*) FROM payments").fetchall()
-        return rate, cpu * 1e6 / max(count, 1)
+        r = payments_rate(binary, db, outbox == "on", duration)
+        return r["payments_per_s"], r["cpu_us_per_payment"]
     finally:
-        p.terminate()
-        p.wait()
         for name in os.listdir(work):
             os.unlink(os.path.join(work, name))
 

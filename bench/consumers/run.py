@@ -52,6 +52,41 @@ def ticks(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def payments_rate(binary, db, outbox, duration):
+    """idem-payments --idempotency inprocess (SQLite FULL) on a fresh `db`, the outbox on or off,
+    driven by wrk for `duration`: payments/s and the service's CPU µs per payment."""
+    port = free_port()
+    p = subprocess.Popen([binary, "--listen", "127.0.0.1:%d" % port, "--db", db, "--idempotency", "inprocess",
+                          "--outbox", "on" if outbox else "off"], stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            try:
+                urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=1)
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            raise RuntimeError("idem-payments did not answer /healthz")
+        con = sqlite3.connect(db, timeout=30)
+        con.execute("INSERT INTO accounts (id, currency, balance, opening, created) VALUES "
+                    "('acct_a', 'EUR', 4000000000000, 4000000000000, 0), ('acct_b', 'EUR', 0, 0, 0)")
+        con.commit()
+        con.close()
+        lua = os.path.join(ROOT, "bench", "consumers", "payment.lua")
+        cpu0 = ticks(p.pid)
+        out = subprocess.run(["wrk", "-t2", "-c32", "-d" + duration, "-s", lua, "http://127.0.0.1:%d" % port],
+                             capture_output=True, text=True, timeout=600)
+        cpu = ticks(p.pid) - cpu0
+        if out.returncode != 0 or "Non-2xx" in out.stdout:
+            raise RuntimeError("wrk failed or payments answered non-2xx:\n" + out.stdout + out.stderr)
+        rate = float([l for l in out.stdout.splitlines() if l.startswith("Requests/sec")][0].split()[1])
+        (count,), = sqlite3.connect(db).execute("SELECT COUNT(*) FROM payments").fetchall()
+        return {"payments_per_s": rate, "cpu_us_per_payment": cpu * 1e6 / max(count, 1)}
+    finally:
+        p.terminate()
+        p.wait()
+
+
 def metric(port, name):
     try:
         text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2).read().decode()
@@ -170,38 +205,10 @@ class Run:
     # --- the outbox ----------------------------------------------------------------------------
 
     def payments_rate(self, outbox):
-        port = free_port()
         db = os.path.join(self.work, "payments-%d.db" % self.n)
         self.n += 1
-        p = subprocess.Popen([self.bin("examples", "payments", "idem-payments"), "--listen", "127.0.0.1:%d" % port,
-                              "--db", db, "--idempotency", "inprocess", "--outbox", "on" if outbox else "off"],
-                             stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(100):
-                try:
-                    urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=1)
-                    break
-                except OSError:
-                    time.sleep(0.05)
-            con = sqlite3.connect(db, timeout=30)
-            con.execute("INSERT INTO accounts (id, currency, balance, opening, created) VALUES "
-                        "('acct_a', 'EUR', 4000000000000, 4000000000000, 0), ('acct_b', 'EUR', 0, 0, 0)")
-            con.commit()
-            con.close()
-            lua = os.path.join(ROOT, "bench", "consumers", "payment.lua")
-            duration = "2s" if self.args.quick else "8s"
-            cpu0 = ticks(p.pid)
-            out = subprocess.run(["wrk", "-t2", "-c32", "-d" + duration, "-s", lua, "http://127.0.0.1:%d" % port],
-                                 capture_output=True, text=True, timeout=120)
-            cpu = ticks(p.pid) - cpu0
-            rate = float([l for l in out.stdout.splitlines() if l.startswith("Requests/sec")][0].split()[1])
-            if "Non-2xx" in out.stdout:
-                raise RuntimeError("payments answered non-2xx: %s" % out.stdout)
-            (count,), = sqlite3.connect(db).execute("SELECT COUNT(*) FROM payments").fetchall()
-            return {"payments_per_s": rate, "cpu_us_per_payment": cpu * 1e6 / max(count, 1)}
-        finally:
-            p.terminate()
-            p.wait()
+        return payments_rate(self.bin("examples", "payments", "idem-payments"), db, outbox,
+                             "2s" if self.args.quick else "8s")
 
     def relay_rate(self):
         n = self.args.messages

@@ -22,10 +22,8 @@ from run import payments_rate  # noqa: E402  (run.py's pair, measured the same w
 
 
 def one_run(binary, work, outbox, duration):
-    db = os.path.join(work, "payments.db")
     try:
-        r = payments_rate(binary, db, outbox == "on", duration)
-        return r["payments_per_s"], r["cpu_us_per_payment"]
+        return payments_rate(binary, os.path.join(work, "payments.db"), outbox, duration)
     finally:
         for name in os.listdir(work):
             os.unlink(os.path.join(work, name))
@@ -44,14 +42,20 @@ def main():
     try:
         off, on = [], []
         for i in range(args.rounds):
-            off.append(one_run(binary, work, "off", args.duration))
-            on.append(one_run(binary, work, "on", args.duration))
+            off.append(one_run(binary, work, False, args.duration))
+            on.append(one_run(binary, work, True, args.duration))
             print("round %d: off %.0f payments/s %.0f µs, on %.0f payments/s %.0f µs, cost %.1f %%"
-                  % (i, off[-1][0], off[-1][1], on[-1][0], on[-1][1], (1 - on[-1][0] / off[-1][0]) * 100), flush=True)
-        cost = statistics.median(1 - b[0] / a[0] for a, b in zip(off, on))
+                  % (i, off[-1]["payments_per_s"], off[-1]["cpu_us_per_payment"], on[-1]["payments_per_s"],
+                     on[-1]["cpu_us_per_payment"], (1 - on[-1]["payments_per_s"] / off[-1]["payments_per_s"]) * 100),
+                  flush=True)
+        cost = statistics.median(1 - b["payments_per_s"] / a["payments_per_s"] for a, b in zip(off, on))
+
+        def median(runs, field):
+            return statistics.median(r[field] for r in runs)
+
         print("median: off %.0f payments/s %.0f µs, on %.0f payments/s %.0f µs, per-round cost %.1f %%"
-              % (statistics.median(r[0] for r in off), statistics.median(r[1] for r in off),
-                 statistics.median(r[0] for r in on), statistics.median(r[1] for r in on), cost * 100))
+              % (median(off, "payments_per_s"), median(off, "cpu_us_per_payment"), median(on, "payments_per_s"),
+                 median(on, "cpu_us_per_payment"), cost * 100))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -36,14 +36,18 @@ class LedgerTest : public ::testing::Test {
       return plan;
     });
   }
-  std::int64_t payments_with(const std::string& key) {
+  // The one integer a query answers; ?1, if the query has it, bound to `arg`.
+  std::int64_t scalar(const char* sql, const std::string& arg = {}) {
     sqlite3_stmt* q = nullptr;
-    sqlite3_prepare_v2(db_, "SELECT count(*) FROM payments WHERE request_key = ?1", -1, &q, nullptr);
-    sqlite3_bind_text(q, 1, key.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_prepare_v2(db_, sql, -1, &q, nullptr);
+    if (sqlite3_bind_parameter_count(q) > 0) sqlite3_bind_text(q, 1, arg.c_str(), -1, SQLITE_TRANSIENT);
     sqlite3_step(q);
     const std::int64_t n = sqlite3_column_int64(q, 0);
     sqlite3_finalize(q);
     return n;
+  }
+  std::int64_t payments_with(const std::string& key) {
+    return scalar("SELECT count(*) FROM payments WHERE request_key = ?1", key);
   }
   std::string open(std::int64_t balance, std::string currency = "EUR") {
     Outcome o = run(plan_open_account, json{{"currency", currency}, {"balance", balance}}, "acct_");
@@ -52,14 +56,7 @@ class LedgerTest : public ::testing::Test {
   }
   std::int64_t balance(const std::string& id) { return json::parse(get_account(db_, id).body)["balance"]; }
   std::string code(const Outcome& o) { return json::parse(o.body).value("code", ""); }
-  std::int64_t outbox_rows() {
-    sqlite3_stmt* q = nullptr;
-    sqlite3_prepare_v2(db_, "SELECT count(*) FROM idem_outbox", -1, &q, nullptr);
-    sqlite3_step(q);
-    const std::int64_t n = sqlite3_column_int64(q, 0);
-    sqlite3_finalize(q);
-    return n;
-  }
+  std::int64_t outbox_rows() { return scalar("SELECT count(*) FROM idem_outbox"); }
 
   sqlite3* db_ = nullptr;
 };

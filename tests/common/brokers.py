@@ -74,10 +74,11 @@ class Broker:
     def settled(self):
         """Whether every message published so far was delivered and acknowledged: for a Redis
         stream, its group has no pending entries and no lag (a message a killed consumer held stays
-        pending until a live one claims it after claim_idle). RabbitMQ requeues what a closed
-        connection held at once, and needs no wait here: True."""
-        if self.kind != "redis_streams":
-            return True
+        pending until a live one claims it after claim_idle); for a RabbitMQ queue, none is ready
+        or unacknowledged (a copy a killed consumer held is requeued at once, but a live one may
+        hold it for a while: retrying it until the dead one's lease on its key expires)."""
+        if self.kind == "amqp":
+            return rabbitmq_queue_depth(self.name) == 0
         host, _, port = self.base[len("redis+stream://"):].rpartition(":")
         groups = redis_command(host.split("@")[-1], int(port), "XINFO", "GROUPS", self.name)
         for group in groups:
@@ -144,6 +145,20 @@ class BrokerTool:
         if out.returncode != 0:
             raise RuntimeError("take failed (%d): %s" % (out.returncode, out.stderr.strip()))
         return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def rabbitmq_queue_depth(queue):
+    """Messages ready plus unacknowledged in `queue` on the shared RabbitMQ node (rabbitmqctl:
+    the queue process's own count, not the management plugin's sampled one)."""
+    servers = env("IDEM_TEST_SERVERS_DIR")
+    out = subprocess.run(["bash", SERVERS_SH, "rabbitmqctl", servers, "list_queues", "--quiet",
+                          "--no-table-headers", "name", "messages"],
+                         check=True, timeout=60, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        name, _, count = line.rpartition("\t")
+        if name == queue:
+            return int(count)
+    raise AssertionError("queue %s not found in: %s" % (queue, out[-500:]))
 
 
 def restart_rabbitmq():

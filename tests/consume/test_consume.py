@@ -225,19 +225,24 @@ class ConsumeTest(unittest.TestCase):
     def _wait_all_accounted(self, ids, parked=None):
         """Waits until every id had its effect, or (when `parked` is a set) was parked: dead-lettered
         as outcome_unknown, collected into `parked` as they arrive."""
-        def accounted():
+        def collect_parked():
             if parked is not None:
                 for m in self.tool.take(self.broker.dead_letter_source_url(), idle_ms=200):
                     h = {k.lower(): v for k, v in m["headers"].items()}
                     reason = h.get("x-idem-reason") or h.get("reason")
                     self.assertEqual(reason, "outcome_unknown", m)
                     parked.add(m["id"])
+
+        def accounted():
+            collect_parked()
             done = set(self.handler.call_counts()) | (parked or set())
             return all(i in done for i in ids)
         brokers.wait_until(accounted, 240, interval=0.5, what="every id processed (or parked)")
-        # Copies a killed sidecar held are redelivered (after claim_idle, on Redis) and answered as
-        # duplicates: the stream is drained only once they are acknowledged too.
+        # Copies a killed sidecar held are redelivered (after claim_idle, on Redis) and retried
+        # until its lease on their key expires: then answered as duplicates, or parked (unknown).
+        # The queue is drained only once they are settled too.
         brokers.wait_until(self.broker.settled, 60, interval=0.5, what="every delivery acknowledged")
+        collect_parked()
 
     def test_kills_with_unknown_never_post_twice_and_park_a_bounded_few(self):
         ids = ["unk-%05d" % i for i in range(3000)]

@@ -77,7 +77,9 @@ def run(args, workdir):
                     raise AssertionError("a consumer exited: %s" % c.log()[-2000:])
             return len(ledger(db)[0]) == n
         brokers.wait_until(all_posted, 300, interval=0.5, what="every message posted")
-        time.sleep(3)  # redeliveries of lost acks arrive and are duplicates
+        # Copies a killed consumer held come back and are retried until its lease on their key
+        # expires, then answered as duplicates: wait until none is pending.
+        brokers.wait_until(broker.settled, 60, interval=0.5, what="every delivery acknowledged")
         for c in consumers:
             code = c.stop(timeout=30)
             if code != 0:

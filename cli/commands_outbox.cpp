@@ -82,6 +82,7 @@ nlohmann::json outbox_row_json(const OutboxRow& row, TimePoint now, bool with_bo
   j["due"] = row.state == OutboxState::pending && row.next_attempt <= now;
   j["last_error"] = row.last_error.empty() ? nullptr : nlohmann::json(row.last_error);
   j["sent"] = row.sent ? nlohmann::json(format_time(*row.sent)) : nullptr;
+  j["unreadable"] = row.unreadable.empty() ? nullptr : nlohmann::json(row.unreadable);
   return j;
 }
 
@@ -105,7 +106,9 @@ int run_outbox_list(OutboxReader& outbox, const OutboxQuery& query, TimePoint no
   o.out << pad("ID", 10) << pad("STATE", 9) << pad("ATTEMPTS", 10) << pad("CREATED", 26) << "MESSAGE_ID\n";
   for (const OutboxRow& r : *rows) {
     o.out << pad(std::to_string(r.id), 10) << pad(std::string(to_string(r.state)), 9)
-          << pad(std::to_string(r.attempts), 10) << pad(format_time(r.created), 26) << r.message.message_id;
+          << pad(std::to_string(r.attempts), 10) << pad(format_time(r.created), 26)
+          // An id the relay refused may hold anything: quoted, so that it cannot garble the line.
+          << (r.unreadable.empty() ? r.message.message_id : json_quoted(r.message.message_id));
     if (!r.message.destination.empty()) o.out << "  -> " << json_quoted(r.message.destination);
     if (!r.last_error.empty()) o.out << "  (" << json_quoted(r.last_error) << ")";
     o.out << '\n';
@@ -131,7 +134,8 @@ int run_outbox_show(OutboxReader& outbox, std::int64_t id, bool body_only, TimeP
     o.out << pad(std::string(name), 14) << value << '\n';
   };
   line("id", std::to_string(r.id));
-  line("message_id", r.message.message_id);
+  line("message_id", r.unreadable.empty() ? r.message.message_id : json_quoted(r.message.message_id));
+  if (!r.unreadable.empty()) line("unreadable", r.unreadable);
   line("state", std::string(to_string(r.state)));
   line("destination", r.message.destination.empty() ? "(the sink's default)" : r.message.destination);
   line("content_type", r.message.content_type);

@@ -57,6 +57,11 @@ struct OutboxRow {
   TimePoint next_attempt{};           ///< a pending row is not published before this
   std::string last_error;             ///< why the last publish failed, or why it is dead
   std::optional<TimePoint> sent;      ///< when the sink confirmed it
+  /// Why no relay can publish the row as it stands, empty when one can: a message id breaking
+  /// SPEC §2's rules or headers that are not all strings, as a foreign writer can insert them
+  /// into a SQLite outbox (docs/outbox.md). The headers are then empty. A claim makes such a
+  /// row dead with this reason and does not return it; list and get show it.
+  std::string unreadable;
 };
 
 /// What a relay claims at once.

@@ -7,6 +7,7 @@
 
 #include "connection.hpp"
 #include "errors.hpp"
+#include "idem/consume_loop.hpp"  // message_id_problem
 #include "idem/redact.hpp"
 #include "records.hpp"
 #include "schema.hpp"
@@ -63,9 +64,14 @@ std::expected<OutboxRow, std::string> decode_row(const PGresult* r, int i) {
   row.message.message_id = std::string(in.bytes(1));
   row.message.destination = std::string(in.bytes(2));
   row.message.content_type = std::string(in.bytes(3));
-  auto headers = outbox_headers_from_json(in.bytes(4));
-  if (!headers) return std::unexpected(headers.error());
-  row.message.headers = std::move(*headers);
+  // The table's CHECKs keep out what the relay could not publish; should a row get past them
+  // anyway, it reads as the SQLite outbox's foreign rows do: `unreadable` set.
+  if (auto headers = outbox_headers_from_json(in.bytes(4))) {
+    row.message.headers = std::move(*headers);
+  } else {
+    row.unreadable = std::move(headers.error());
+  }
+  if (auto problem = message_id_problem(row.message.message_id)) row.unreadable = std::move(*problem);
   row.message.body = std::string(in.bytes(5));
   const auto state = parse_state(in.bytes(6));
   if (!state) return std::unexpected("unknown state \"" + std::string(in.bytes(6)) + "\"");
@@ -210,10 +216,12 @@ class PostgresOutbox::Impl {
     std::vector<std::pair<std::int64_t, std::string>> bad;
     for (int i = 0; i < PQntuples(r->get()); ++i) {
       auto row = decode_row(r->get(), i);
-      if (row) {
-        rows.push_back(std::move(*row));
-      } else {
+      if (!row) {
         bad.emplace_back(pd::Reader(r->get(), i).int8(0), std::move(row.error()));
+      } else if (!row->unreadable.empty()) {
+        bad.emplace_back(row->id, std::move(row->unreadable));
+      } else {
+        rows.push_back(std::move(*row));
       }
     }
     // A row nobody can publish must not stop the ones behind it: dead, with the reason.

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "connection.hpp"
+#include "idem/consume_loop.hpp"  // message_id_problem
 #include "relay_lock.hpp"
 #include "schema.hpp"
 #include "writer_transaction.hpp"
@@ -100,16 +101,21 @@ std::optional<OutboxState> parse_state(std::string_view s) {
   return std::nullopt;
 }
 
-// The row at the statement's cursor, or why it cannot be read.
+// The row at the statement's cursor, or why it cannot be read. A row that reads but cannot be
+// published (the table leaves a foreign writer's id and header values to the relay: schema.cpp,
+// migration 5) comes back with `unreadable` set.
 std::expected<OutboxRow, std::string> decode_row(const Statement& q) {
   OutboxRow row;
   row.id = q.int64(0);
   row.message.message_id = std::string(q.text(1));
   row.message.destination = std::string(q.text(2));
   row.message.content_type = std::string(q.text(3));
-  auto headers = outbox_headers_from_json(q.text(4));
-  if (!headers) return std::unexpected(headers.error());
-  row.message.headers = std::move(*headers);
+  if (auto headers = outbox_headers_from_json(q.text(4))) {
+    row.message.headers = std::move(*headers);
+  } else {
+    row.unreadable = std::move(headers.error());
+  }
+  if (auto problem = message_id_problem(row.message.message_id)) row.unreadable = std::move(*problem);
   row.message.body = std::string(q.blob(5));
   const auto state = parse_state(q.text(6));
   if (!state) return std::unexpected("unknown state \"" + std::string(q.text(6)) + "\"");
@@ -263,10 +269,12 @@ class SqliteOutbox::Impl {
         int rc;
         while ((rc = q.step()) == SQLITE_ROW) {
           auto row = decode_row(q);
-          if (row) {
-            rows.push_back(std::move(*row));
-          } else {
+          if (!row) {
             bad.emplace_back(q.int64(0), std::move(row.error()));
+          } else if (!row->unreadable.empty()) {
+            bad.emplace_back(row->id, std::move(row->unreadable));
+          } else {
+            rows.push_back(std::move(*row));
           }
         }
         if (rc != SQLITE_DONE) return std::unexpected(map_error(rc, "outbox claim", db_.get()));

@@ -561,43 +561,68 @@ TEST_F(SqliteOutboxTest, AForeignInsertWithOnlyMessageIdAndBodyGetsTheDefaults) 
   EXPECT_EQ(full.message.headers, want);
 }
 
-TEST_F(SqliteOutboxTest, TheTableRefusesForeignRowsTheRelayCouldNotPublish) {
+TEST_F(SqliteOutboxTest, TheTableRefusesForeignRowsOfTheWrongShape) {
   for (const char* bad : {
-           "INSERT INTO idem_outbox (message_id) VALUES ('has space')",
            "INSERT INTO idem_outbox (message_id) VALUES ('')",
            "INSERT INTO idem_outbox (message_id) VALUES (x'6869')",  // a blob, not text
-           "INSERT INTO idem_outbox (message_id, headers) VALUES ('h-1', '{\"n\": 1}')",
+           "INSERT INTO idem_outbox (message_id) VALUES (printf('%.257c', 'a'))",
+           "INSERT INTO idem_outbox (message_id, destination) VALUES ('d-1', printf('%.257c', 'a'))",
            "INSERT INTO idem_outbox (message_id, headers) VALUES ('h-2', '[\"a\"]')",
            "INSERT INTO idem_outbox (message_id, headers) VALUES ('h-3', 'not json')",
            "INSERT INTO idem_outbox (message_id, state) VALUES ('h-4', 'published')",
        }) {
     EXPECT_FALSE(raw->try_exec(bad).empty()) << bad;
   }
-  EXPECT_NE(raw->try_exec("INSERT INTO idem_outbox (message_id, headers) VALUES ('h-5', '{\"n\": null}')")
-                .find("JSON object of string values"),
-            std::string::npos);
   raw->exec("INSERT INTO idem_outbox (message_id) VALUES ('h-6')");
-  EXPECT_FALSE(raw->try_exec("UPDATE idem_outbox SET headers = '{\"n\": true}'").empty());
+  EXPECT_FALSE(raw->try_exec("UPDATE idem_outbox SET headers = '[1]'").empty());
+  EXPECT_FALSE(raw->try_exec("UPDATE idem_outbox SET state = 'lost'").empty());
   EXPECT_EQ(outbox_rows(), 1);
 }
 
-TEST_F(SqliteOutboxTest, ARowTamperedPastTheChecksIsMadeDeadInsteadOfStoppingTheRelay) {
-  raw->exec("DROP TRIGGER idem_outbox_headers_insert");
+// What the table leaves to the relay (schema.cpp, migration 5): an id breaking SPEC §2's rules,
+// header values that are not strings. Such a row must not stop the ones behind it.
+TEST_F(SqliteOutboxTest, AForeignRowTheRelayCannotPublishIsMadeDeadWithTheReasonAndOperatorsSeeIt) {
   raw->exec("INSERT INTO idem_outbox (message_id, headers) VALUES ('t-1', '{\"n\": 1}')");
-  raw->exec("INSERT INTO idem_outbox (message_id) VALUES ('t-2')");
+  raw->exec("INSERT INTO idem_outbox (message_id) VALUES ('has space')");
+  raw->exec("INSERT INTO idem_outbox (message_id) VALUES ('t-3')");
+  raw->exec("INSERT INTO idem_outbox (message_id) VALUES (char(27) || '[2J')");  // a terminal escape
   auto reader = open_reader(path);
   auto rows = reader->claim(claim_of(10));
   ASSERT_TRUE(rows) << rows.error().message;
   ASSERT_EQ(rows->size(), 1u);
-  EXPECT_EQ((*rows)[0].message.message_id, "t-2");
-  EXPECT_EQ(raw->text("SELECT state FROM idem_outbox WHERE message_id = 't-1'"), "dead");
-  EXPECT_NE(raw->text("SELECT last_error FROM idem_outbox WHERE message_id = 't-1'").find("is not a string"),
+  EXPECT_EQ((*rows)[0].message.message_id, "t-3");
+  EXPECT_TRUE((*rows)[0].unreadable.empty());
+  EXPECT_EQ(raw->text("SELECT group_concat(id || ':' || state, ' ') FROM (SELECT * FROM idem_outbox ORDER BY id)"),
+            "1:dead 2:dead 3:pending 4:dead");
+  EXPECT_NE(raw->text("SELECT last_error FROM idem_outbox WHERE id = 1").find("the row cannot be read: the headers are "),
             std::string::npos);
-  auto listed = reader->list(OutboxQuery{});  // an operator hears which row, and why
-  ASSERT_FALSE(listed);
-  EXPECT_EQ(listed.error().code, StoreErrc::corrupt);
-  EXPECT_NE(listed.error().message.find("outbox row 1"), std::string::npos) << listed.error().message;
+  EXPECT_NE(raw->text("SELECT last_error FROM idem_outbox WHERE id = 1").find("\"n\" is not a string"),
+            std::string::npos);
+  EXPECT_NE(raw->text("SELECT last_error FROM idem_outbox WHERE id = 2").find("not visible ASCII"), std::string::npos);
+  EXPECT_NE(raw->text("SELECT last_error FROM idem_outbox WHERE id = 4").find("not visible ASCII"), std::string::npos);
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM idem_outbox WHERE lease_owner IS NOT NULL AND state = 'dead'"), 0);
+
+  // An operator lists them all, hears why each bad one is dead, and drops it.
+  auto listed = reader->list(OutboxQuery{OutboxState::dead, 0, 10});
+  ASSERT_TRUE(listed) << listed.error().message;
+  ASSERT_EQ(listed->size(), 3u);
+  EXPECT_EQ((*listed)[0].message.message_id, "t-1");
+  EXPECT_TRUE((*listed)[0].message.headers.empty());
+  EXPECT_NE((*listed)[0].unreadable.find("is not a string"), std::string::npos) << (*listed)[0].unreadable;
+  EXPECT_EQ((*listed)[1].message.message_id, "has space");
+  EXPECT_NE((*listed)[1].unreadable.find("not visible ASCII"), std::string::npos) << (*listed)[1].unreadable;
+  auto shown = reader->get(4);
+  ASSERT_TRUE(shown && *shown);
+  EXPECT_NE((**shown).unreadable.find("not visible ASCII"), std::string::npos);
   EXPECT_TRUE(reader->drop_dead(1).value());
+  EXPECT_TRUE(reader->drop_dead(2).value());
+  // A dead row put back to pending is refused again at the next claim, not published.
+  ASSERT_TRUE(reader->settle({{3, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-a"));
+  EXPECT_TRUE(reader->retry_dead(4, clock.now()).value());
+  rows = reader->claim(claim_of(10));
+  ASSERT_TRUE(rows) << rows.error().message;
+  EXPECT_TRUE(rows->empty());
+  EXPECT_EQ(raw->text("SELECT state FROM idem_outbox WHERE id = 4"), "dead");
 }
 
 // ---- one relay per file -------------------------------------------------------------------------
@@ -706,8 +731,7 @@ TEST(SqliteOutboxSchema, ADatabaseAtTheVersionBeforeOpensAndGainsTheOutbox) {
   EXPECT_GE(SqliteStore::schema_version(), 2);
   EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), SqliteStore::schema_version());
   EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys"), 1);
-  for (const char* name : {"idem_outbox", "idem_outbox_pending", "idem_outbox_sent", "idem_outbox_dead",
-                           "idem_outbox_headers_insert", "idem_outbox_headers_update"}) {
+  for (const char* name : {"idem_outbox", "idem_outbox_pending", "idem_outbox_sent", "idem_outbox_dead"}) {
     EXPECT_EQ(raw.scalar(std::string("SELECT count(*) FROM sqlite_master WHERE name = '") + name + "'"), 1) << name;
   }
 }
@@ -767,7 +791,10 @@ TEST(SqliteOutboxSchema, MigrationFourRebuildsTheTableKeepingRowsIdsAndTheHighWa
     raw.exec("UPDATE idem_outbox SET state = 'dead', attempts = 4, last_error = 'why' WHERE message_id = 'm-1'");
     raw.exec("DELETE FROM idem_outbox WHERE message_id = 'm-3'");  // purged: its id 3 must not come back
   }
-  open_and_close_store(path);
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(sqlite_detail::migrate(raw.get(), 4));
+  }
   RawDb raw(path);
   EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 4);
   EXPECT_FALSE(insert_opens_a_temporary_btree(raw));
@@ -789,16 +816,59 @@ TEST(SqliteOutboxSchema, MigrationFourRebuildsTheTableKeepingRowsIdsAndTheHighWa
   }
 }
 
-TEST(SqliteOutboxSchema, ARelayMadeTableIsTheCurrentForm) {
+// The outbox's table, indexes and triggers as SQLite keeps their text, and the sequence's row.
+std::string outbox_schema(RawDb& raw) {
+  return raw.text("SELECT group_concat(type || ' ' || name || ': ' || ifnull(sql, ''), char(10)) FROM "
+                  "(SELECT * FROM sqlite_master WHERE tbl_name = 'idem_outbox' ORDER BY type, name)") +
+         "\n" + std::to_string(raw.scalar("SELECT count(*) FROM sqlite_sequence WHERE name LIKE 'idem_outbox%'"));
+}
+
+TEST(SqliteOutboxSchema, MigrationFiveKeepsRowsIdsAndTheHighWaterMarkAndLeavesTheCheapChecks) {
   TempDir dir;
-  const std::string path = dir.file("service.db");
-  RawDb(path).exec("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
-  auto relay = SqliteOutbox::open_reader(SqliteOutboxOptions{path});
-  ASSERT_TRUE(relay) << relay.error().message;
+  const std::string path = dir.file("v4.db");
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(sqlite_detail::migrate(raw.get(), 4));
+    EXPECT_NE(raw.try_exec("INSERT INTO idem_outbox (message_id) VALUES ('has space')"), "");  // as version 4 had it
+    raw.exec("INSERT INTO idem_outbox (message_id, destination, headers, body, created_ms) VALUES "
+             "('m-1', 'ex/rk', '{\"a\":\"b\"}', x'00ff', 11), ('m-2', '', '{}', 'two', 12), ('m-3', '', '{}', 'three', 13)");
+    raw.exec("UPDATE idem_outbox SET state = 'sent', sent_ms = 20 WHERE message_id = 'm-1'");
+    raw.exec("DELETE FROM idem_outbox WHERE message_id = 'm-3'");  // purged: its id 3 must not come back
+  }
+  open_and_close_store(path);
   RawDb raw(path);
-  EXPECT_FALSE(insert_opens_a_temporary_btree(raw));
-  EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'idem_outbox_rebuilt'"), 0);
-  EXPECT_NE(raw.try_exec("INSERT INTO idem_outbox (message_id, headers) VALUES ('m', '{\"n\": 1}')"), "");
+  EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 5);
+  EXPECT_EQ(raw.text("SELECT group_concat(id || ':' || message_id || ':' || state || ':' || destination || ':' || "
+                     "headers || ':' || hex(body) || ':' || created_ms || ':' || ifnull(sent_ms, '-'), ' ') "
+                     "FROM (SELECT * FROM idem_outbox ORDER BY id)"),
+            "1:m-1:sent:ex/rk:{\"a\":\"b\"}:00FF:11:20 2:m-2:pending::{}:74776F:12:-");
+  raw.exec("INSERT INTO idem_outbox (message_id, body) VALUES ('m-4', 'four')");
+  EXPECT_EQ(raw.scalar("SELECT id FROM idem_outbox WHERE message_id = 'm-4'"), 4);
+  // The triggers are gone; the relay sees to ids and header values now.
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"), 0);
+  EXPECT_EQ(raw.try_exec("INSERT INTO idem_outbox (message_id, headers) VALUES ('has space', '{\"n\": 1}')"), "");
+  EXPECT_NE(raw.try_exec("INSERT INTO idem_outbox (message_id) VALUES ('')"), "");
+  EXPECT_NE(raw.try_exec("INSERT INTO idem_outbox (message_id, headers) VALUES ('m-6', '[]')"), "");
+  EXPECT_NE(raw.try_exec("UPDATE idem_outbox SET state = 'lost' WHERE id = 2"), "");
+  EXPECT_NE(raw.try_exec("INSERT INTO idem_outbox (message_id) VALUES ('m-1')"), "");
+  for (const char* name : {"idem_outbox_pending", "idem_outbox_sent", "idem_outbox_dead"}) {
+    EXPECT_EQ(raw.scalar(std::string("SELECT count(*) FROM sqlite_master WHERE name = '") + name + "'"), 1) << name;
+  }
+}
+
+TEST(SqliteOutboxSchema, ARelayMadeTableIsTheFormAStoreMigratesTo) {
+  TempDir dir;
+  const std::string by_relay = dir.file("service.db");
+  RawDb(by_relay).exec("CREATE TABLE orders (id INTEGER PRIMARY KEY)");
+  auto relay = SqliteOutbox::open_reader(SqliteOutboxOptions{by_relay});
+  ASSERT_TRUE(relay) << relay.error().message;
+  const std::string by_store = dir.file("store.db");
+  open_and_close_store(by_store);
+  RawDb relay_made(by_relay);
+  RawDb store_made(by_store);
+  EXPECT_EQ(outbox_schema(relay_made), outbox_schema(store_made));
+  EXPECT_FALSE(insert_opens_a_temporary_btree(relay_made));
+  EXPECT_EQ(relay_made.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'idem_outbox_rebuilt'"), 0);
 }
 
 TEST(SqliteOutboxSchema, CreatorsAtOnceDoNotRace) {

@@ -112,18 +112,25 @@ constexpr const char* kOutboxStateCheck = R"sql(
     BEGIN SELECT RAISE(ABORT, 'idem_outbox.headers must be a JSON object of string values'); END;
 )sql";
 
-// Migration 5: the outbox's per-row checks down to the cheap ones. The headers trigger and the
-// message id's character check (`NOT GLOB '*[^!-~]*'`) were about 30 % of what enqueue cost
-// the writer on every payment (a trigger runs as a subprogram even when its WHEN is false;
-// docs/benchmarks.md). SqliteOutbox::enqueue checks the same in C++ before its INSERT, so
-// they only ever stopped a foreign writer's bad row, and the relay makes such a row dead with
-// the reason when it claims it (docs/outbox.md), as it already did for a row damaged past the
-// checks. What stays is what costs little: types and lengths, the headers being a JSON object,
-// the state. Rebuilt as migration 4 was, keeping rows, ids and the high-water mark; ensure_outbox
-// runs it after creating the table too.
+// Migration 5: the outbox's per-row costs down to what a row needs. On every payment the
+// headers trigger, the message id's character check (`NOT GLOB '*[^!-~]*'`) and AUTOINCREMENT
+// (a read and an update of sqlite_sequence, one more page in each savepoint's journal and in
+// the commit) were about half of what enqueue cost the store's writer (docs/benchmarks.md; a
+// trigger runs as a subprogram even when its WHEN is false).
+//  - The two checks only ever stopped a foreign writer's bad row: SqliteOutbox::enqueue checks
+//    the same in C++ before its INSERT. The relay makes such a row dead with the reason when it
+//    claims it (docs/outbox.md), as it did for a row damaged past the checks. What stays is what
+//    costs little: types and lengths, the headers being a JSON object, the state.
+//  - Without AUTOINCREMENT a new row's id is still above every id in the table (SQLite's
+//    max(rowid) + 1). The relay's purge keeps the newest row, so a purge never lets an id come
+//    back; only the newest row dropped by an operator can see its id given again. The old
+//    high-water mark is not kept: ids above the newest row that were purged before this
+//    migration can be given once more.
+// Rebuilt as migration 4 was, keeping rows and ids; ensure_outbox runs it after creating the
+// table too.
 constexpr const char* kOutboxLeanChecks = R"sql(
   CREATE TABLE idem_outbox_rebuilt (
-    id               INTEGER PRIMARY KEY AUTOINCREMENT,
+    id               INTEGER PRIMARY KEY,
     message_id       TEXT    NOT NULL UNIQUE
                              CHECK (typeof(message_id) = 'text' AND length(message_id) BETWEEN 1 AND 256),
     destination      TEXT    NOT NULL DEFAULT '' CHECK (length(destination) <= 256),
@@ -147,10 +154,9 @@ constexpr const char* kOutboxLeanChecks = R"sql(
     SELECT id, message_id, destination, content_type, headers, body, created_ms, state, attempts, next_attempt_ms,
            last_error, sent_ms, lease_owner, lease_expires_ms
     FROM idem_outbox ORDER BY id;
-  DELETE FROM sqlite_sequence WHERE name = 'idem_outbox_rebuilt';
-  INSERT INTO sqlite_sequence (name, seq) SELECT 'idem_outbox_rebuilt', seq FROM sqlite_sequence WHERE name = 'idem_outbox';
   DROP TABLE idem_outbox;
   ALTER TABLE idem_outbox_rebuilt RENAME TO idem_outbox;
+  DELETE FROM sqlite_sequence WHERE name = 'idem_outbox';
   CREATE INDEX idem_outbox_pending ON idem_outbox (id, next_attempt_ms) WHERE state = 'pending';
   CREATE INDEX idem_outbox_sent ON idem_outbox (sent_ms) WHERE state = 'sent';
   CREATE INDEX idem_outbox_dead ON idem_outbox (id) WHERE state = 'dead';

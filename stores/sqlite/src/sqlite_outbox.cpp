@@ -67,9 +67,12 @@ constexpr std::string_view kSettleDead =
     "UPDATE idem_outbox SET state = 'dead', attempts = attempts + 1, last_error = NULLIF(?4, ''), "
     "lease_owner = NULL, lease_expires_ms = NULL WHERE id = ?1 AND state = 'pending' AND lease_owner = ?2";
 
+// The newest row stays, whatever its age: a new row's id is max(id) + 1 (the table has no
+// AUTOINCREMENT, schema.cpp), so keeping it is what keeps a purged id from being given again.
 constexpr std::string_view kPurgeSent =
     "DELETE FROM idem_outbox WHERE id IN "
-    "(SELECT id FROM idem_outbox WHERE state = 'sent' AND sent_ms < ?1 LIMIT ?2)";
+    "(SELECT id FROM idem_outbox WHERE state = 'sent' AND sent_ms < ?1 "
+    "AND id < (SELECT max(id) FROM idem_outbox) LIMIT ?2)";
 
 // Each count on its own partial index; min(created_ms) walks the pending rows only.
 constexpr std::string_view kCount =

@@ -453,6 +453,22 @@ TEST_F(SqliteOutboxTest, PurgeDeletesSentRowsSentBeforeTheTimeUpToTheLimit) {
   EXPECT_GT(raw->scalar("SELECT id FROM idem_outbox WHERE message_id = 'p-5'"), rows[2].id + 1);
 }
 
+TEST_F(SqliteOutboxTest, PurgeKeepsTheNewestRowSoThatNoIdIsGivenAgain) {
+  enqueue_all({message("n-1"), message("n-2")});
+  auto reader = open_reader(path);
+  auto rows = reader->claim(claim_of(10)).value();
+  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_TRUE(reader->settle({{rows[0].id, OutboxResult::Kind::sent, "", {}}, {rows[1].id, OutboxResult::Kind::sent, "", {}}},
+                             clock.now(), "relay-a"));
+  EXPECT_EQ(reader->purge_sent(clock.now() + 1h, 100), 1u);  // n-2 stays, however old
+  EXPECT_EQ(reader->purge_sent(clock.now() + 1h, 100), 0u);
+  EXPECT_EQ(raw->text("SELECT group_concat(message_id) FROM idem_outbox"), "n-2");
+  enqueue_all({message("n-3")});
+  EXPECT_EQ(raw->scalar("SELECT id FROM idem_outbox WHERE message_id = 'n-3'"), rows[1].id + 1);
+  EXPECT_EQ(reader->purge_sent(clock.now() + 1h, 100), 1u);  // n-2 goes once it is no longer the newest
+  EXPECT_EQ(reader->count().value().sent, 0u);
+}
+
 TEST_F(SqliteOutboxTest, CountsByStateAndTheOldestPendingRow) {
   auto reader = open_reader(path);
   auto empty = reader->count().value();
@@ -823,7 +839,7 @@ std::string outbox_schema(RawDb& raw) {
          "\n" + std::to_string(raw.scalar("SELECT count(*) FROM sqlite_sequence WHERE name LIKE 'idem_outbox%'"));
 }
 
-TEST(SqliteOutboxSchema, MigrationFiveKeepsRowsIdsAndTheHighWaterMarkAndLeavesTheCheapChecks) {
+TEST(SqliteOutboxSchema, MigrationFiveKeepsRowsAndIdsAndLeavesTheCheapChecks) {
   TempDir dir;
   const std::string path = dir.file("v4.db");
   {
@@ -833,7 +849,7 @@ TEST(SqliteOutboxSchema, MigrationFiveKeepsRowsIdsAndTheHighWaterMarkAndLeavesTh
     raw.exec("INSERT INTO idem_outbox (message_id, destination, headers, body, created_ms) VALUES "
              "('m-1', 'ex/rk', '{\"a\":\"b\"}', x'00ff', 11), ('m-2', '', '{}', 'two', 12), ('m-3', '', '{}', 'three', 13)");
     raw.exec("UPDATE idem_outbox SET state = 'sent', sent_ms = 20 WHERE message_id = 'm-1'");
-    raw.exec("DELETE FROM idem_outbox WHERE message_id = 'm-3'");  // purged: its id 3 must not come back
+    raw.exec("DELETE FROM idem_outbox WHERE message_id = 'm-3'");  // purged
   }
   open_and_close_store(path);
   RawDb raw(path);
@@ -842,8 +858,12 @@ TEST(SqliteOutboxSchema, MigrationFiveKeepsRowsIdsAndTheHighWaterMarkAndLeavesTh
                      "headers || ':' || hex(body) || ':' || created_ms || ':' || ifnull(sent_ms, '-'), ' ') "
                      "FROM (SELECT * FROM idem_outbox ORDER BY id)"),
             "1:m-1:sent:ex/rk:{\"a\":\"b\"}:00FF:11:20 2:m-2:pending::{}:74776F:12:-");
+  // No AUTOINCREMENT any more: the next id is the newest row's plus one. Row 3, purged at version
+  // 4 while it was the newest, gives its id once more (docs/outbox.md); from now on the purge
+  // keeps the newest row.
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_sequence WHERE name LIKE 'idem_outbox%'"), 0);
   raw.exec("INSERT INTO idem_outbox (message_id, body) VALUES ('m-4', 'four')");
-  EXPECT_EQ(raw.scalar("SELECT id FROM idem_outbox WHERE message_id = 'm-4'"), 4);
+  EXPECT_EQ(raw.scalar("SELECT id FROM idem_outbox WHERE message_id = 'm-4'"), 3);
   // The triggers are gone; the relay sees to ids and header values now.
   EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"), 0);
   EXPECT_EQ(raw.try_exec("INSERT INTO idem_outbox (message_id, headers) VALUES ('has space', '{\"n\": 1}')"), "");

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <unordered_set>
+#include <utility>
 
 #include "idem/consume_loop.hpp"  // message_id_problem: the same id rules as consumers apply
 
@@ -264,6 +265,15 @@ std::string outbox_headers_to_json(const MessageHeaders& headers) {
 
 std::expected<MessageHeaders, std::string> outbox_headers_from_json(std::string_view json) {
   return HeadersReader(json).read();
+}
+
+void read_outbox_headers(OutboxRow& row, std::string_view headers_json) {
+  if (auto headers = outbox_headers_from_json(headers_json)) {
+    row.message.headers = std::move(*headers);
+  } else {
+    row.unreadable = std::move(headers.error());
+  }
+  if (auto problem = message_id_problem(row.message.message_id)) row.unreadable = std::move(*problem);
 }
 
 }  // namespace idem

@@ -155,4 +155,9 @@ std::string outbox_headers_to_json(const MessageHeaders& headers);
 /// that is not a string).
 std::expected<MessageHeaders, std::string> outbox_headers_from_json(std::string_view json);
 
+/// What a store's reader does with a row it read (`row.message.message_id` set): fills the
+/// headers from the `headers` column, or sets `row.unreadable` when no relay can publish the row
+/// (headers that outbox_headers_from_json refuses, an id breaking SPEC §2's rules).
+void read_outbox_headers(OutboxRow& row, std::string_view headers_json);
+
 }  // namespace idem

@@ -7,7 +7,6 @@
 
 #include "connection.hpp"
 #include "errors.hpp"
-#include "idem/consume_loop.hpp"  // message_id_problem
 #include "idem/redact.hpp"
 #include "records.hpp"
 #include "schema.hpp"
@@ -66,12 +65,7 @@ std::expected<OutboxRow, std::string> decode_row(const PGresult* r, int i) {
   row.message.content_type = std::string(in.bytes(3));
   // The table's CHECKs keep out what the relay could not publish; should a row get past them
   // anyway, it reads as the SQLite outbox's foreign rows do: `unreadable` set.
-  if (auto headers = outbox_headers_from_json(in.bytes(4))) {
-    row.message.headers = std::move(*headers);
-  } else {
-    row.unreadable = std::move(headers.error());
-  }
-  if (auto problem = message_id_problem(row.message.message_id)) row.unreadable = std::move(*problem);
+  read_outbox_headers(row, in.bytes(4));
   row.message.body = std::string(in.bytes(5));
   const auto state = parse_state(in.bytes(6));
   if (!state) return std::unexpected("unknown state \"" + std::string(in.bytes(6)) + "\"");

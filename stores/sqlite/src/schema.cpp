@@ -126,8 +126,8 @@ constexpr const char* kOutboxStateCheck = R"sql(
 //    back; only the newest row dropped by an operator can see its id given again. The old
 //    high-water mark is not kept: ids above the newest row that were purged before this
 //    migration can be given once more.
-// Rebuilt as migration 4 was, keeping rows and ids; ensure_outbox runs it after creating the
-// table too.
+// Rebuilt as migration 4 was, keeping rows and ids (dropping the old table deletes its
+// sqlite_sequence row); ensure_outbox runs it after creating the table too.
 constexpr const char* kOutboxLeanChecks = R"sql(
   CREATE TABLE idem_outbox_rebuilt (
     id               INTEGER PRIMARY KEY,
@@ -156,7 +156,6 @@ constexpr const char* kOutboxLeanChecks = R"sql(
     FROM idem_outbox ORDER BY id;
   DROP TABLE idem_outbox;
   ALTER TABLE idem_outbox_rebuilt RENAME TO idem_outbox;
-  DELETE FROM sqlite_sequence WHERE name = 'idem_outbox';
   CREATE INDEX idem_outbox_pending ON idem_outbox (id, next_attempt_ms) WHERE state = 'pending';
   CREATE INDEX idem_outbox_sent ON idem_outbox (sent_ms) WHERE state = 'sent';
   CREATE INDEX idem_outbox_dead ON idem_outbox (id) WHERE state = 'dead';

@@ -10,7 +10,6 @@
 #include <utility>
 
 #include "connection.hpp"
-#include "idem/consume_loop.hpp"  // message_id_problem
 #include "relay_lock.hpp"
 #include "schema.hpp"
 #include "writer_transaction.hpp"
@@ -113,12 +112,7 @@ std::expected<OutboxRow, std::string> decode_row(const Statement& q) {
   row.message.message_id = std::string(q.text(1));
   row.message.destination = std::string(q.text(2));
   row.message.content_type = std::string(q.text(3));
-  if (auto headers = outbox_headers_from_json(q.text(4))) {
-    row.message.headers = std::move(*headers);
-  } else {
-    row.unreadable = std::move(headers.error());
-  }
-  if (auto problem = message_id_problem(row.message.message_id)) row.unreadable = std::move(*problem);
+  read_outbox_headers(row, q.text(4));
   row.message.body = std::string(q.blob(5));
   const auto state = parse_state(q.text(6));
   if (!state) return std::unexpected("unknown state \"" + std::string(q.text(6)) + "\"");

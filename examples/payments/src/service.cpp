@@ -145,8 +145,9 @@ sqlite3* open_ledger(const std::string& path) {
   sqlite3_busy_timeout(db, 5000);
   std::string error;
   char* msg = nullptr;
-  if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA temp_store=MEMORY;", nullptr, nullptr, &msg) != SQLITE_OK) {
-    error = msg ? msg : "pragma failed";
+  if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", nullptr, nullptr, &msg) != SQLITE_OK ||
+      idem::sqlite_configure_connection(db) != SQLITE_OK) {
+    error = msg ? msg : sqlite3_errmsg(db);
     sqlite3_free(msg);
     sqlite3_close(db);
     throw std::runtime_error("--db " + path + ": " + error);

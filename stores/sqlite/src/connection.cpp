@@ -1,5 +1,7 @@
 #include "connection.hpp"
 
+#include <atomic>
+
 namespace idem::sqlite_detail {
 
 StoreError map_error(int code, std::string_view what, sqlite3* db) {
@@ -30,6 +32,34 @@ StoreError map_error(int code, std::string_view what, sqlite3* db) {
   return error;
 }
 
+namespace {
+std::atomic<bool> statement_journal_spill_configured{false};
+}  // namespace
+
+void note_statement_journal_spill_configured() {
+  statement_journal_spill_configured.store(true, std::memory_order_release);
+}
+
+// Every write in the store's group commit runs in a savepoint of its own, so each page it touches
+// is first copied into the connection's statement journal ("sub-journal"), kept until the
+// savepoint is released. Where that copy goes decides much of a write's cost:
+// - SQLite's default keeps it in memory up to 64 KiB, in one 64 KiB allocation, then moves it to a
+//   /var/tmp file. A payment with its outbox row passed 64 KiB: about 11 file writes per payment,
+//   the outbox then cost 45 % of payments/s (docs/benchmarks.md).
+// - temp_store = MEMORY keeps it in memory without limit, but in chunks of 1 KiB: every 4 KiB page
+//   is five allocations, and five frees at the release. About 10k instructions per payment, a
+//   fifth of what the outbox row costs.
+// - sqlite_configure_process raises the threshold to kStatementJournalSpillBytes (127 KiB): one
+//   allocation per savepoint, no file unless a single write copies more. A payment with its
+//   outbox row copies up to about 90 KiB (strace, payments benchmark: with 64 KiB 110 of 5,466
+//   payments made a file, with 88 KiB 3 of 8,883, with 120 KiB none of 11,444). Then temp_store
+//   stays at its default, which is what makes SQLite use the threshold.
+// The threshold is process-wide and settable only before SQLite's first use, hence the fallback.
+int configure_connection(sqlite3* db) {
+  if (statement_journal_spill_configured.load(std::memory_order_acquire)) return SQLITE_OK;
+  return sqlite3_exec(db, "PRAGMA temp_store = MEMORY", nullptr, nullptr, nullptr);
+}
+
 StoreResult<Connection> open_connection(const std::string& path, int busy_timeout_ms, bool create) {
   sqlite3* raw = nullptr;
   const int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_NOMUTEX;
@@ -38,13 +68,7 @@ StoreResult<Connection> open_connection(const std::string& path, int busy_timeou
   if (rc != SQLITE_OK) return std::unexpected(map_error(rc, "open " + path, db.get()));
   sqlite3_extended_result_codes(db.get(), 1);
   sqlite3_busy_timeout(db.get(), busy_timeout_ms);
-  // Statement journals (and temporary b-trees) in memory: a statement that may abort halfway
-  // inside a transaction — the outbox's INSERT, which writes a row and several indexes and can
-  // still fail on its unique message id or its triggers — keeps one, and on disk it spilled to a
-  // /var/tmp file past 64 KiB of a group-commit transaction: about 11 writes per payment that made
-  // the outbox cost 45 % of payments/s (docs/benchmarks.md). They hold what one transaction's
-  // statements touched, and are never needed after a crash.
-  if (const int t = sqlite3_exec(db.get(), "PRAGMA temp_store = MEMORY", nullptr, nullptr, nullptr); t != SQLITE_OK) {
+  if (const int t = configure_connection(db.get()); t != SQLITE_OK) {
     return std::unexpected(map_error(t, "set temp_store", db.get()));
   }
   return db;

@@ -32,6 +32,21 @@ using Connection = std::unique_ptr<sqlite3, ConnectionCloser>;
 /// left out.
 StoreResult<Connection> open_connection(const std::string& path, int busy_timeout_ms, bool create = true);
 
+/// The statement-journal spill threshold sqlite_configure_process sets: bytes a savepoint's or a
+/// statement's journal holds in memory, in one allocation of this size, before it moves to a file.
+/// Below 128 KiB: SQLite 3.40's unix VFS writes at most 128 KiB - 1 bytes at once, so a larger
+/// in-memory journal cannot be moved to its file (the write fails with SQLITE_FULL; the statement
+/// journal test shows it).
+inline constexpr int kStatementJournalSpillBytes = 127 << 10;
+
+/// Records that sqlite_configure_process set kStatementJournalSpillBytes in this process.
+void note_statement_journal_spill_configured();
+
+/// Sets what every connection of the module gets beyond open_connection's flags: PRAGMA
+/// temp_store = MEMORY, unless this process raised the statement-journal spill threshold
+/// (connection.cpp says why). Returns SQLite's result code.
+int configure_connection(sqlite3* db);
+
 /// Runs one or more SQL statements that return no rows the caller needs.
 StoreResult<Done> exec(sqlite3* db, const char* sql, std::string_view what);
 

@@ -493,6 +493,14 @@ SqliteStoreStats SqliteStore::stats() const { return impl_->stats(); }
 
 int SqliteStore::schema_version() { return sqlite_detail::latest_schema_version(); }
 
-bool sqlite_configure_process() { return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0) == SQLITE_OK; }
+bool sqlite_configure_process() {
+  if (sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0) != SQLITE_OK) return false;  // SQLite already in use
+  if (sqlite3_config(SQLITE_CONFIG_STMTJRNL_SPILL, sqlite_detail::kStatementJournalSpillBytes) == SQLITE_OK) {
+    sqlite_detail::note_statement_journal_spill_configured();
+  }
+  return true;
+}
+
+int sqlite_configure_connection(sqlite3* db) { return sqlite_detail::configure_connection(db); }
 
 }  // namespace idem

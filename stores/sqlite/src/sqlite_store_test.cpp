@@ -23,6 +23,7 @@
 #include "idem/testing/manual_clock.hpp"
 #include "idem/testing/redeliveries.hpp"
 #include "idem/testing/store_conformance.hpp"
+#include "connection.hpp"
 #include "schema.hpp"
 
 namespace idem {
@@ -941,6 +942,76 @@ TEST(SqliteConfigureProcess, TurnsMemoryStatisticsOffBeforeFirstUseAndIsHarmless
   ASSERT_EQ(sqlite3_open(":memory:", &db), SQLITE_OK);
   EXPECT_GT(sqlite3_memory_used(), 0);
   sqlite3_close(db);
+}
+
+
+// Where statement journals go: a VFS in front of the default one counts the sub-journal files
+// SQLite opens. The store's group commit runs every write in a savepoint of its own; 200 of them
+// in one transaction, each copying ~80 KiB (past SQLite's default 64 KiB threshold), 16 MiB in
+// all, must stay in memory (the journal is emptied at each release). One savepoint copying more
+// than the 127 KiB threshold moves to a file, and must still succeed (SQLite 3.40 fails that move
+// for thresholds of 128 KiB and more); without sqlite_configure_process the connection keeps
+// everything in memory (temp_store = MEMORY).
+namespace journal_files {
+sqlite3_vfs* real = nullptr;
+sqlite3_vfs counting;
+int subjournal_opens = 0;
+int open_counted(sqlite3_vfs*, sqlite3_filename name, sqlite3_file* file, int flags, int* out_flags) {
+  if (flags & SQLITE_OPEN_SUBJOURNAL) ++subjournal_opens;
+  return real->xOpen(real, name, file, flags, out_flags);
+}
+
+// In a fresh child: configures the process (or not), counts sub-journal files opened by many
+// savepoints in one transaction, then by one big savepoint. Returns 0, or the number of the first
+// step that failed (an exit status holds 8 bits: no masks).
+int run(const std::string& path, bool configure) {
+  if (sqlite3_shutdown() != SQLITE_OK) return 1;
+  if (configure && !sqlite_configure_process()) return 2;
+  if (sqlite3_initialize() != SQLITE_OK) return 3;
+  real = sqlite3_vfs_find(nullptr);
+  counting = *real;
+  counting.zName = "idem-counting";
+  counting.xOpen = open_counted;
+  if (sqlite3_vfs_register(&counting, /*makeDflt=*/1) != SQLITE_OK) return 4;
+  auto db = sqlite_detail::open_connection(path, 5000);
+  if (!db) return 5;
+  auto exec = [&](const std::string& sql) {
+    return sqlite3_exec(db->get(), sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK;
+  };
+  if (!exec("PRAGMA journal_mode = WAL; CREATE TABLE t (x BLOB);"
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000) "
+            "INSERT INTO t SELECT randomblob(3000) FROM n")) {  // one row per page
+    return 6;
+  }
+  if (!exec("BEGIN IMMEDIATE")) return 7;
+  // 200 writes of 10 pages each, copied twice: for the savepoint and for the UPDATE's statement.
+  for (int first = 1; first <= 2000; first += 10) {
+    if (!exec("SAVEPOINT op; UPDATE t SET x = randomblob(3000) WHERE rowid BETWEEN " + std::to_string(first) +
+              " AND " + std::to_string(first + 9) + "; RELEASE op;")) {
+      return 8;
+    }
+  }
+  if (!exec("COMMIT")) return 9;
+  if (subjournal_opens != 0) return 10;  // many savepoints of ~80 KiB: memory only
+  if (!exec("BEGIN IMMEDIATE; SAVEPOINT op; UPDATE t SET x = randomblob(3000); RELEASE op; COMMIT;")) return 11;
+  if (configure ? subjournal_opens == 0 : subjournal_opens != 0) return 12;  // one of 8 MiB
+  return 0;
+}
+}  // namespace journal_files
+
+int journal_child(const std::string& path, bool configure) {
+  const pid_t child = ::fork();
+  if (child < 0) return -1;
+  if (child == 0) ::_exit(journal_files::run(path, configure));
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+TEST(SqliteStatementJournals, SavepointsOfAGroupCommitStayInMemoryAndOnlyAHugeOneSpillsToAFile) {
+  TempDir dir;
+  EXPECT_EQ(journal_child(dir.file("configured.db"), /*configure=*/true), 0);
+  EXPECT_EQ(journal_child(dir.file("unconfigured.db"), /*configure=*/false), 0);
 }
 
 }  // namespace

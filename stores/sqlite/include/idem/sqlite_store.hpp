@@ -139,12 +139,19 @@ class SqliteStore final : public Store, public StoreAdmin {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Call first thing in main(), before anything in the process uses SQLite: turns off SQLite's
-/// memory statistics, which otherwise take one process-wide mutex on every allocation. The
+/// Call first thing in main(), before anything in the process uses SQLite. It turns off SQLite's
+/// memory statistics, which otherwise take one process-wide mutex on every allocation (the
 /// store's writer thread and the application's own connections contend on it: in the payments
-/// example it cost a third of the CPU per payment (docs/benchmarks.md). Returns false and
-/// changes nothing once SQLite is initialized (a second call, or SQLite used first): harmless,
-/// only slower.
+/// example it cost a third of the CPU per payment), and keeps statement journals in memory up to
+/// 127 KiB, in one allocation, instead of SQLite's 64 KiB, past which they go to a temporary file
+/// (every write in the store's group commit keeps one; docs/benchmarks.md measures both).
+/// Returns false and changes nothing once SQLite is initialized (a second call, or SQLite used
+/// first): harmless, only slower.
 bool sqlite_configure_process();
+
+/// What the store sets on its own connections, for the application's (call after opening one):
+/// nothing after sqlite_configure_process, else PRAGMA temp_store = MEMORY, which keeps statement
+/// journals off the disk in smaller pieces. Returns SQLite's result code.
+int sqlite_configure_connection(sqlite3* db);
 
 }  // namespace idem

@@ -52,9 +52,9 @@ def ticks(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def payments_rate(binary, db, outbox, duration):
+def start_payments(binary, db, outbox):
     """idem-payments --idempotency inprocess (SQLite FULL) on a fresh `db`, the outbox on or off,
-    driven by wrk for `duration`: payments/s and the service's CPU µs per payment."""
+    with the two accounts bench/consumers/payment.lua pays between: (process, port)."""
     port = free_port()
     p = subprocess.Popen([binary, "--listen", "127.0.0.1:%d" % port, "--db", db, "--idempotency", "inprocess",
                           "--outbox", "on" if outbox else "off"], stderr=subprocess.DEVNULL)
@@ -72,16 +72,39 @@ def payments_rate(binary, db, outbox, duration):
                     "('acct_a', 'EUR', 4000000000000, 4000000000000, 0), ('acct_b', 'EUR', 0, 0, 0)")
         con.commit()
         con.close()
+    except BaseException:
+        p.terminate()
+        p.wait()
+        raise
+    return p, port
+
+
+class PaymentsLoad:
+    """wrk (-t2 -c32, a fresh Idempotency-Key per request) on a started idem-payments, begun at
+    construction; result() waits for it: payments/s and the service's CPU µs per payment."""
+
+    def __init__(self, p, port, db, duration):
+        self.p, self.db = p, db
+        self.cpu0 = ticks(p.pid)
         lua = os.path.join(ROOT, "bench", "consumers", "payment.lua")
-        cpu0 = ticks(p.pid)
-        out = subprocess.run(["wrk", "-t2", "-c32", "-d" + duration, "-s", lua, "http://127.0.0.1:%d" % port],
-                             capture_output=True, text=True, timeout=600)
-        cpu = ticks(p.pid) - cpu0
-        if out.returncode != 0 or "Non-2xx" in out.stdout:
-            raise RuntimeError("wrk failed or payments answered non-2xx:\n" + out.stdout + out.stderr)
-        rate = float([l for l in out.stdout.splitlines() if l.startswith("Requests/sec")][0].split()[1])
-        (count,), = sqlite3.connect(db).execute("SELECT COUNT(*) FROM payments").fetchall()
+        self.wrk = subprocess.Popen(["wrk", "-t2", "-c32", "-d" + duration, "-s", lua, "http://127.0.0.1:%d" % port],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def result(self):
+        out, err = self.wrk.communicate(timeout=600)
+        cpu = ticks(self.p.pid) - self.cpu0
+        if self.wrk.returncode != 0 or "Non-2xx" in out:
+            raise RuntimeError("wrk failed or payments answered non-2xx:\n" + out + err)
+        rate = float([l for l in out.splitlines() if l.startswith("Requests/sec")][0].split()[1])
+        (count,), = sqlite3.connect(self.db).execute("SELECT COUNT(*) FROM payments").fetchall()
         return {"payments_per_s": rate, "cpu_us_per_payment": cpu * 1e6 / max(count, 1)}
+
+
+def payments_rate(binary, db, outbox, duration):
+    """idem-payments (start_payments) driven alone by wrk for `duration` (PaymentsLoad)."""
+    p, port = start_payments(binary, db, outbox)
+    try:
+        return PaymentsLoad(p, port, db, duration).result()
     finally:
         p.terminate()
         p.wait()

@@ -944,14 +944,13 @@ TEST(SqliteConfigureProcess, TurnsMemoryStatisticsOffBeforeFirstUseAndIsHarmless
   sqlite3_close(db);
 }
 
-
 // Where statement journals go: a VFS in front of the default one counts the sub-journal files
 // SQLite opens. The store's group commit runs every write in a savepoint of its own; 200 of them
-// in one transaction, each copying ~80 KiB (past SQLite's default 64 KiB threshold), 16 MiB in
-// all, must stay in memory (the journal is emptied at each release). One savepoint copying more
-// than the 127 KiB threshold moves to a file, and must still succeed (SQLite 3.40 fails that move
-// for thresholds of 128 KiB and more); without sqlite_configure_process the connection keeps
-// everything in memory (temp_store = MEMORY).
+// in one transaction, each journaling more than SQLite's default threshold of 64 KiB (with it,
+// step 10 fails) and all together megabytes, must stay in memory: the journal is emptied at each
+// release. One savepoint journaling 8 MiB moves to a file past the 127 KiB threshold, and must
+// still succeed (SQLite 3.40 fails that move for thresholds of 128 KiB and more: step 11). Without
+// sqlite_configure_process the connection keeps everything in memory (temp_store = MEMORY).
 namespace journal_files {
 sqlite3_vfs* real = nullptr;
 sqlite3_vfs counting;
@@ -984,7 +983,7 @@ int run(const std::string& path, bool configure) {
     return 6;
   }
   if (!exec("BEGIN IMMEDIATE")) return 7;
-  // 200 writes of 10 pages each, copied twice: for the savepoint and for the UPDATE's statement.
+  // 200 writes of 10 rows (10 pages) each.
   for (int first = 1; first <= 2000; first += 10) {
     if (!exec("SAVEPOINT op; UPDATE t SET x = randomblob(3000) WHERE rowid BETWEEN " + std::to_string(first) +
               " AND " + std::to_string(first + 9) + "; RELEASE op;")) {
@@ -992,7 +991,7 @@ int run(const std::string& path, bool configure) {
     }
   }
   if (!exec("COMMIT")) return 9;
-  if (subjournal_opens != 0) return 10;  // many savepoints of ~80 KiB: memory only
+  if (subjournal_opens != 0) return 10;  // many savepoints past 64 KiB: memory only
   if (!exec("BEGIN IMMEDIATE; SAVEPOINT op; UPDATE t SET x = randomblob(3000); RELEASE op; COMMIT;")) return 11;
   if (configure ? subjournal_opens == 0 : subjournal_opens != 0) return 12;  // one of 8 MiB
   return 0;

@@ -32,15 +32,9 @@ using Connection = std::unique_ptr<sqlite3, ConnectionCloser>;
 /// left out.
 StoreResult<Connection> open_connection(const std::string& path, int busy_timeout_ms, bool create = true);
 
-/// The statement-journal spill threshold sqlite_configure_process sets: bytes a savepoint's or a
-/// statement's journal holds in memory, in one allocation of this size, before it moves to a file.
-/// Below 128 KiB: SQLite 3.40's unix VFS writes at most 128 KiB - 1 bytes at once, so a larger
-/// in-memory journal cannot be moved to its file (the write fails with SQLITE_FULL; the statement
-/// journal test shows it).
-inline constexpr int kStatementJournalSpillBytes = 127 << 10;
-
-/// Records that sqlite_configure_process set kStatementJournalSpillBytes in this process.
-void note_statement_journal_spill_configured();
+/// Raises SQLite's statement-journal spill threshold (process-wide, before SQLite's first use;
+/// connection.cpp says why and to what) and records whether that took, for configure_connection.
+void configure_statement_journal_spill();
 
 /// Sets what every connection of the module gets beyond open_connection's flags: PRAGMA
 /// temp_store = MEMORY, unless this process raised the statement-journal spill threshold

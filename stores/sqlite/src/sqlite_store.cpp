@@ -495,9 +495,7 @@ int SqliteStore::schema_version() { return sqlite_detail::latest_schema_version(
 
 bool sqlite_configure_process() {
   if (sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0) != SQLITE_OK) return false;  // SQLite already in use
-  if (sqlite3_config(SQLITE_CONFIG_STMTJRNL_SPILL, sqlite_detail::kStatementJournalSpillBytes) == SQLITE_OK) {
-    sqlite_detail::note_statement_journal_spill_configured();
-  }
+  sqlite_detail::configure_statement_journal_spill();
   return true;
 }
 

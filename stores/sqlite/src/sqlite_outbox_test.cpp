@@ -583,20 +583,17 @@ TEST_F(SqliteOutboxTest, TheTableRefusesForeignRowsOfTheWrongShape) {
            "INSERT INTO idem_outbox (message_id) VALUES (x'6869')",  // a blob, not text
            "INSERT INTO idem_outbox (message_id) VALUES (printf('%.257c', 'a'))",
            "INSERT INTO idem_outbox (message_id, destination) VALUES ('d-1', printf('%.257c', 'a'))",
-           "INSERT INTO idem_outbox (message_id, headers) VALUES ('h-2', '[\"a\"]')",
-           "INSERT INTO idem_outbox (message_id, headers) VALUES ('h-3', 'not json')",
            "INSERT INTO idem_outbox (message_id, state) VALUES ('h-4', 'published')",
        }) {
     EXPECT_FALSE(raw->try_exec(bad).empty()) << bad;
   }
   raw->exec("INSERT INTO idem_outbox (message_id) VALUES ('h-6')");
-  EXPECT_FALSE(raw->try_exec("UPDATE idem_outbox SET headers = '[1]'").empty());
   EXPECT_FALSE(raw->try_exec("UPDATE idem_outbox SET state = 'lost'").empty());
   EXPECT_EQ(outbox_rows(), 1);
 }
 
-// What the table leaves to the relay (schema.cpp, migration 5): an id breaking SPEC §2's rules,
-// header values that are not strings. Such a row must not stop the ones behind it.
+// What the table leaves to the relay (schema.cpp, migrations 5 and 6): an id breaking SPEC §2's
+// rules, headers that are not a JSON object of strings. Such a row must not stop the ones behind it.
 TEST_F(SqliteOutboxTest, AForeignRowTheRelayCannotPublishIsMadeDeadWithTheReasonAndOperatorsSeeIt) {
   raw->exec("INSERT INTO idem_outbox (message_id, headers) VALUES ('t-1', '{\"n\": 1}')");
   raw->exec("INSERT INTO idem_outbox (message_id) VALUES ('has space')");
@@ -618,6 +615,26 @@ TEST_F(SqliteOutboxTest, AForeignRowTheRelayCannotPublishIsMadeDeadWithTheReason
   EXPECT_NE(raw->text("SELECT last_error FROM idem_outbox WHERE id = 4").find("not visible ASCII"), std::string::npos);
   EXPECT_EQ(raw->scalar("SELECT count(*) FROM idem_outbox WHERE lease_owner IS NOT NULL AND state = 'dead'"), 0);
 
+  // Headers that are not JSON, or JSON but no object, are dead the same way.
+  ASSERT_TRUE(reader->settle({{3, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-a"));
+  raw->exec("INSERT INTO idem_outbox (message_id, headers) VALUES ('t-5', 'not json'), ('t-6', '[\"a\"]')");
+  raw->exec("INSERT INTO idem_outbox (message_id) VALUES ('t-7')");
+  rows = reader->claim(claim_of(10));
+  ASSERT_TRUE(rows) << rows.error().message;
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].message.message_id, "t-7");
+  EXPECT_EQ(raw->text("SELECT group_concat(state, ' ') FROM (SELECT * FROM idem_outbox WHERE id > 4 ORDER BY id)"),
+            "dead dead pending");
+  for (const char* id : {"t-5", "t-6"}) {
+    EXPECT_NE(raw->text(std::string("SELECT last_error FROM idem_outbox WHERE message_id = '") + id + "'")
+                  .find("the row cannot be read: the headers are "),
+              std::string::npos)
+        << id;
+  }
+  ASSERT_TRUE(reader->settle({{7, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-a"));
+  EXPECT_TRUE(reader->drop_dead(5).value());
+  EXPECT_TRUE(reader->drop_dead(6).value());
+
   // An operator lists them all, hears why each bad one is dead, and drops it.
   auto listed = reader->list(OutboxQuery{OutboxState::dead, 0, 10});
   ASSERT_TRUE(listed) << listed.error().message;
@@ -633,7 +650,6 @@ TEST_F(SqliteOutboxTest, AForeignRowTheRelayCannotPublishIsMadeDeadWithTheReason
   EXPECT_TRUE(reader->drop_dead(1).value());
   EXPECT_TRUE(reader->drop_dead(2).value());
   // A dead row put back to pending is refused again at the next claim, not published.
-  ASSERT_TRUE(reader->settle({{3, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-a"));
   EXPECT_TRUE(reader->retry_dead(4, clock.now()).value());
   rows = reader->claim(claim_of(10));
   ASSERT_TRUE(rows) << rows.error().message;
@@ -747,7 +763,7 @@ TEST(SqliteOutboxSchema, ADatabaseAtTheVersionBeforeOpensAndGainsTheOutbox) {
   EXPECT_GE(SqliteStore::schema_version(), 2);
   EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), SqliteStore::schema_version());
   EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys"), 1);
-  for (const char* name : {"idem_outbox", "idem_outbox_pending", "idem_outbox_sent", "idem_outbox_dead"}) {
+  for (const char* name : {"idem_outbox", "idem_outbox_pending", "idem_outbox_settled"}) {
     EXPECT_EQ(raw.scalar(std::string("SELECT count(*) FROM sqlite_master WHERE name = '") + name + "'"), 1) << name;
   }
 }
@@ -851,7 +867,10 @@ TEST(SqliteOutboxSchema, MigrationFiveKeepsRowsAndIdsAndLeavesTheCheapChecks) {
     raw.exec("UPDATE idem_outbox SET state = 'sent', sent_ms = 20 WHERE message_id = 'm-1'");
     raw.exec("DELETE FROM idem_outbox WHERE message_id = 'm-3'");  // purged
   }
-  open_and_close_store(path);
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(sqlite_detail::migrate(raw.get(), 5));
+  }
   RawDb raw(path);
   EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 5);
   EXPECT_EQ(raw.text("SELECT group_concat(id || ':' || message_id || ':' || state || ':' || destination || ':' || "
@@ -874,6 +893,74 @@ TEST(SqliteOutboxSchema, MigrationFiveKeepsRowsAndIdsAndLeavesTheCheapChecks) {
   for (const char* name : {"idem_outbox_pending", "idem_outbox_sent", "idem_outbox_dead"}) {
     EXPECT_EQ(raw.scalar(std::string("SELECT count(*) FROM sqlite_master WHERE name = '") + name + "'"), 1) << name;
   }
+}
+
+// How SQLite runs `sql` on `raw` (EXPLAIN QUERY PLAN's details, one a line).
+std::string query_plan(RawDb& raw, const std::string& sql) {
+  sqlite3_stmt* stmt = nullptr;
+  const std::string explain = "EXPLAIN QUERY PLAN " + sql;
+  if (sqlite3_prepare_v2(raw.get(), explain.c_str(), -1, &stmt, nullptr) != SQLITE_OK) throw std::runtime_error(sql);
+  std::string plan;
+  while (sqlite3_step(stmt) == SQLITE_ROW) plan += std::string(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 3))) + "\n";
+  sqlite3_finalize(stmt);
+  return plan;
+}
+
+TEST(SqliteOutboxSchema, MigrationSixKeepsRowsMergesTheSettledIndexesAndLeavesHeadersToTheRelay) {
+  TempDir dir;
+  const std::string path = dir.file("v5.db");
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(sqlite_detail::migrate(raw.get(), 5));
+    raw.exec("INSERT INTO idem_outbox (message_id, destination, headers, body, created_ms) VALUES "
+             "('m-1', 'ex/rk', '{\"a\":\"b\"}', x'00ff', 11), ('m-2', '', '{}', 'two', 12), "
+             "('m-3', '', '{}', 'three', 13), ('m-4', '', '{}', 'four', 14)");
+    raw.exec("UPDATE idem_outbox SET state = 'sent', sent_ms = 20 WHERE message_id = 'm-1'");
+    raw.exec("UPDATE idem_outbox SET state = 'dead', attempts = 3, last_error = 'why' WHERE message_id = 'm-3'");
+  }
+  // A relay newer than the service's store reads a file still at version 5.
+  auto counts_and_dead = [&]() {
+    auto reader = open_reader(path);
+    auto counts = reader->count();
+    if (!counts) throw std::runtime_error(counts.error().message);
+    auto dead = reader->list(OutboxQuery{OutboxState::dead, 0, 10});
+    if (!dead) throw std::runtime_error(dead.error().message);
+    std::string out = std::to_string(counts->pending) + " " + std::to_string(counts->sent) + " " +
+                      std::to_string(counts->dead) + ":";
+    for (const auto& row : *dead) out += " " + row.message.message_id;
+    return out;
+  };
+  EXPECT_EQ(counts_and_dead(), "2 1 1: m-3");
+
+  open_and_close_store(path);
+  RawDb raw(path);
+  EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 6);
+  EXPECT_EQ(raw.text("SELECT group_concat(id || ':' || message_id || ':' || state || ':' || attempts || ':' || "
+                     "destination || ':' || headers || ':' || hex(body) || ':' || created_ms || ':' || "
+                     "ifnull(sent_ms, '-') || ':' || ifnull(last_error, '-'), ' ') "
+                     "FROM (SELECT * FROM idem_outbox ORDER BY id)"),
+            "1:m-1:sent:0:ex/rk:{\"a\":\"b\"}:00FF:11:20:- 2:m-2:pending:0::{}:74776F:12:-:- "
+            "3:m-3:dead:3::{}:7468726565:13:-:why 4:m-4:pending:0::{}:666F7572:14:-:-");
+  EXPECT_EQ(raw.text("SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_master WHERE type = 'index' "
+                     "AND tbl_name = 'idem_outbox' AND sql IS NOT NULL ORDER BY name)"),
+            "idem_outbox_pending idem_outbox_settled");
+  EXPECT_EQ(counts_and_dead(), "2 1 1: m-3");
+  EXPECT_NE(query_plan(raw, "SELECT count(*) FROM idem_outbox WHERE state <> 'pending' AND state = 'dead'")
+                .find("USING COVERING INDEX idem_outbox_settled"),
+            std::string::npos);
+  EXPECT_NE(query_plan(raw, "SELECT id FROM idem_outbox WHERE state <> 'pending' AND state = 'sent' AND sent_ms < 5")
+                .find("USING COVERING INDEX idem_outbox_settled (state=? AND sent_ms<?)"),
+            std::string::npos);
+  // The headers' JSON check is gone (the relay makes such a row dead); the others stay.
+  EXPECT_EQ(raw.try_exec("INSERT INTO idem_outbox (message_id, headers) VALUES ('m-5', 'not json')"), "");
+  EXPECT_NE(raw.try_exec("INSERT INTO idem_outbox (message_id) VALUES ('')"), "");
+  EXPECT_NE(raw.try_exec("INSERT INTO idem_outbox (message_id, destination) VALUES ('m-6', printf('%.257c', 'a'))"), "");
+  EXPECT_NE(raw.try_exec("UPDATE idem_outbox SET state = 'lost' WHERE id = 2"), "");
+  EXPECT_NE(raw.try_exec("INSERT INTO idem_outbox (message_id) VALUES ('m-1')"), "");
+  EXPECT_EQ(raw.scalar("SELECT max(id) FROM idem_outbox"), 5);
+  auto reader = open_reader(path);
+  EXPECT_EQ(reader->purge_sent(from_epoch_ms(21), 10).value(), 1u);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idem_outbox WHERE message_id = 'm-1'"), 0);
 }
 
 TEST(SqliteOutboxSchema, ARelayMadeTableIsTheFormAStoreMigratesTo) {

@@ -263,6 +263,12 @@ std::string outbox_headers_to_json(const MessageHeaders& headers) {
   return out;
 }
 
+std::expected<CheckedOutboxMessage, std::string> CheckedOutboxMessage::check(OutboxMessage message) {
+  if (auto problem = outbox_message_problem(message)) return std::unexpected(std::move(*problem));
+  std::string headers = outbox_headers_to_json(message.headers);
+  return CheckedOutboxMessage(std::move(message), std::move(headers));
+}
+
 std::expected<MessageHeaders, std::string> outbox_headers_from_json(std::string_view json) {
   return HeadersReader(json).read();
 }

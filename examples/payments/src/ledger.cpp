@@ -394,13 +394,20 @@ OutboxMessage payment_succeeded(const Plan& p) {
 }
 
 void with_events(Plan& p) {
-  if (p.op == Op::transfer) p.events.push_back(payment_succeeded(p));
+  if (p.op != Op::transfer) return;
+  auto event = CheckedOutboxMessage::check(payment_succeeded(p));
+  if (!event) {
+    p.op = Op::none;
+    p.outcome = problem(500, "internal_error", "Internal error", "the payment's event cannot be enqueued: " + event.error());
+    return;
+  }
+  p.events.push_back(std::move(*event));
 }
 
 namespace {
 // The event leaves with its writes or not at all: the same transaction (SPEC §11).
 Applied enqueue_events(sqlite3* db, const Plan& p, std::string& error) {
-  for (const OutboxMessage& event : p.events) {
+  for (const CheckedOutboxMessage& event : p.events) {
     if (!SqliteOutbox::enqueue(db, event, SystemClock::instance().now(), error)) return Applied::error;
   }
   return Applied::ok;

@@ -141,12 +141,11 @@ struct Sql {
 
 // ---- enqueue ----------------------------------------------------------------------------------
 
-bool PostgresOutbox::enqueue(PostgresTransaction& tx, const OutboxMessage& message, TimePoint now,
-                             std::string& error) {
-  if (auto problem = outbox_message_problem(message)) {
-    error = "outbox: cannot enqueue the message: " + *problem;
-    return false;
-  }
+namespace {
+
+// enqueue's INSERT of a checked message whose headers are `headers_json`.
+bool insert_message(PostgresTransaction& tx, const OutboxMessage& message, const std::string& headers_json,
+                    TimePoint now, std::string& error) {
   // ON CONFLICT DO NOTHING rather than a unique violation: the transaction stays usable, and the
   // sentence says what happened. A concurrent transaction enqueuing the same id makes this one
   // wait for it, then see its row.
@@ -154,9 +153,8 @@ bool PostgresOutbox::enqueue(PostgresTransaction& tx, const OutboxMessage& messa
                           ".idem_outbox (message_id, destination, content_type, headers, body, created_ms) "
                           "VALUES ($1, $2, $3, $4::jsonb, $5::bytea, $6::bigint) "
                           "ON CONFLICT (message_id) DO NOTHING RETURNING id";
-  auto r = tx.exec(sql, {message.message_id, message.destination, message.content_type,
-                         outbox_headers_to_json(message.headers), hex_bytea(message.body),
-                         std::to_string(to_epoch_ms(now))});
+  auto r = tx.exec(sql, {message.message_id, message.destination, message.content_type, headers_json,
+                         hex_bytea(message.body), std::to_string(to_epoch_ms(now))});
   if (!r) {
     error = r.error().message;
     return false;
@@ -166,6 +164,22 @@ bool PostgresOutbox::enqueue(PostgresTransaction& tx, const OutboxMessage& messa
     return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool PostgresOutbox::enqueue(PostgresTransaction& tx, const OutboxMessage& message, TimePoint now,
+                             std::string& error) {
+  if (auto problem = outbox_message_problem(message)) {
+    error = "outbox: cannot enqueue the message: " + *problem;
+    return false;
+  }
+  return insert_message(tx, message, outbox_headers_to_json(message.headers), now, error);
+}
+
+bool PostgresOutbox::enqueue(PostgresTransaction& tx, const CheckedOutboxMessage& checked, TimePoint now,
+                             std::string& error) {
+  return insert_message(tx, checked.message(), checked.headers_json(), now, error);
 }
 
 // ---- the reader -------------------------------------------------------------------------------

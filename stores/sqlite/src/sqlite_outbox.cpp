@@ -172,13 +172,13 @@ StoreResult<Done> SqliteOutbox::create_table(sqlite3* db) {
   return sqlite_detail::ensure_outbox(db, /*create=*/true, sqlite3_db_filename(db, "main"));
 }
 
-bool SqliteOutbox::enqueue(sqlite3* db, const OutboxMessage& message, TimePoint now, std::string& error) {
+namespace {
+
+// enqueue's INSERT of a checked message whose headers are `headers_json`.
+bool insert_message(sqlite3* db, const OutboxMessage& message, std::string_view headers_json, TimePoint now,
+                    std::string& error) {
   if (db == nullptr) {
     error = "outbox: enqueue got no database connection";
-    return false;
-  }
-  if (auto problem = outbox_message_problem(message)) {
-    error = "outbox: cannot enqueue the message: " + *problem;
     return false;
   }
   // Outside a transaction the row would commit on its own, whatever happens to the business
@@ -206,11 +206,10 @@ bool SqliteOutbox::enqueue(sqlite3* db, const OutboxMessage& message, TimePoint 
   }
   Statement& q = cached != nullptr ? *cached : local;
   ResetOnExit reset(q);  // the bindings point into `message`: none may outlive this call
-  const std::string headers = outbox_headers_to_json(message.headers);
   q.bind_text(1, message.message_id);
   q.bind_text(2, message.destination);
   q.bind_text(3, message.content_type);
-  q.bind_text(4, headers);
+  q.bind_text(4, headers_json);
   q.bind_blob(5, message.body);
   q.bind(6, to_epoch_ms(now));
   if (const int rc = q.step(); rc != SQLITE_DONE) {
@@ -222,6 +221,20 @@ bool SqliteOutbox::enqueue(sqlite3* db, const OutboxMessage& message, TimePoint 
     return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool SqliteOutbox::enqueue(sqlite3* db, const OutboxMessage& message, TimePoint now, std::string& error) {
+  if (auto problem = outbox_message_problem(message)) {
+    error = "outbox: cannot enqueue the message: " + *problem;
+    return false;
+  }
+  return insert_message(db, message, outbox_headers_to_json(message.headers), now, error);
+}
+
+bool SqliteOutbox::enqueue(sqlite3* db, const CheckedOutboxMessage& checked, TimePoint now, std::string& error) {
+  return insert_message(db, checked.message(), checked.headers_json(), now, error);
 }
 
 // ---- the writer's cached INSERT ---------------------------------------------------------------

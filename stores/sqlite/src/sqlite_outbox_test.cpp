@@ -307,6 +307,10 @@ TEST_F(SqliteOutboxTest, EnqueueRefusesWhatCouldNotBePublishedWithTheReason) {
     std::string error;
     EXPECT_FALSE(SqliteOutbox::enqueue(raw->get(), c.m, clock.now(), error)) << c.says;
     EXPECT_NE(error.find(c.says), std::string::npos) << error;
+    // Checked ahead of the transaction, the same message is refused with the same sentence.
+    auto checked = CheckedOutboxMessage::check(c.m);
+    ASSERT_FALSE(checked) << c.says;
+    EXPECT_NE(checked.error().find(c.says), std::string::npos) << checked.error();
   }
   raw->exec("COMMIT");
   EXPECT_EQ(outbox_rows(), 0);
@@ -317,6 +321,33 @@ TEST_F(SqliteOutboxTest, EnqueueRefusesWhatCouldNotBePublishedWithTheReason) {
   EXPECT_NE(error.find("inside the transaction"), std::string::npos) << error;
   EXPECT_FALSE(SqliteOutbox::enqueue(nullptr, message("ok-id-7"), clock.now(), error));
   EXPECT_EQ(outbox_rows(), 0);
+}
+
+TEST_F(SqliteOutboxTest, ACheckedMessageIsTheRowTheUncheckedOneMakes) {
+  OutboxMessage m = message("c-1", "{\"n\":1}");
+  m.destination = "ex/rk";
+  m.content_type = "application/vnd.test+json";
+  m.headers = {{"X-B", "two \"quoted\""}, {"X-A", "\xc3\xa9"}};
+  auto checked = CheckedOutboxMessage::check(m);
+  ASSERT_TRUE(checked) << checked.error();
+  EXPECT_EQ(checked->headers_json(), outbox_headers_to_json(m.headers));
+  OutboxMessage same = m;
+  same.message_id = "c-2";
+  raw->exec("BEGIN");
+  std::string error;
+  ASSERT_TRUE(SqliteOutbox::enqueue(raw->get(), *checked, clock.now(), error)) << error;
+  ASSERT_TRUE(SqliteOutbox::enqueue(raw->get(), same, clock.now(), error)) << error;
+  // A checked message is still one message id: a second enqueue of it is refused.
+  EXPECT_FALSE(SqliteOutbox::enqueue(raw->get(), *checked, clock.now(), error));
+  EXPECT_NE(error.find("already in the outbox"), std::string::npos) << error;
+  raw->exec("COMMIT");
+  EXPECT_EQ(raw->text("SELECT group_concat(destination || '|' || content_type || '|' || headers || '|' || body, ' ') "
+                      "FROM (SELECT * FROM idem_outbox ORDER BY id)"),
+            "ex/rk|application/vnd.test+json|{\"X-B\":\"two \\\"quoted\\\"\",\"X-A\":\"\xc3\xa9\"}|{\"n\":1} "
+            "ex/rk|application/vnd.test+json|{\"X-B\":\"two \\\"quoted\\\"\",\"X-A\":\"\xc3\xa9\"}|{\"n\":1}");
+  // Outside a transaction it is refused as an unchecked one is.
+  EXPECT_FALSE(SqliteOutbox::enqueue(raw->get(), *CheckedOutboxMessage::check(message("c-3")), clock.now(), error));
+  EXPECT_NE(error.find("inside the transaction"), std::string::npos) << error;
 }
 
 // ---- claim and settle ---------------------------------------------------------------------------

@@ -53,6 +53,9 @@ class PostgresOutbox final : public OutboxReader {
   /// outbox ("message id X is already in the outbox"), or the statement's error (which leaves
   /// the transaction aborted). The work should then return false, so that everything rolls back.
   static bool enqueue(PostgresTransaction& tx, const OutboxMessage& message, TimePoint now, std::string& error);
+  /// The same for a message checked beforehand (CheckedOutboxMessage::check).
+  static bool enqueue(PostgresTransaction& tx, const CheckedOutboxMessage& message, TimePoint now,
+                      std::string& error);
 
   /// Connects and checks the table (a relay creates it when missing, under the store's
   /// migration lock). Errors: unavailable when the server cannot be reached or refuses the role;

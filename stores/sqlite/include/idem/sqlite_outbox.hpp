@@ -51,6 +51,9 @@ class SqliteOutbox final : public OutboxReader {
   /// transaction, or the database's error. The work should then return false, so that
   /// everything of the transaction rolls back.
   static bool enqueue(sqlite3* db, const OutboxMessage& message, TimePoint now, std::string& error);
+  /// The same for a message checked beforehand (CheckedOutboxMessage::check), on any thread:
+  /// the transaction then only inserts it.
+  static bool enqueue(sqlite3* db, const CheckedOutboxMessage& message, TimePoint now, std::string& error);
 
   /// Creates the outbox table (and its indexes) on the application's own connection if the file
   /// has none: for a service that enqueues in transactions of its own, on a database no

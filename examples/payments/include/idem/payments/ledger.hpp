@@ -46,8 +46,9 @@ struct Plan {
   std::string request_key;  ///< the Idempotency-Key the request came with ("" if none)
   std::string request_tenant;  ///< the tenant that key belongs to (the gateway's Idempotency-Tenant)
   /// The events apply enqueues in the outbox (idem_outbox, docs/outbox.md), in the same
-  /// transaction as its writes; with_events fills them (a transfer's payment.succeeded).
-  std::vector<OutboxMessage> events;
+  /// transaction as its writes; with_events fills them (a transfer's payment.succeeded), checked
+  /// already, so that the store's writer only inserts them.
+  std::vector<CheckedOutboxMessage> events;
 };
 
 /// The result of apply.
@@ -75,8 +76,9 @@ Plan plan_bonus(sqlite3* db, std::string_view body, std::string id, std::int64_t
 OutboxMessage payment_succeeded(const Plan& plan);
 
 /// Fills plan.events with what its writes publish (a transfer: payment_succeeded). The service
-/// calls it where it plans, not inside apply, so that building the events stays off the store's
-/// single writer thread.
+/// calls it where it plans, not inside apply, so that building and checking the events stays off
+/// the store's single writer thread. An event the outbox would refuse (a bug of this service's,
+/// not the client's) turns the plan into a 500 that writes nothing.
 void with_events(Plan& plan);
 
 /// Performs a plan's writes on `db`, inside the caller's transaction, and enqueues its events

@@ -1,19 +1,25 @@
 #!/usr/bin/env python3
-"""The outbox's cost by hand: rounds of idem-payments --outbox off and on.
+"""The outbox's cost by hand: idem-payments --outbox off and on, measured in pairs.
 
-    python3 bench/consumers/outbox_ab.py --build build/release [--rounds 8] [--duration 8s] [--together]
+    python3 bench/consumers/outbox_ab.py --build build/release [--rounds 40] [--duration 3s]
+                                         [--method sliced|fresh|together]
 
-Each round starts idem-payments (--idempotency inprocess, SQLite FULL) on a fresh database with
-the outbox off, then on, and drives each for --duration with wrk (-t2 -c32,
-bench/consumers/payment.lua: a fresh Idempotency-Key per request). It prints every round's
-payments/s and CPU µs per payment, then the median per-round cost (1 - on/off). run.py measures
-the same pair inside the full consumers benchmark; this one runs more rounds of just the pair,
-because on this machine the pair's cost moves by several points from one round to the next.
+Each measurement drives idem-payments (--idempotency inprocess, SQLite FULL) with wrk (-t2 -c32,
+bench/consumers/payment.lua: a fresh Idempotency-Key per request) for --duration. It prints every
+pair's payments/s and CPU µs per payment, then the median per-pair cost (1 - on/off).
 
-With --together both services run at the same time, each under its own wrk, sharing the two
-cores: whatever else the host runs then slows both alike, and the per-round cost measures what
-the outbox adds to each payment's work rather than how busy the host was in each half of the
-round. It is not the rate of one service alone (each gets about half the machine).
+--method sliced (the default) starts both services once, each on its own fresh database, warms
+each with one discarded slice, then loads them in turn, one --duration slice at a time, in ABBA
+order (off-on, on-off, ...). On this machine the host's speed drifts by more than the outbox costs
+over tens of seconds; short alternating slices put both halves of a pair in the same phase of that
+drift, and the ABBA order cancels a linear trend inside a pair. Both databases grow alike.
+
+--method fresh starts a new service on a new database for every half of every round: the off half,
+then the on half. It is what run.py does, and the most exposed to the host's drift.
+
+--method together runs both services at the same time, each under its own wrk, sharing the two
+cores: whatever else the host runs slows both alike. It measures what the outbox adds to each
+payment's work rather than the rate of one service alone (each gets about half the machine).
 """
 import argparse
 import os
@@ -24,6 +30,13 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import PaymentsLoad, payments_rate, start_payments  # noqa: E402  (run.py's pair, measured the same way)
+
+
+def cpu_times():
+    """The host's CPU time so far, in ticks: (all, stolen by the hypervisor)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:9]]
+    return sum(fields), fields[7]
 
 
 def clear(work):
@@ -55,39 +68,76 @@ def together(binary, work, duration, on_first):
         clear(work)
 
 
+def sliced(binary, work, rounds, duration):
+    """Both services started once and loaded in turn, ABBA: ([off], [on])."""
+    started = {}
+    try:
+        for outbox in (False, True):
+            db = os.path.join(work, "payments-%s.db" % ("on" if outbox else "off"))
+            started[outbox] = (start_payments(binary, db, outbox), db)
+
+        def load(outbox):
+            (p, port), db = started[outbox]
+            return PaymentsLoad(p, port, db, duration).result()
+
+        for outbox in (False, True):
+            load(outbox)  # warm: caches, the page cache, the database's first pages
+        off, on = [], []
+        for i in range(rounds):
+            for outbox in ((False, True) if i % 2 == 0 else (True, False)):
+                (on if outbox else off).append(load(outbox))
+            report(i, off[-1], on[-1])
+        return off, on
+    finally:
+        for (p, _), _ in started.values():
+            p.terminate()
+            p.wait()
+        clear(work)
+
+
+def report(i, off, on):
+    print("pair %d: off %.0f payments/s %.0f µs, on %.0f payments/s %.0f µs, cost %.1f %%"
+          % (i, off["payments_per_s"], off["cpu_us_per_payment"], on["payments_per_s"], on["cpu_us_per_payment"],
+             (1 - on["payments_per_s"] / off["payments_per_s"]) * 100), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", required=True)
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--duration", default="8s")
-    parser.add_argument("--together", action="store_true", help="run the two services at the same time")
+    parser.add_argument("--rounds", type=int, default=40, help="pairs to measure")
+    parser.add_argument("--duration", default="3s", help="wrk's -d for each half of a pair")
+    parser.add_argument("--method", choices=("sliced", "fresh", "together"), default="sliced")
     args = parser.parse_args()
     binary = os.path.join(args.build, "examples", "payments", "idem-payments")
     if not os.access(binary, os.X_OK):
         sys.exit("no %s: build first" % binary)
     work = tempfile.mkdtemp(prefix="idem-outbox-ab.", dir="/var/tmp")  # a real disk, as users have
+    start = cpu_times()
     try:
-        off, on = [], []
-        for i in range(args.rounds):
-            if args.together:
-                a, b = together(binary, work, args.duration, on_first=i % 2 == 1)
+        if args.method == "sliced":
+            off, on = sliced(binary, work, args.rounds, args.duration)
+        else:
+            off, on = [], []
+            for i in range(args.rounds):
+                if args.method == "together":
+                    a, b = together(binary, work, args.duration, on_first=i % 2 == 1)
+                else:
+                    a = one_run(binary, work, False, args.duration)
+                    b = one_run(binary, work, True, args.duration)
                 off.append(a)
                 on.append(b)
-            else:
-                off.append(one_run(binary, work, False, args.duration))
-                on.append(one_run(binary, work, True, args.duration))
-            print("round %d: off %.0f payments/s %.0f µs, on %.0f payments/s %.0f µs, cost %.1f %%"
-                  % (i, off[-1]["payments_per_s"], off[-1]["cpu_us_per_payment"], on[-1]["payments_per_s"],
-                     on[-1]["cpu_us_per_payment"], (1 - on[-1]["payments_per_s"] / off[-1]["payments_per_s"]) * 100),
-                  flush=True)
+                report(i, a, b)
         cost = statistics.median(1 - b["payments_per_s"] / a["payments_per_s"] for a, b in zip(off, on))
 
         def median(runs, field):
             return statistics.median(r[field] for r in runs)
 
-        print("median: off %.0f payments/s %.0f µs, on %.0f payments/s %.0f µs, per-round cost %.1f %%"
+        print("median: off %.0f payments/s %.0f µs, on %.0f payments/s %.0f µs, per-pair cost %.1f %%"
               % (median(off, "payments_per_s"), median(off, "cpu_us_per_payment"), median(on, "payments_per_s"),
                  median(on, "cpu_us_per_payment"), cost * 100))
+        end = cpu_times()
+        # Time the hypervisor gave to other guests: the noise every pair above shares.
+        print("host steal: %.1f %% of CPU time" % (100 * (end[1] - start[1]) / max(end[0] - start[0], 1)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -206,6 +206,26 @@ constexpr const char* kOutboxSettledIndex = R"sql(
   CREATE INDEX idem_outbox_settled ON idem_outbox (state, sent_ms) WHERE state <> 'pending';
 )sql";
 
+// Migration 7: the pending rows' index goes (docs/benchmarks.md: every INSERT wrote it, one more
+// b-tree, one more page in each savepoint's journal and in each commit). The relay finds pending
+// rows by id instead, from a low-water mark kept in idem_outbox_scan: every row with an id below
+// from_id is sent or dead. It moves only forward as the relay settles rows (in the settle's
+// transaction), and back when an operator makes a dead row pending again or drops one (whose id a
+// new row may then be given). The service's INSERT never touches it: a new row's id, max(id) + 1,
+// is never below it, because the purge keeps the newest row.
+// A relay may have made the table and its mark in a service's own database before an idem store
+// was opened on it (ensure_outbox): the store's migrations then keep the mark it finds.
+constexpr const char* kOutboxScan = R"sql(
+  CREATE TABLE IF NOT EXISTS idem_outbox_scan (
+    id      INTEGER PRIMARY KEY CHECK (id = 1),
+    from_id INTEGER NOT NULL
+  );
+  INSERT INTO idem_outbox_scan (id, from_id) VALUES (1, coalesce(
+    (SELECT min(id) FROM idem_outbox WHERE state = 'pending'), (SELECT max(id) + 1 FROM idem_outbox), 0))
+    ON CONFLICT (id) DO NOTHING;
+  DROP INDEX IF EXISTS idem_outbox_pending;
+)sql";
+
 // Append only: a released migration is never edited, a change is a new entry.
 constexpr Migration kMigrations[] = {
     {1, R"sql(
@@ -238,6 +258,7 @@ constexpr Migration kMigrations[] = {
     {4, kOutboxStateCheck},
     {5, kOutboxLeanChecks},
     {6, kOutboxSettledIndex},
+    {7, kOutboxScan},
 };
 
 }  // namespace
@@ -288,6 +309,8 @@ StoreResult<Done> in_write_transaction(sqlite3* db, std::string_view what, Body&
   return Done{};
 }
 
+}  // namespace
+
 StoreResult<bool> has_table(sqlite3* db, const char* name) {
   auto q = Statement::prepare(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1");
   if (!q) return std::unexpected(q.error());
@@ -295,8 +318,6 @@ StoreResult<bool> has_table(sqlite3* db, const char* name) {
   if (const int rc = q->step(); rc != SQLITE_ROW) return std::unexpected(map_error(rc, "read schema", db));
   return q->int64(0) > 0;
 }
-
-}  // namespace
 
 StoreResult<Done> migrate(sqlite3* db, int target) {
   return in_write_transaction(db, "migration", [&]() -> StoreResult<Done> {
@@ -341,7 +362,8 @@ StoreResult<Done> ensure_outbox(sqlite3* db, bool create, std::string_view path)
     if (auto made = exec(db, kOutbox, "create idem_outbox"); !made) return made;
     if (auto rebuilt = exec(db, kOutboxStateCheck, "create idem_outbox"); !rebuilt) return rebuilt;
     if (auto leaner = exec(db, kOutboxLeanChecks, "create idem_outbox"); !leaner) return leaner;
-    return exec(db, kOutboxSettledIndex, "create idem_outbox");
+    if (auto settled = exec(db, kOutboxSettledIndex, "create idem_outbox"); !settled) return settled;
+    return exec(db, kOutboxScan, "create idem_outbox");
   });
 }
 

@@ -23,6 +23,9 @@ StoreResult<Done> migrate(sqlite3* db, int target = latest_schema_version());
 /// than this build. Takes no lock when the table is there.
 StoreResult<Done> ensure_outbox(sqlite3* db, bool create, std::string_view path);
 
+/// Whether the database has a table of that name.
+StoreResult<bool> has_table(sqlite3* db, const char* name);
+
 /// Reads the recorded schema version: 0 for a database the store never touched.
 StoreResult<int> read_schema_version(sqlite3* db);
 

@@ -6,8 +6,10 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "connection.hpp"
 #include "relay_lock.hpp"
@@ -42,12 +44,35 @@ constexpr std::string_view kInsert =
   "id, message_id, destination, content_type, headers, body, state, created_ms, attempts, next_attempt_ms, " \
   "last_error, sent_ms"
 
+// Where the relay looks for pending rows. From schema version 7 on, by id from the low-water mark
+// in idem_outbox_scan (every row below it is sent or dead; schema.cpp, migration 7), the table
+// having no index of its pending rows. On an older file (a relay newer than the service's store)
+// the pending rows' index finds them. A constant bound, so that SQLite seeks to it.
+#define IDEM_OUTBOX_FROM_SCAN "id >= (SELECT from_id FROM idem_outbox_scan) AND "
+
 // One relay per file (the relay lock), so a lease held by anyone else is a dead relay's: it is
 // recorded for operators, not obeyed.
-constexpr std::string_view kClaim =
-    "UPDATE idem_outbox SET lease_owner = ?1, lease_expires_ms = ?2 WHERE id IN "
-    "(SELECT id FROM idem_outbox WHERE state = 'pending' AND next_attempt_ms <= ?3 ORDER BY id LIMIT ?4) "
-    "RETURNING " IDEM_OUTBOX_COLUMNS;
+#define IDEM_OUTBOX_CLAIM(from)                                                                   \
+  "UPDATE idem_outbox SET lease_owner = ?1, lease_expires_ms = ?2 WHERE id IN "                   \
+  "(SELECT id FROM idem_outbox WHERE " from "state = 'pending' AND next_attempt_ms <= ?3 ORDER BY id LIMIT ?4) " \
+  "RETURNING " IDEM_OUTBOX_COLUMNS
+constexpr std::string_view kClaim = IDEM_OUTBOX_CLAIM(IDEM_OUTBOX_FROM_SCAN);
+constexpr std::string_view kClaimByIndex = IDEM_OUTBOX_CLAIM("");
+#undef IDEM_OUTBOX_CLAIM
+
+// The low-water mark up to the first pending row, or past the newest row when none is pending
+// (an empty table keeps it). Run at the end of the relay's claim and settle transactions: it
+// walks only the rows settled since it last moved.
+constexpr std::string_view kAdvanceScan =
+    "UPDATE idem_outbox_scan SET from_id = coalesce("
+    "(SELECT id FROM idem_outbox WHERE " IDEM_OUTBOX_FROM_SCAN "state = 'pending' ORDER BY id LIMIT 1), "
+    "(SELECT max(id) + 1 FROM idem_outbox), from_id)";
+// A dead row made pending again (?1) may be below the mark.
+constexpr std::string_view kLowerScanTo = "UPDATE idem_outbox_scan SET from_id = min(from_id, ?1)";
+// After dropping the newest row, its id is the next row's (max(id) + 1): the mark must not be
+// above it.
+constexpr std::string_view kLowerScanToNewest =
+    "UPDATE idem_outbox_scan SET from_id = min(from_id, coalesce((SELECT max(id) FROM idem_outbox), 0) + 1)";
 constexpr std::string_view kMarkUnreadable =
     "UPDATE idem_outbox SET state = 'dead', last_error = ?2, lease_owner = NULL, lease_expires_ms = NULL "
     "WHERE id = ?1";
@@ -74,20 +99,26 @@ constexpr std::string_view kPurgeSent =
     "(SELECT id FROM idem_outbox WHERE state <> 'pending' AND state = 'sent' AND sent_ms < ?1 "
     "AND id < (SELECT max(id) FROM idem_outbox) LIMIT ?2)";
 
-// Each count on a partial index (the pending rows', the settled rows'); min(created_ms) walks the
-// pending rows only.
-constexpr std::string_view kCount =
-    "SELECT (SELECT count(*) FROM idem_outbox WHERE state = 'pending'), "
-    "(SELECT count(*) FROM idem_outbox WHERE state <> 'pending' AND state = 'sent'), "
-    "(SELECT count(*) FROM idem_outbox WHERE state <> 'pending' AND state = 'dead'), "
-    "(SELECT min(created_ms) FROM idem_outbox WHERE state = 'pending')";
+// Pending rows from the low-water mark (or on their index, before version 7); sent and dead ones
+// on the settled rows' index.
+#define IDEM_OUTBOX_COUNT(from)                                                                 \
+  "SELECT (SELECT count(*) FROM idem_outbox WHERE " from "state = 'pending'), "                \
+  "(SELECT count(*) FROM idem_outbox WHERE state <> 'pending' AND state = 'sent'), "            \
+  "(SELECT count(*) FROM idem_outbox WHERE state <> 'pending' AND state = 'dead'), "            \
+  "(SELECT min(created_ms) FROM idem_outbox WHERE " from "state = 'pending')"
+constexpr std::string_view kCount = IDEM_OUTBOX_COUNT(IDEM_OUTBOX_FROM_SCAN);
+constexpr std::string_view kCountByIndex = IDEM_OUTBOX_COUNT("");
+#undef IDEM_OUTBOX_COUNT
 
 // The state is written into the SQL (not bound) so that SQLite can use a partial index. Pending
-// rows come in id order off their index. Dead rows are few: the settled rows' index finds them
+// rows come in id order from the low-water mark (one bound: SQLite seeks to the larger of the two)
+// or, before version 7, off their index. Dead rows are few: the settled rows' index finds them
 // and SQLite sorts them. Sent rows are most of the table, so they are read in id order off the
 // table itself rather than all sorted (no `state <> 'pending'`: the index stays out of it).
-std::string list_sql(std::optional<OutboxState> state) {
-  std::string sql = "SELECT " IDEM_OUTBOX_COLUMNS " FROM idem_outbox WHERE id > ?1";
+std::string list_sql(std::optional<OutboxState> state, bool scan) {
+  std::string sql = "SELECT " IDEM_OUTBOX_COLUMNS " FROM idem_outbox WHERE ";
+  sql += state == OutboxState::pending && scan ? "id >= max(?1 + 1, (SELECT from_id FROM idem_outbox_scan))"
+                                               : "id > ?1";
   if (state == OutboxState::dead) sql += " AND state <> 'pending'";
   if (state) sql += " AND state = '" + std::string(to_string(*state)) + "'";
   return sql + " ORDER BY id LIMIT ?2";
@@ -101,6 +132,7 @@ constexpr std::string_view kDropDead = "DELETE FROM idem_outbox WHERE id = ?1 AN
 constexpr std::string_view kPing = "SELECT 1 FROM idem_outbox LIMIT 1";
 
 #undef IDEM_OUTBOX_COLUMNS
+#undef IDEM_OUTBOX_FROM_SCAN
 
 std::optional<OutboxState> parse_state(std::string_view s) {
   if (s == "pending") return OutboxState::pending;
@@ -136,26 +168,37 @@ StoreError unreadable(std::int64_t id, const std::string& why) {
   return StoreError{StoreErrc::corrupt, "sqlite: outbox row " + std::to_string(id) + " cannot be read: " + why};
 }
 
-// Every statement a reader runs, prepared once at open.
+// Every statement a reader runs, prepared once at open. `scan` says whether the file has the
+// low-water mark (schema version 7); without it the mark's three statements stay empty.
 struct Statements {
+  bool scan = false;
   Statement begin, commit, rollback;
   Statement claim, mark_unreadable, sent, retry, postpone, dead;
+  Statement advance_scan, lower_scan_to, lower_scan_to_newest;
   Statement purge, count, list_all, list_pending, list_sent, list_dead, get, retry_dead, drop_dead, ping;
 };
 
 StoreResult<Statements> prepare_statements(sqlite3* db) {
   Statements s;
-  const std::string all_sql = list_sql(std::nullopt), pending_sql = list_sql(OutboxState::pending),
-                    sent_sql = list_sql(OutboxState::sent), dead_sql = list_sql(OutboxState::dead);
-  const std::pair<Statement*, std::string_view> all[] = {
+  auto scan = sqlite_detail::has_table(db, "idem_outbox_scan");
+  if (!scan) return std::unexpected(scan.error());
+  s.scan = *scan;
+  const std::string all_sql = list_sql(std::nullopt, s.scan), pending_sql = list_sql(OutboxState::pending, s.scan),
+                    sent_sql = list_sql(OutboxState::sent, s.scan), dead_sql = list_sql(OutboxState::dead, s.scan);
+  std::vector<std::pair<Statement*, std::string_view>> all = {
       {&s.begin, "BEGIN IMMEDIATE"},  {&s.commit, "COMMIT"},        {&s.rollback, "ROLLBACK"},
-      {&s.claim, kClaim},             {&s.mark_unreadable, kMarkUnreadable},
+      {&s.claim, s.scan ? kClaim : kClaimByIndex},                  {&s.mark_unreadable, kMarkUnreadable},
       {&s.sent, kSettleSent},         {&s.retry, kSettleRetry},     {&s.postpone, kSettlePostpone},
-      {&s.dead, kSettleDead},         {&s.purge, kPurgeSent},       {&s.count, kCount},
+      {&s.dead, kSettleDead},         {&s.purge, kPurgeSent},       {&s.count, s.scan ? kCount : kCountByIndex},
       {&s.list_all, all_sql},         {&s.list_pending, pending_sql}, {&s.list_sent, sent_sql},
       {&s.list_dead, dead_sql},       {&s.get, kGet},               {&s.retry_dead, kRetryDead},
       {&s.drop_dead, kDropDead},      {&s.ping, kPing},
   };
+  if (s.scan) {
+    all.insert(all.end(), {{&s.advance_scan, kAdvanceScan},
+                           {&s.lower_scan_to, kLowerScanTo},
+                           {&s.lower_scan_to_newest, kLowerScanToNewest}});
+  }
   for (const auto& [statement, sql] : all) {
     auto prepared = Statement::prepare(db, sql);
     if (!prepared) return std::unexpected(prepared.error());
@@ -303,6 +346,7 @@ class SqliteOutbox::Impl {
         q.bind_text(2, reason);
         if (auto done = q.run("outbox claim: mark an unreadable row dead"); !done) return std::unexpected(done.error());
       }
+      if (auto moved = advance_scan("outbox claim"); !moved) return std::unexpected(moved.error());
       // RETURNING gives rows in no promised order.
       std::sort(rows.begin(), rows.end(), [](const OutboxRow& a, const OutboxRow& b) { return a.id < b.id; });
       return rows;
@@ -328,7 +372,7 @@ class SqliteOutbox::Impl {
         if (r.kind != OutboxResult::Kind::sent) q->bind_text(4, r.error);
         if (auto done = q->run("outbox settle"); !done) return std::unexpected(done.error());
       }
-      return Done{};
+      return advance_scan("outbox settle");
     });
   }
 
@@ -388,19 +432,39 @@ class SqliteOutbox::Impl {
     return std::move(*row);
   }
 
+  // An operator's changes: each with the low-water mark in its transaction, so that the relay,
+  // whose next claim reads the mark, finds a row made pending again and the row given a dropped
+  // newest row's id.
   StoreResult<bool> retry_dead(std::int64_t id, TimePoint now) {
-    Statement& q = st_.retry_dead;
-    q.bind(1, id);
-    q.bind(2, to_epoch_ms(now));
-    if (auto done = q.run("outbox retry"); !done) return std::unexpected(done.error());
-    return sqlite3_changes(db_.get()) == 1;
+    return in_transaction<bool>("outbox retry", [&]() -> StoreResult<bool> {
+      Statement& q = st_.retry_dead;
+      q.bind(1, id);
+      q.bind(2, to_epoch_ms(now));
+      if (auto done = q.run("outbox retry"); !done) return std::unexpected(done.error());
+      if (sqlite3_changes(db_.get()) != 1) return false;
+      if (st_.scan) {
+        st_.lower_scan_to.bind(1, id);
+        if (auto lowered = st_.lower_scan_to.run("outbox retry: move the scan back"); !lowered) {
+          return std::unexpected(lowered.error());
+        }
+      }
+      return true;
+    });
   }
 
   StoreResult<bool> drop_dead(std::int64_t id) {
-    Statement& q = st_.drop_dead;
-    q.bind(1, id);
-    if (auto done = q.run("outbox drop"); !done) return std::unexpected(done.error());
-    return sqlite3_changes(db_.get()) == 1;
+    return in_transaction<bool>("outbox drop", [&]() -> StoreResult<bool> {
+      Statement& q = st_.drop_dead;
+      q.bind(1, id);
+      if (auto done = q.run("outbox drop"); !done) return std::unexpected(done.error());
+      if (sqlite3_changes(db_.get()) != 1) return false;
+      if (st_.scan) {
+        if (auto lowered = st_.lower_scan_to_newest.run("outbox drop: move the scan back"); !lowered) {
+          return std::unexpected(lowered.error());
+        }
+      }
+      return true;
+    });
   }
 
   StoreResult<Done> ping() { return st_.ping.run("outbox ping"); }
@@ -410,6 +474,12 @@ class SqliteOutbox::Impl {
     if (options_.relay) return std::nullopt;
     return internal_error("sqlite: outbox " + std::string(what) +
                           ": this reader was opened for an operator (relay = false) and holds no relay lock");
+  }
+
+  // Moves the low-water mark past the rows the relay has settled (none to move before version 7).
+  StoreResult<Done> advance_scan(std::string_view what) {
+    if (!st_.scan) return Done{};
+    return st_.advance_scan.run(std::string(what) + ": move the scan");
   }
 
   // Runs `body` in a write transaction, committing what it did. A failed COMMIT that was not

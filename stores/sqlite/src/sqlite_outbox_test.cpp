@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
@@ -575,6 +576,115 @@ TEST_F(SqliteOutboxTest, OperatorsListGetRetryAndDropDeadRows) {
   EXPECT_TRUE(op->purge_sent(clock.now(), 10));
 }
 
+// The relay finds pending rows by id from a low-water mark (schema.cpp, migration 7): every row
+// below idem_outbox_scan.from_id is sent or dead.
+TEST_F(SqliteOutboxTest, TheScanMarkFollowsSettledRowsAndMovesBackForAnOperatorsChanges) {
+  auto from_id = [&] { return raw->scalar("SELECT from_id FROM idem_outbox_scan"); };
+  EXPECT_EQ(from_id(), 0);
+  enqueue_all({message("k-1"), message("k-2"), message("k-3"), message("k-4")});
+  auto relay = open_reader(path);
+  auto rows = relay->claim(claim_of(3)).value();
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(from_id(), rows[0].id);  // up to the first pending row: claimed rows are still pending
+  ASSERT_TRUE(relay->settle({{rows[0].id, OutboxResult::Kind::sent, "", {}},
+                             {rows[1].id, OutboxResult::Kind::retry, "away", clock.now() + 5s},
+                             {rows[2].id, OutboxResult::Kind::sent, "", {}}},
+                            clock.now(), "relay-a"));
+  EXPECT_EQ(from_id(), rows[1].id);  // the first row still pending
+  EXPECT_EQ(relay->count().value().pending, 2u);
+  auto next = relay->claim(claim_of(10)).value();  // k-2 is not due: k-4, past it
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].message.message_id, "k-4");
+  ASSERT_TRUE(relay->settle({{next[0].id, OutboxResult::Kind::dead, "refused", {}}}, clock.now(), "relay-a"));
+  clock.advance(5s);
+  auto due = relay->claim(claim_of(10)).value();
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].message.message_id, "k-2");
+  ASSERT_TRUE(relay->settle({{due[0].id, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-a"));
+  EXPECT_EQ(from_id(), next[0].id + 1);  // nothing pending: past the newest row
+  EXPECT_EQ(relay->count().value().pending, 0u);
+  EXPECT_TRUE(relay->list(OutboxQuery{OutboxState::pending, 0, 10}).value().empty());
+
+  // The newest row (k-4, dead) dropped: its id is the next row's, and the mark comes back to it.
+  auto op = open_reader(path, /*relay=*/false);
+  ASSERT_TRUE(op->drop_dead(next[0].id).value());
+  EXPECT_EQ(from_id(), next[0].id);
+  enqueue_all({message("k-5")});
+  EXPECT_EQ(raw->scalar("SELECT id FROM idem_outbox WHERE message_id = 'k-5'"), next[0].id);
+  auto reused = relay->claim(claim_of(10)).value();
+  ASSERT_EQ(reused.size(), 1u);
+  EXPECT_EQ(reused[0].message.message_id, "k-5");
+  ASSERT_TRUE(relay->settle({{reused[0].id, OutboxResult::Kind::dead, "refused", {}}}, clock.now(), "relay-a"));
+
+  // A dead row far below the mark made pending again is found, listed and counted.
+  ASSERT_TRUE(op->drop_dead(reused[0].id).value());  // so that k-1's id is the only way back
+  ASSERT_TRUE(relay->settle({}, clock.now(), "relay-a"));
+  enqueue_all({message("k-6")});
+  auto k6 = relay->claim(claim_of(10)).value();
+  ASSERT_EQ(k6.size(), 1u);
+  ASSERT_TRUE(relay->settle({{k6[0].id, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-a"));
+  raw->exec("UPDATE idem_outbox SET state = 'dead', sent_ms = NULL WHERE message_id = 'k-1'");
+  EXPECT_GT(from_id(), rows[0].id);
+  ASSERT_TRUE(op->retry_dead(rows[0].id, clock.now()).value());
+  EXPECT_EQ(from_id(), rows[0].id);
+  EXPECT_EQ(op->count().value().pending, 1u);
+  auto listed = op->list(OutboxQuery{OutboxState::pending, 0, 10}).value();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].message.message_id, "k-1");
+  EXPECT_TRUE(op->list(OutboxQuery{OutboxState::pending, rows[0].id, 10}).value().empty());
+  auto back = relay->claim(claim_of(10)).value();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].message.message_id, "k-1");
+}
+
+// The service's writer enqueues while the relay claims and settles, some rows going again at
+// once: every row is published and ends sent, none after it was sent, and the mark ends past the
+// newest row.
+TEST_F(SqliteOutboxTest, EveryRowEnqueuedWhileTheRelayRunsIsSentOnce) {
+  constexpr int kTransactions = 300, kPerTransaction = 10, kRows = kTransactions * kPerTransaction;
+  std::thread writer([&] {
+    RawDb conn(path, 30'000);
+    for (int t = 0; t < kTransactions; ++t) {
+      conn.exec("BEGIN IMMEDIATE");
+      for (int i = 0; i < kPerTransaction; ++i) {
+        std::string error;
+        if (!SqliteOutbox::enqueue(conn.get(), message("h-" + std::to_string(t * kPerTransaction + i)), clock.now(),
+                                   error)) {
+          ADD_FAILURE() << error;
+        }
+      }
+      conn.exec("COMMIT");
+    }
+  });
+  auto relay = open_reader(path);
+  std::vector<int> sent(kRows, 0);
+  int published = 0, rounds = 0;
+  while (std::count(sent.begin(), sent.end(), 1) < kRows && ++rounds < 100'000) {
+    auto rows = relay->claim(claim_of(64));
+    ASSERT_TRUE(rows) << rows.error().message;
+    std::vector<OutboxResult> results;
+    for (std::size_t i = 0; i < rows->size(); ++i) {
+      const OutboxRow& row = (*rows)[i];
+      const int n = std::stoi(row.message.message_id.substr(2));
+      EXPECT_EQ(sent[n], 0) << row.message.message_id << " claimed after it was sent";
+      ++published;
+      if (i == 0 && rounds % 5 == 0) {
+        results.push_back({row.id, OutboxResult::Kind::retry, "again", clock.now()});  // due at once
+      } else {
+        results.push_back({row.id, OutboxResult::Kind::sent, "", {}});
+        ++sent[n];
+      }
+    }
+    ASSERT_TRUE(relay->settle(results, clock.now(), "relay-a"));
+  }
+  writer.join();
+  EXPECT_EQ(std::count(sent.begin(), sent.end(), 1), kRows);
+  EXPECT_GE(published, kRows);
+  EXPECT_EQ(relay->count().value().pending, 0u);
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM idem_outbox WHERE state = 'sent'"), kRows);
+  EXPECT_EQ(raw->scalar("SELECT from_id FROM idem_outbox_scan"), raw->scalar("SELECT max(id) + 1 FROM idem_outbox"));
+}
+
 TEST_F(SqliteOutboxTest, ClaimRefusesAnUnnamedOwnerOrNoLease) {
   auto reader = open_reader(path);
   EXPECT_FALSE(reader->claim(OutboxClaim{10, clock.now(), 30s, ""}));
@@ -794,9 +904,10 @@ TEST(SqliteOutboxSchema, ADatabaseAtTheVersionBeforeOpensAndGainsTheOutbox) {
   EXPECT_GE(SqliteStore::schema_version(), 2);
   EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), SqliteStore::schema_version());
   EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys"), 1);
-  for (const char* name : {"idem_outbox", "idem_outbox_pending", "idem_outbox_settled"}) {
+  for (const char* name : {"idem_outbox", "idem_outbox_settled", "idem_outbox_scan"}) {
     EXPECT_EQ(raw.scalar(std::string("SELECT count(*) FROM sqlite_master WHERE name = '") + name + "'"), 1) << name;
   }
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'idem_outbox_pending'"), 0);
 }
 
 TEST(SqliteOutboxSchema, ARelayCreatesTheTableInAServicesOwnDatabaseAndAStoreStillMigrates) {
@@ -963,8 +1074,8 @@ TEST(SqliteOutboxSchema, MigrationSixKeepsRowsMergesTheSettledIndexesAndLeavesHe
   };
   EXPECT_EQ(counts_and_dead(), "2 1 1: m-3");
 
-  open_and_close_store(path);
   RawDb raw(path);
+  ASSERT_TRUE(sqlite_detail::migrate(raw.get(), 6));
   EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 6);
   EXPECT_EQ(raw.text("SELECT group_concat(id || ':' || message_id || ':' || state || ':' || attempts || ':' || "
                      "destination || ':' || headers || ':' || hex(body) || ':' || created_ms || ':' || "
@@ -992,6 +1103,47 @@ TEST(SqliteOutboxSchema, MigrationSixKeepsRowsMergesTheSettledIndexesAndLeavesHe
   auto reader = open_reader(path);
   EXPECT_EQ(reader->purge_sent(from_epoch_ms(21), 10).value(), 1u);
   EXPECT_EQ(raw.scalar("SELECT count(*) FROM idem_outbox WHERE message_id = 'm-1'"), 0);
+}
+
+TEST(SqliteOutboxSchema, MigrationSevenDropsThePendingIndexForAScanMarkAtTheFirstPendingRow) {
+  TempDir dir;
+  for (const char* rows : {"mixed", "settled", "empty"}) {
+    const std::string path = dir.file(std::string("v6-") + rows + ".db");
+    {
+      RawDb raw(path);
+      ASSERT_TRUE(sqlite_detail::migrate(raw.get(), 6));
+      if (std::string(rows) != "empty") {
+        raw.exec("INSERT INTO idem_outbox (message_id, body, created_ms) VALUES "
+                 "('m-1', 'a', 11), ('m-2', 'b', 12), ('m-3', 'c', 13), ('m-4', 'd', 14)");
+        raw.exec("UPDATE idem_outbox SET state = 'sent', sent_ms = 20 WHERE id IN (1, 2)");
+        raw.exec(std::string("UPDATE idem_outbox SET state = 'dead' WHERE id = 3") +
+                 (std::string(rows) == "settled" ? " OR id = 4" : ""));
+      }
+    }
+    open_and_close_store(path);
+    RawDb raw(path);
+    EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 7);
+    EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'idem_outbox_pending'"), 0) << rows;
+    const std::int64_t expected = std::string(rows) == "mixed" ? 4 : std::string(rows) == "settled" ? 5 : 0;
+    EXPECT_EQ(raw.scalar("SELECT from_id FROM idem_outbox_scan"), expected) << rows;
+    auto relay = open_reader(path);
+    auto claimed = relay->claim(OutboxClaim{10, from_epoch_ms(100), 30s, "relay-a"}).value();
+    ASSERT_EQ(claimed.size(), std::string(rows) == "mixed" ? 1u : 0u) << rows;
+    if (!claimed.empty()) {
+      EXPECT_EQ(claimed[0].message.message_id, "m-4");
+    }
+    EXPECT_EQ(raw.try_exec("INSERT INTO idem_outbox_scan (id, from_id) VALUES (2, 0)").empty(), false);
+  }
+  // The relay seeks to the mark: the pending rows' search reads from it, not the whole table.
+  RawDb raw(dir.file("v6-mixed.db"));
+  EXPECT_NE(query_plan(raw, "SELECT id FROM idem_outbox WHERE id >= (SELECT from_id FROM idem_outbox_scan) AND "
+                            "state = 'pending' AND next_attempt_ms <= 5 ORDER BY id LIMIT 10")
+                .find("USING INTEGER PRIMARY KEY (rowid>?)"),
+            std::string::npos);
+  EXPECT_NE(query_plan(raw, "SELECT id FROM idem_outbox WHERE id >= max(0 + 1, (SELECT from_id FROM idem_outbox_scan)) "
+                            "AND state = 'pending' ORDER BY id LIMIT 10")
+                .find("USING INTEGER PRIMARY KEY (rowid>?)"),
+            std::string::npos);
 }
 
 TEST(SqliteOutboxSchema, ARelayMadeTableIsTheFormAStoreMigratesTo) {

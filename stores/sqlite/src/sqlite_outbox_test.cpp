@@ -602,6 +602,11 @@ TEST_F(SqliteOutboxTest, TheScanMarkFollowsSettledRowsAndMovesBackForAnOperators
   EXPECT_EQ(due[0].message.message_id, "k-2");
   ASSERT_TRUE(relay->settle({{due[0].id, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-a"));
   EXPECT_EQ(from_id(), next[0].id + 1);  // nothing pending: past the newest row
+  // An idle relay's claims write nothing (no WAL frame, no fsync): another connection sees no
+  // change to the file.
+  const std::int64_t version = raw->scalar("PRAGMA data_version");
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(relay->claim(claim_of(10)).value().empty());
+  EXPECT_EQ(raw->scalar("PRAGMA data_version"), version);
   EXPECT_EQ(relay->count().value().pending, 0u);
   EXPECT_TRUE(relay->list(OutboxQuery{OutboxState::pending, 0, 10}).value().empty());
 

@@ -8,14 +8,16 @@ Each measurement drives idem-payments (--idempotency inprocess, SQLite FULL) wit
 bench/consumers/payment.lua: a fresh Idempotency-Key per request) for --duration. It prints every
 pair's payments/s and CPU µs per payment, then the median per-pair cost (1 - on/off).
 
---method sliced (the default) starts both services once, each on its own fresh database, warms
-each with one discarded slice, then loads them in turn, one --duration slice at a time, in ABBA
-order (off-on, on-off, ...). On this machine the host's speed drifts by more than the outbox costs
-over tens of seconds; short alternating slices put both halves of a pair in the same phase of that
-drift, and the ABBA order cancels a linear trend inside a pair. Both databases grow alike.
+--method sliced (the default) is run.py's payments_pairs: both services started once, each on its
+own fresh database, warmed with one discarded slice, then loaded in turn, one --duration slice at a
+time, in ABBA order (off-on, on-off, ...). On this machine the host's speed drifts by more than the
+outbox costs over tens of seconds; short alternating slices put both halves of a pair in the same
+phase of that drift, and the ABBA order cancels a linear trend inside a pair. Both databases grow
+alike.
 
 --method fresh starts a new service on a new database for every half of every round: the off half,
-then the on half. It is what run.py does, and the most exposed to the host's drift.
+then the on half. The most exposed to the host's drift, and to anything that differs between one
+process start and the next.
 
 --method together runs both services at the same time, each under its own wrk, sharing the two
 cores: whatever else the host runs slows both alike. It measures what the outbox adds to each
@@ -29,7 +31,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import PaymentsLoad, payments_rate, start_payments  # noqa: E402  (run.py's pair, measured the same way)
+from run import PaymentsLoad, payments_pairs, start_payments  # noqa: E402  (run.py's pair, measured the same way)
 
 
 def cpu_times():
@@ -42,6 +44,16 @@ def cpu_times():
 def clear(work):
     for name in os.listdir(work):
         os.unlink(os.path.join(work, name))
+
+
+def payments_rate(binary, db, outbox, duration):
+    """idem-payments (start_payments) on a fresh `db`, driven alone by wrk for `duration`."""
+    p, port = start_payments(binary, db, outbox)
+    try:
+        return PaymentsLoad(p, port, db, duration).result()
+    finally:
+        p.terminate()
+        p.wait()
 
 
 def one_run(binary, work, outbox, duration):
@@ -69,29 +81,10 @@ def together(binary, work, duration, on_first):
 
 
 def sliced(binary, work, rounds, duration):
-    """Both services started once and loaded in turn, ABBA: ([off], [on])."""
-    started = {}
+    """run.py's payments_pairs, every pair printed: ([off], [on])."""
     try:
-        for outbox in (False, True):
-            db = os.path.join(work, "payments-%s.db" % ("on" if outbox else "off"))
-            started[outbox] = (start_payments(binary, db, outbox), db)
-
-        def load(outbox):
-            (p, port), db = started[outbox]
-            return PaymentsLoad(p, port, db, duration).result()
-
-        for outbox in (False, True):
-            load(outbox)  # warm: caches, the page cache, the database's first pages
-        off, on = [], []
-        for i in range(rounds):
-            for outbox in ((False, True) if i % 2 == 0 else (True, False)):
-                (on if outbox else off).append(load(outbox))
-            report(i, off[-1], on[-1])
-        return off, on
+        return payments_pairs(binary, work, rounds, duration, on_pair=report)
     finally:
-        for (p, _), _ in started.values():
-            p.terminate()
-            p.wait()
         clear(work)
 
 

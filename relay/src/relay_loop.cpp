@@ -10,7 +10,8 @@ using Steady = std::chrono::steady_clock;
 
 constexpr auto kPurgeEvery = std::chrono::minutes(1);
 constexpr std::size_t kPurgeBatch = 1000;
-// How often the loop counts the outbox for /metrics (a COUNT over the pending index).
+// How often the loop counts the outbox for /metrics (OutboxReader::count: the pending rows found
+// from SQLite's scan mark or on PostgreSQL's pending index, the settled rows on their index).
 constexpr auto kCountEvery = std::chrono::seconds(2);
 
 OutgoingMessage outgoing(const OutboxRow& row) {

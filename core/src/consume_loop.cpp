@@ -143,7 +143,7 @@ std::optional<MessageDisposition> ConsumeLoop::screen(const Delivery& d) const {
 
 void ConsumeLoop::handle_received(std::vector<Delivery> deliveries) {
   const auto now = Steady::now();
-  std::vector<std::unique_ptr<Task>> runnable;
+  std::size_t to_run = 0;
   {
     const std::lock_guard lock(mutex_);
     for (Delivery& d : deliveries) {
@@ -158,10 +158,17 @@ void ConsumeLoop::handle_received(std::vector<Delivery> deliveries) {
         finished_.emplace_back(std::move(task), std::move(*screened));
       } else {
         waiting_.push_back(std::move(task));
+        ++to_run;
       }
     }
   }
-  work_ready_.notify_all();
+  // As many workers as there are new tasks: waking all eight for one message only has seven go
+  // back to sleep.
+  if (to_run >= options_.workers) {
+    work_ready_.notify_all();
+  } else {
+    for (std::size_t i = 0; i < to_run; ++i) work_ready_.notify_one();
+  }
 }
 
 void ConsumeLoop::schedule(std::unique_ptr<Task> task, Steady::time_point at) {
@@ -174,12 +181,28 @@ void ConsumeLoop::schedule(std::unique_ptr<Task> task, Steady::time_point at) {
 }
 
 void ConsumeLoop::finish(std::unique_ptr<Task> task, MessageDisposition disposition) {
+  bool first = false;
+  bool batch = false;
   {
     const std::lock_guard lock(mutex_);
+    first = finished_.empty();
     finished_.emplace_back(std::move(task), std::move(disposition));
+    batch = finished_.size() >= settle_batch() || waiting_.empty();
   }
-  settled_.notify_all();
-  source_.wake();
+  // The receiving thread settles everything finished at once. Waking it for each task had it
+  // settle one, ack one and receive one per wake (a syscall or two and a broker round trip per
+  // message), so:
+  // - in receive(), it is woken by the first task finished after it last settled (it empties
+  //   finished_ before it waits there again);
+  // - waiting for room (the window full), by a batch of finished tasks, or by each task finished
+  //   while none waits to run (no batch is coming: a stuck handler must not hold the others'
+  //   acks), or by the last running task (worker()).
+  if (batch) settled_.notify_all();
+  if (first) source_.wake();
+}
+
+std::size_t ConsumeLoop::settle_batch() const {
+  return std::clamp<std::size_t>(options_.max_in_flight / 8, 1, options_.workers);
 }
 
 void ConsumeLoop::worker() {

@@ -195,6 +195,53 @@ TEST(ConsumeLoop, EveryMessageOnceAndEverythingAcked) {
   EXPECT_TRUE(loop.drained());
 }
 
+// The receiving thread, waiting for room in a full window, is woken by batches of finished tasks
+// (here 3: max_in_flight / 8) rather than by each one. Handlers stuck on most of the window must
+// not hold back the acks of the few that finished until the wait's timeout: with idle_wait far
+// beyond the test's patience, 22 stuck handlers and 2 quick messages fill the window of 24, and
+// the 2 are acked while the others still run.
+TEST(ConsumeLoop, StuckHandlersHoldBackNoOtherMessagesAckInAFullWindow) {
+  FakeSource source;
+  for (int i = 0; i < 22; ++i) source.publish("stuck-" + std::to_string(i), "body");
+  for (int i = 0; i < 2; ++i) source.publish("quick-" + std::to_string(i), "body");
+  std::mutex m;
+  std::condition_variable cv;
+  bool release = false;
+  ConsumeLoopOptions options = fast_options();
+  options.workers = 23;
+  options.max_in_flight = 24;
+  options.idle_wait = 60s;
+  ConsumeLoop loop(source,
+                   [&](const Delivery& d, const DeliveryAttempt&) {
+                     if (d.message_id.starts_with("stuck-")) {
+                       std::unique_lock lock(m);
+                       cv.wait(lock, [&] { return release; });
+                     }
+                     return MessageDisposition::ack_it("processed");
+                   },
+                   options);
+  BrokerResult<Done> result;
+  std::thread runner([&] { result = loop.run(); });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  auto acks = [&] {
+    const std::lock_guard lock(source.mutex_);
+    return source.acks_;
+  };
+  while (acks() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(acks(), 2u) << "the quick messages' acks waited for the stuck handlers";
+  {
+    const std::lock_guard lock(m);
+    release = true;
+  }
+  cv.notify_all();
+  while (acks() < 24 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(acks(), 24u);
+  loop.stop();
+  runner.join();
+  EXPECT_TRUE(result);
+  EXPECT_EQ(source.pending(), 0u);
+}
+
 TEST(ConsumeLoop, WhatMustNeverRunIsDeadLetteredWithItsReason) {
   FakeSource source;
   MemoryStore store;

@@ -179,6 +179,7 @@ class ConsumeLoop {
   void finish(std::unique_ptr<Task> task, MessageDisposition disposition);
   void tell(const Delivery& d, std::string_view outcome, std::string_view detail) const;
   void schedule(std::unique_ptr<Task> task, std::chrono::steady_clock::time_point at);
+  std::size_t settle_batch() const;  // finished tasks that wake a receiving thread waiting for room
   Millis backoff(std::uint32_t failures);
 
   MessageSource& source_;

@@ -1,9 +1,12 @@
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <expected>
 #include <functional>
 #include <future>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -50,12 +53,27 @@ using Callback = std::move_only_function<void(StoreResult<T>)>;
 /// Starts an asynchronous call that reports through a Callback<T> — `start(callback)` — and waits
 /// for its result. Blocks the calling thread: never use it on an event-loop thread, nor inside a
 /// store callback (a store answering on its own thread would wait for itself).
+///
+/// A mutex and a condition variable on the stack rather than a std::promise: no shared state on
+/// the heap and no std::call_once per call, and nothing to wait for at all when the store answers
+/// inline (the memory store), which made up about a tenth of an in-process consumer's CPU.
 template <class T, class Start>
 StoreResult<T> wait_for(Start&& start) {
-  std::promise<StoreResult<T>> promise;
-  auto future = promise.get_future();
-  std::forward<Start>(start)([&promise](StoreResult<T> result) { promise.set_value(std::move(result)); });
-  return future.get();
+  struct Slot {
+    std::mutex mutex;
+    std::condition_variable answered;
+    std::optional<StoreResult<T>> result;
+  } slot;
+  std::forward<Start>(start)([&slot](StoreResult<T> result) {
+    // Notified under the lock, so the waiter cannot return and end `slot` before this callback
+    // lets go of the mutex; it touches nothing of `slot` after that.
+    const std::lock_guard lock(slot.mutex);
+    slot.result.emplace(std::move(result));
+    slot.answered.notify_one();
+  });
+  std::unique_lock lock(slot.mutex);
+  slot.answered.wait(lock, [&slot] { return slot.result.has_value(); });
+  return std::move(*slot.result);
 }
 
 }  // namespace idem

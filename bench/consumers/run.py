@@ -11,7 +11,7 @@ Ratios: inprocess/raw, sidecar/raw-http; CPU per message (the measured process o
 
 Outbox (issue "The outbox"):
   payments/s of idem-payments --idempotency inprocess (SQLite FULL) with --outbox on and off, wrk
-  sending fresh keys, measured in 4 pairs of 3 s loads per round (payments_pairs: both services
+  sending fresh keys, measured in 8 pairs of 3 s loads per round (payments_pairs: both services
   warm, loaded in turn, ABBA); and idem-relay's rows/s (SQLite outbox -> RabbitMQ, batches of 100)
   against a raw publish-with-confirms loop (batches of 100) on the same broker.
 
@@ -261,12 +261,12 @@ class Run:
     # --- the outbox ----------------------------------------------------------------------------
 
     def payments_pairs(self):
-        """The payments pair (payments_pairs): 4 pairs of 3 s loads a round (1 pair of 1 s quick)."""
+        """The payments pair (payments_pairs): 8 pairs of 3 s loads a round (1 pair of 1 s quick)."""
         work = os.path.join(self.work, "payments")
         os.makedirs(work)
         try:
             return payments_pairs(self.bin("examples", "payments", "idem-payments"), work,
-                                  1 if self.args.quick else 4 * self.args.rounds, "1s" if self.args.quick else "3s")
+                                  1 if self.args.quick else 8 * self.args.rounds, "1s" if self.args.quick else "3s")
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -16,31 +16,12 @@ import glob
 import os
 import re
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import ROOT, free_port  # noqa: E402
-
-
-def payments(db):
-    con = sqlite3.connect(db, timeout=30)
-    try:
-        return con.execute("SELECT COUNT(*) FROM payments").fetchone()[0]
-    finally:
-        con.close()
-
-
-def wrk(port, duration):
-    lua = os.path.join(ROOT, "bench", "consumers", "payment.lua")
-    out = subprocess.run(["wrk", "-t2", "-c32", "-d" + duration, "-s", lua, "http://127.0.0.1:%d" % port],
-                         capture_output=True, text=True, timeout=600)
-    if out.returncode != 0 or "Non-2xx" in out.stdout:
-        raise RuntimeError("wrk failed or payments answered non-2xx:\n" + out.stdout + out.stderr)
+from run import PaymentsLoad, start_payments  # noqa: E402
 
 
 def thread_totals(out_prefix):
@@ -61,31 +42,16 @@ def thread_totals(out_prefix):
 def measure(binary, work, outbox, warm, duration):
     db = os.path.join(work, "payments-%s.db" % ("on" if outbox else "off"))
     prefix = os.path.join(work, "callgrind-%s.out" % ("on" if outbox else "off"))
-    port = free_port()
-    p = subprocess.Popen(["valgrind", "--tool=callgrind", "--separate-threads=yes", "--callgrind-out-file=" + prefix,
-                          binary, "--listen", "127.0.0.1:%d" % port, "--db", db, "--idempotency", "inprocess",
-                          "--outbox", "on" if outbox else "off"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p, port = start_payments(binary, db, outbox, start_seconds=120,
+                             under=["valgrind", "--tool=callgrind", "--separate-threads=yes",
+                                    "--callgrind-out-file=" + prefix])
     try:
-        for _ in range(600):
-            try:
-                urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=2)
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError("idem-payments did not answer /healthz under valgrind")
-        con = sqlite3.connect(db, timeout=30)
-        con.execute("INSERT INTO accounts (id, currency, balance, opening, created) VALUES "
-                    "('acct_a', 'EUR', 4000000000000, 4000000000000, 0), ('acct_b', 'EUR', 0, 0, 0)")
-        con.commit()
-        con.close()
-        wrk(port, warm)
+        PaymentsLoad(p, port, db, warm).result()
         subprocess.run(["callgrind_control", "-z", str(p.pid)], check=True, capture_output=True)
-        before = payments(db)
-        wrk(port, duration)
+        load = PaymentsLoad(p, port, db, duration)
+        load.result()
         subprocess.run(["callgrind_control", "-d", str(p.pid)], check=True, capture_output=True)
-        count = payments(db) - before
+        count = load.payments() - load.count0
     finally:
         p.terminate()
         p.wait()

@@ -54,21 +54,24 @@ def ticks(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_payments(binary, db, outbox):
+def start_payments(binary, db, outbox, under=(), start_seconds=10):
     """idem-payments --idempotency inprocess (SQLite FULL) on a fresh `db`, the outbox on or off,
-    with the two accounts bench/consumers/payment.lua pays between: (process, port)."""
+    with the two accounts bench/consumers/payment.lua pays between: (process, port). `under`: a
+    command to run it under (valgrind), which may need more than `start_seconds` to start."""
     port = free_port()
-    p = subprocess.Popen([binary, "--listen", "127.0.0.1:%d" % port, "--db", db, "--idempotency", "inprocess",
-                          "--outbox", "on" if outbox else "off"], stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(list(under) + [binary, "--listen", "127.0.0.1:%d" % port, "--db", db, "--idempotency",
+                                        "inprocess", "--outbox", "on" if outbox else "off"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(200):
+        deadline = time.monotonic() + start_seconds
+        while True:
             try:
                 urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=1)
                 break
             except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("idem-payments did not answer /healthz") from None
                 time.sleep(0.05)
-        else:
-            raise RuntimeError("idem-payments did not answer /healthz")
         con = sqlite3.connect(db, timeout=30)
         con.execute("INSERT INTO accounts (id, currency, balance, opening, created) VALUES "
                     "('acct_a', 'EUR', 4000000000000, 4000000000000, 0), ('acct_b', 'EUR', 0, 0, 0)")

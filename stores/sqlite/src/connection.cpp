@@ -64,10 +64,10 @@ void configure_statement_journal_spill() {
 //   fifth of what the outbox row costs.
 // - sqlite_configure_process raises the threshold to kStatementJournalSpillBytes (127 KiB): one
 //   allocation per savepoint (reused from one savepoint to the next: journal_block_cache.cpp), no
-//   file unless a single write copies more. A payment with its
-//   outbox row copies up to about 90 KiB (strace, payments benchmark: with 64 KiB 110 of 5,466
-//   payments made a file, with 88 KiB 3 of 8,883, with 120 KiB none of 11,444). Then temp_store
-//   stays at its default, which is what makes SQLite use the threshold.
+//   file unless a single write copies more. A payment with its outbox row copies up to about
+//   90 KiB (strace, payments benchmark: with 64 KiB 110 of 5,466 payments made a file, with
+//   88 KiB 3 of 8,883, with 120 KiB none of 11,444). Then temp_store stays at its default, which
+//   is what makes SQLite use the threshold.
 // The threshold is process-wide and settable only before SQLite's first use, hence the fallback.
 int configure_connection(sqlite3* db) {
   if (statement_journal_spill_configured.load(std::memory_order_acquire)) return SQLITE_OK;

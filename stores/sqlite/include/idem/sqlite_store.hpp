@@ -147,8 +147,8 @@ class SqliteStore final : public Store, public StoreAdmin {
 /// (every write in the store's group commit keeps one; docs/benchmarks.md measures both). Freed
 /// journal blocks are kept for reuse by wrapping SQLite's allocator (up to four, ~520 KiB; other
 /// allocations untouched): handed back to glibc they made some processes trim and refault their
-/// heap at every savepoint, three times slower. Returns false and changes nothing once SQLite is initialized (a second call, or SQLite used
-/// first): harmless, only slower.
+/// heap at every savepoint, three times slower. Returns false and changes nothing once SQLite is
+/// initialized (a second call, or SQLite used first): harmless, only slower.
 bool sqlite_configure_process();
 
 /// What the store sets on its own connections, for the application's (call after opening one):

@@ -15,8 +15,9 @@ Outbox (issue "The outbox"):
   warm, loaded in turn, ABBA); and idem-relay's rows/s (SQLite outbox -> RabbitMQ, batches of 100)
   against a raw publish-with-confirms loop (batches of 100) on the same broker.
 
-The cases run in rounds; each reports its median round (the payments pair: its median pair). Servers (RabbitMQ, Redis) are started
-fresh under a temporary directory (scripts/lib/servers.sh) and stopped at exit.
+The cases run in rounds; each reports its median round (the payments pair: its median pair).
+Servers (RabbitMQ, Redis) are started fresh under a temporary directory (scripts/lib/servers.sh)
+and stopped at exit.
 
 usage: bench/consumers/run.py --build DIR [--messages N] [--rounds R] [--out-dir DIR] [--quick]
                               [--outbox-only]
@@ -299,7 +300,7 @@ class Run:
             # index; counting the pending rows is a scan of the table (schema 7 has no index of
             # them) that took CPU from the relay on two cores. The count comes once, untimed.
             last = ("row-%d-%d" % (self.n, n - 1),)
-            while con.execute("SELECT state FROM idem_outbox WHERE message_id = ?", last).fetchone()[0] != "sent":
+            while con.execute("SELECT state FROM idem_outbox WHERE message_id = ?", last).fetchone()[0] == "pending":
                 time.sleep(0.01)
             seconds, cpu = time.monotonic() - t0, ticks(p.pid) - cpu0
             (pending,), = con.execute("SELECT COUNT(*) FROM idem_outbox WHERE state <> 'sent'").fetchall()

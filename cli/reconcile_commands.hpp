@@ -23,11 +23,11 @@ namespace idem::cli {
 /// What `reconcile` does, from its flags.
 struct ReconcileArgs {
   std::string upstream;                     ///< http://HOST[:PORT], the gateway's upstream
-  std::optional<std::string> tenant;        ///< only this tenant's keys
+  std::optional<std::string> tenant{};      ///< only this tenant's keys
   Millis timeout = std::chrono::seconds(5);  ///< each lookup, from connect to the last byte
   Millis lease = std::chrono::seconds(30);  ///< how long a key is held while asked (> timeout)
   Millis retention = std::chrono::hours(24);  ///< how long a resolved outcome is replayed
-  http::LookupHeaders headers;              ///< the names the gateway uses (key, tenant, attempt)
+  http::LookupHeaders headers{};            ///< the names the gateway uses (key, tenant, attempt)
   bool store_server_errors = false;         ///< the routes' store_server_errors
   std::size_t max_stored_response = 1024 * 1024;  ///< the gateway's max_stored_response
   bool dry_run = false;                     ///< only list what would be asked

@@ -132,6 +132,16 @@ class Process:
         except OSError:
             return ""
 
+    def wait_log(self, text, timeout=5.0):
+        """The log once it holds `text` (a line the process writes after it answered may land a
+        moment later), or the log as it is after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            log = self.log()
+            if text in log or time.monotonic() > deadline:
+                return log
+            time.sleep(0.02)
+
 
 class Upstream:
     """The fixture upstream (testing/fixture_upstream), on a port it chose itself."""

@@ -209,7 +209,7 @@ class Replay(EncryptedStoreCase):
         self.assertEqual(self.upstream.executions(key), 1, "an unreadable record was executed again")
         after = self.gateway.metrics()['idem_requests_total{outcome="record_unreadable"}']
         self.assertEqual(after - before, 3)
-        log = self.gateway.process.log()
+        log = self.gateway.process.wait_log("altered")
         self.assertIn('encryption: refused to replay, and did not execute', log)
         self.assertIn('key id "%s"' % self.k1_id, log)
         self.assertIn("altered", log)
@@ -224,7 +224,8 @@ class Replay(EncryptedStoreCase):
             r = self.post(other, key)
             self.assertProblem(r, 500, "idempotency_record_unreadable")
             self.assertEqual(self.upstream.executions(key), 1)
-            self.assertIn('key id "%s", which the key file does not list' % self.k1_id, other.process.log())
+            line = 'key id "%s", which the key file does not list' % self.k1_id
+            self.assertIn(line, other.process.wait_log(line))
             self.assertEqual(other.metrics()['idem_requests_total{outcome="record_unreadable"}'], 1)
             # The gateway that has the key still replays it.
             self.assertTrue(self.post(self.gateway, key).replayed)

@@ -50,7 +50,8 @@ constexpr std::array<Named, 12> kNames = {{{Algorithm::RS256, "RS256"},
 
 void drop_error(void*, const char*, int, std::uint64_t, const char*, va_list) {}
 
-std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+// Appended, not "\"" + std::string(s): GCC 12 at -O3 warns on that (a false -Wrestrict).
+std::string quoted(std::string_view s) { return std::string(1, '"').append(s).append(1, '"'); }
 
 // A value from a file or a token, safe to put in a message: visible ASCII, at most 64 bytes.
 std::string printable(std::string_view s) {

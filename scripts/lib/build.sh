@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/run, scripts/test and the scripts/lib steps that build a tree: a build that
 # says how far it is in a few lines and keeps the compiler's output in a log file.
 #
@@ -5,9 +6,9 @@
 #
 # Runs COMMAND (a `cmake --build ...`), writing everything it prints to LOG. On a terminal one
 # line is redrawn ("building LABEL: n/N, Ts"); otherwise a line is printed at every tenth of the
-# way. Fails when COMMAND fails (the errors, then the log's name) and when the compiler or the
-# linker warned: the build is warning-free, so a new warning is a defect (docs/verification.md,
-# "Builds"). IDEM_ALLOW_WARNINGS=1 (scripts/run) only counts them.
+# way. Returns 1 when COMMAND fails (after the errors and the log's name) and 2 when it built but
+# the compiler or the linker warned: the build is warning-free, so a new warning is a defect
+# (docs/verification.md, "Builds"). IDEM_ALLOW_WARNINGS=1 (scripts/run) only counts them.
 
 quiet_build() {
   local log=$1 label=$2
@@ -49,7 +50,7 @@ quiet_build() {
       grep -E -B2 -A6 '(^|[: ])warning:' "$log" | head -80 >&2
       echo "build of $label: $warnings warning line(s); the full build log: $log" >&2
       echo "the build must be warning-free: fix the cause (docs/verification.md, \"Builds\")" >&2
-      return 1
+      return 2
     fi
   fi
   echo "  built $label in $((SECONDS - start))s (log: $log)"

@@ -16,7 +16,11 @@ declare -A fuzz_max_len=(
 )
 fuzz_targets=(key tenant jcs form json_pointer config redis_record journal request_head http_path)
 
-# Configures and builds every target (incremental).
+# shellcheck source=scripts/lib/build.sh
+source "$fuzz_root/scripts/lib/build.sh"
+
+# Configures and builds every target (incremental); the compiler's output goes to
+# build/logs/fuzz.log (quiet_build: a warning fails it).
 fuzz_build() {
   export CCACHE_BASEDIR=$fuzz_root CCACHE_NOHASHDIR=1
   # -O1 and line tables: what libFuzzer recommends, and half the compile time of -O2 -g.
@@ -25,7 +29,8 @@ fuzz_build() {
     -DCMAKE_CXX_COMPILER=clang++-19 -DIDEM_FUZZ=ON \
     -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_BENCHMARKS=OFF -DIDEM_BUILD_EXAMPLES=OFF \
     -DIDEM_BUILD_GATEWAY=ON -DIDEM_GATEWAY_JEMALLOC=OFF >/dev/null
-  cmake --build "$fuzz_build_dir" -j"${IDEM_TEST_JOBS:-2}" --target idem_fuzz
+  quiet_build "$fuzz_root/build/logs/fuzz.log" "fuzz targets (build/fuzz)" -- \
+    cmake --build "$fuzz_build_dir" -j"${IDEM_TEST_JOBS:-2}" --target idem_fuzz
 }
 
 # fuzz_args TARGET: libFuzzer flags shared by both scripts.

@@ -2,13 +2,18 @@
 # Builds the libFuzzer targets (fuzz/, ASan + UBSan) and runs each for a fixed number of runs
 # from its seed corpus, with a fixed seed: the corpus (crash regressions included) must pass and
 # the mutations that follow find nothing. Exits non-zero on any crash, leak or timeout.
+#   fuzz_smoke.sh [build|run]   only build the targets, or only run them (built before); both
+#                               when not given
 #   IDEM_FUZZ_RUNS   runs per target (default 20000; the corpus counts)
 set -euo pipefail
 # shellcheck source=scripts/lib/fuzz_common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/fuzz_common.sh"
 
+phase=${1:-all}
+case "$phase" in build|run|all) ;; *) echo "usage: fuzz_smoke.sh [build|run]" >&2; exit 2 ;; esac
 runs=${IDEM_FUZZ_RUNS:-20000}
-fuzz_build
+[ "$phase" = run ] || fuzz_build
+[ "$phase" = build ] && exit 0
 work=$(mktemp -d -t idem-fuzz.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 

@@ -258,7 +258,8 @@ class PostgresOutbox::Impl {
     std::vector<const OutboxResult*> others;
     for (const OutboxResult& r : results) {
       if (r.kind == OutboxResult::Kind::sent) {
-        sent_ids += (sent_ids.empty() ? "" : ",") + std::to_string(r.id);
+        if (!sent_ids.empty()) sent_ids += ',';
+        sent_ids += std::to_string(r.id);
       } else {
         others.push_back(&r);
       }

@@ -94,7 +94,7 @@ std::optional<Redirect> parse_redirect(std::string_view text) {
   // "MOVED 3999 :6381": the node does not know its own address; the caller fills in the host
   // it is talking to.
   const bool no_host = target.starts_with(':');
-  auto address = parse_address(no_host ? "?" + std::string(target) : std::string(target));
+  auto address = parse_address(no_host ? std::string("?").append(target) : std::string(target));
   if (!address) return std::nullopt;
   if (no_host) address->host.clear();
   r.to = std::move(*address);

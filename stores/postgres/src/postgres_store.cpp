@@ -184,17 +184,21 @@ class PostgresStore::Impl {
       run_interactive(w, *ops.front());
       return;
     }
+    // Every transaction locks rows in (tenant, key) order, so two batches never wait for each
+    // other in a cycle. Operations of one batch are concurrent requests: any order is theirs, but
+    // those on one key keep their arrival order (the index breaks ties: a stable sort without
+    // std::stable_sort, whose libstdc++ 12 buffer Clang reports as deprecated).
+    std::vector<std::size_t> order(ops.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&ops](std::size_t i, std::size_t j) {
+      const RecordId* x = ops[i]->id();
+      const RecordId* y = ops[j]->id();
+      if (!x || !y) return (!x && y) || (!x && !y && i < j);
+      return std::tie(x->tenant, x->key, i) < std::tie(y->tenant, y->key, j);
+    });
     std::vector<Op*> batch;
     batch.reserve(ops.size());
-    for (auto& op : ops) batch.push_back(op.get());
-    // Every transaction locks rows in (tenant, key) order, so two batches never wait for each
-    // other in a cycle. Operations of one batch are concurrent requests: any order is theirs.
-    std::stable_sort(batch.begin(), batch.end(), [](const Op* a, const Op* b) {
-      const RecordId* x = a->id();
-      const RecordId* y = b->id();
-      if (!x || !y) return !x && y;
-      return std::tie(x->tenant, x->key) < std::tie(y->tenant, y->key);
-    });
+    for (std::size_t i : order) batch.push_back(ops[i].get());
     run_batch(w, batch, /*may_isolate=*/true);
   }
 

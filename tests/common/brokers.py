@@ -20,11 +20,8 @@ import uuid
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 SERVERS_SH = os.path.join(ROOT, "scripts", "lib", "servers.sh")
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ports import free_port  # noqa: E402,F401  (re-exported: brokers.free_port())
 
 
 def env(name):

@@ -44,11 +44,10 @@ def _die_with_parent():
         pass
 
 
-def free_port():
-    """A port that was free a moment ago (the caller retries if someone else takes it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# A port that was free a moment ago and that this process never handed out before
+# (tests/common/ports.py; the caller retries if another process takes it).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from ports import free_port  # noqa: E402,F401
 
 
 # The environment scripts/test exports for the shared stores (scripts/lib/servers.sh).

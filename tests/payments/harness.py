@@ -7,7 +7,6 @@ import json
 import os
 import random
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -28,10 +27,10 @@ def log(message):
     print(message, flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# A port that was free a moment ago and that this process never handed out before
+# (tests/common/ports.py; the caller retries if another process takes it).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from ports import free_port  # noqa: E402,F401
 
 
 def new_key():

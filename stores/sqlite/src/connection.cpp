@@ -1,6 +1,9 @@
 #include "connection.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "journal_block_cache.hpp"
 
@@ -86,6 +89,27 @@ StoreResult<Connection> open_connection(const std::string& path, int busy_timeou
     return std::unexpected(map_error(t, "set temp_store", db.get()));
   }
   return db;
+}
+
+StoreResult<Done> enable_wal(sqlite3* db, const std::string& path, int busy_timeout_ms) {
+  auto wal = Statement::prepare(db, "PRAGMA journal_mode = WAL");
+  if (!wal) return std::unexpected(wal.error());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(busy_timeout_ms);
+  auto pause = std::chrono::milliseconds(1);
+  int rc = wal->step();
+  while ((rc & 0xff) == SQLITE_BUSY && std::chrono::steady_clock::now() < deadline) {
+    wal->reset();
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    rc = wal->step();
+  }
+  if (rc != SQLITE_ROW) return std::unexpected(map_error(rc, "enable WAL", db));
+  if (const auto mode = wal->text(0); mode != "wal") {
+    return std::unexpected(StoreError{StoreErrc::unavailable, "sqlite: " + path +
+                                                                  ": cannot use WAL mode (journal_mode is " +
+                                                                  std::string(mode) + ")"});
+  }
+  return Done{};
 }
 
 StoreResult<Done> exec(sqlite3* db, const char* sql, std::string_view what) {

@@ -32,6 +32,13 @@ using Connection = std::unique_ptr<sqlite3, ConnectionCloser>;
 /// left out.
 StoreResult<Connection> open_connection(const std::string& path, int busy_timeout_ms, bool create = true);
 
+/// Puts the database in WAL mode (PRAGMA journal_mode = WAL), trying again for up to
+/// `busy_timeout_ms` while another connection holds the lock the switch needs: processes that
+/// open one new file at once each want that lock while holding a read lock, and SQLite answers
+/// SQLITE_BUSY at once, without waiting, to all but one of them (no deadlock). `path` is for the
+/// message of a database that cannot use WAL.
+StoreResult<Done> enable_wal(sqlite3* db, const std::string& path, int busy_timeout_ms);
+
 /// Raises SQLite's statement-journal spill threshold (process-wide, before SQLite's first use;
 /// connection.cpp says why and to what) and records whether that took, for configure_connection.
 void configure_statement_journal_spill();

@@ -547,15 +547,10 @@ StoreResult<std::unique_ptr<SqliteOutbox>> SqliteOutbox::open_reader(SqliteOutbo
   sqlite3* raw = db->get();
   if (options.relay) {
     // WAL: the relay's reads never block the service's writes, nor its writes the service's reads.
-    auto wal = Statement::prepare(raw, "PRAGMA journal_mode = WAL");
-    if (!wal) return std::unexpected(wal.error());
-    if (const int rc = wal->step(); rc != SQLITE_ROW) return std::unexpected(map_error(rc, "enable WAL", raw));
-    if (const auto mode = wal->text(0); mode != "wal") {
-      return std::unexpected(StoreError{StoreErrc::unavailable, "sqlite: " + options.path +
-                                                                    ": cannot use WAL mode (journal_mode is " +
-                                                                    std::string(mode) + ")"});
+    if (auto wal = sqlite_detail::enable_wal(raw, options.path, static_cast<int>(options.busy_timeout.count()));
+        !wal) {
+      return std::unexpected(wal.error());
     }
-    wal->reset();
     if (auto sync = sqlite_detail::exec(raw, "PRAGMA synchronous = FULL", "set synchronous"); !sync) {
       return std::unexpected(sync.error());
     }

@@ -359,19 +359,14 @@ class SqliteStore::Impl {
 
 StoreResult<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteOptions options) {
   if (options.path.empty()) return std::unexpected(internal_error("sqlite: SqliteOptions::path is empty"));
-  auto db = sqlite_detail::open_connection(options.path, static_cast<int>(options.busy_timeout.count()));
+  const int busy_timeout_ms = static_cast<int>(options.busy_timeout.count());
+  auto db = sqlite_detail::open_connection(options.path, busy_timeout_ms);
   if (!db) return std::unexpected(db.error());
   sqlite3* raw = db->get();
 
-  auto wal = Statement::prepare(raw, "PRAGMA journal_mode = WAL");
-  if (!wal) return std::unexpected(wal.error());
-  if (const int rc = wal->step(); rc != SQLITE_ROW) return std::unexpected(map_error(rc, "enable WAL", raw));
-  if (const auto mode = wal->text(0); mode != "wal") {
-    return std::unexpected(
-        StoreError{StoreErrc::unavailable,
-                   "sqlite: " + options.path + ": cannot use WAL mode (journal_mode is " + std::string(mode) + ")"});
+  if (auto wal = sqlite_detail::enable_wal(raw, options.path, busy_timeout_ms); !wal) {
+    return std::unexpected(wal.error());
   }
-  wal->reset();
   if (auto sync = sqlite_detail::exec(raw, synchronous_pragma(options.synchronous), "set synchronous"); !sync) {
     return std::unexpected(sync.error());
   }

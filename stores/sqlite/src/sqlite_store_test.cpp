@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <barrier>
 #include <filesystem>
@@ -204,6 +205,40 @@ TEST_F(SqliteStoreTest, FreshDatabaseGetsTheLatestSchemaInWalMode) {
   ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
   EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "wal");
   sqlite3_finalize(stmt);
+}
+
+// Processes that open one new file at once (three idem-consume sidecars started together) each
+// switch it to WAL while the others hold a read lock: SQLite answers all but one SQLITE_BUSY at
+// once, without waiting for the busy timeout. Each must still open it.
+TEST_F(SqliteStoreTest, ProcessesOpeningOneNewFileAtOnceAllOpenIt) {
+  for (int round = 0; round < 10; ++round) {
+    const std::string file = dir.file("together-" + std::to_string(round) + ".db");
+    int go[2];
+    ASSERT_EQ(pipe(go), 0);
+    std::vector<pid_t> children;
+    for (int i = 0; i < 6; ++i) {
+      const pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        close(go[1]);
+        char byte = 0;
+        (void)!read(go[0], &byte, 1);  // returns when the parent closes its end: all start at once
+        SqliteOptions options;
+        options.path = file;
+        auto store = SqliteStore::open(options);
+        if (!store) std::fprintf(stderr, "process %d: %s\n", i, store.error().message.c_str());
+        _exit(store ? 0 : 1);
+      }
+      children.push_back(pid);
+    }
+    close(go[0]);
+    close(go[1]);
+    for (const pid_t pid : children) {
+      int status = 0;
+      ASSERT_EQ(waitpid(pid, &status, 0), pid);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round;
+    }
+  }
 }
 
 TEST_F(SqliteStoreTest, ReopeningKeepsSchemaAndRecords) {

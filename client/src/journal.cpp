@@ -62,7 +62,7 @@ using Db = std::unique_ptr<sqlite3, CloseDb>;
 // One prepared statement; binds are SQLITE_TRANSIENT so callers need not keep the bytes alive.
 class Stmt {
  public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
   ~Stmt() { sqlite3_finalize(stmt_); }
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
@@ -98,7 +98,6 @@ class Stmt {
   }
 
  private:
-  sqlite3* db_;
   sqlite3_stmt* stmt_ = nullptr;
   int rc_ = SQLITE_OK;
 };

@@ -6,6 +6,7 @@
 #include "idem/kafka_broker.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <map>

@@ -133,18 +133,30 @@ MockCluster::MockCluster(int brokers) {
   to_child_ = in[1];
   from_child_ = ::fdopen(out[0], "r");
 
+  // A mock that does not come up is stopped before the error is thrown (no destructor runs).
+  const auto give_up = [&](const std::string& why) {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    ::close(to_child_);
+    std::fclose(from_child_);
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+    throw std::runtime_error(why);
+  };
   const auto deadline = Steady::now() + 10s;
   while (Steady::now() < deadline) {
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      throw std::runtime_error("idem-kafka-mock (" + path + ") exited at start (status " + std::to_string(status) + ")");
+      give_up("idem-kafka-mock (" + path + ") exited at start (status " + std::to_string(status) + ")");
     }
     std::ifstream f(port_file);
     if (std::getline(f, bootstrap_) && !bootstrap_.empty()) return;
     std::this_thread::sleep_for(20ms);
   }
-  throw std::runtime_error("idem-kafka-mock (" + path + ") wrote no " + port_file + " within 10 s");
+  give_up("idem-kafka-mock (" + path + ") wrote no " + port_file + " within 10 s");
 }
 
 MockCluster::~MockCluster() {

@@ -54,8 +54,10 @@ class KafkaSource final : public MessageSource {
     // lets go at once: nothing still running can be acked after this).
     if (revoking_) finish_revoke();
     commit_now("closing");
-    rd_kafka_consumer_close(rk_.get());
+    // librdkafka wants the consumer queue's reference given back before the close.
     if (queue_ != nullptr) rd_kafka_queue_destroy(queue_);
+    queue_ = nullptr;
+    rd_kafka_consumer_close(rk_.get());
     rk_.reset();
   }
 
@@ -263,7 +265,10 @@ class KafkaSource final : public MessageSource {
     static_cast<KafkaSource*>(events->owner)->on_committed(err, offsets);
   }
 
-  bool cooperative() const { return std::string_view(rd_kafka_rebalance_protocol(rk_.get())) == "COOPERATIVE"; }
+  bool cooperative() const {
+    const char* protocol = rd_kafka_rebalance_protocol(rk_.get());  // NULL when not in a group yet
+    return protocol != nullptr && std::string_view(protocol) == "COOPERATIVE";
+  }
 
   void on_rebalance(rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* partitions) {
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {

@@ -138,6 +138,10 @@ struct KafkaEvents {
 /// dead_letter of its deliveries work until they are all settled or `revoke_timeout` passed,
 /// then what is done is committed synchronously and the partition is let go: later calls for
 /// its deliveries are BrokerErrc::stale (the next owner delivers them again).
+///
+/// librdkafka reconnects by itself: receive() reports a lost cluster (every broker connection
+/// down) once as unavailable, a refused login or a topic that vanished as refused; reconnects()
+/// counts lost clusters and assignments lost to a session timeout.
 BrokerResult<std::unique_ptr<MessageSource>> open_kafka_source(std::string_view url, const SourceSettings& settings = {},
                                                                KafkaEvents events = {});
 

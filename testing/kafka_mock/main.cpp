@@ -12,12 +12,15 @@
 //                                    their leader: the mock does not fail them over)
 //   leader TOPIC PARTITION BROKER    move a partition's leader
 //   coordinator group GROUP BROKER   move a consumer group's coordinator
+//   topic-error TOPIC CODE           answer metadata requests for the topic with Kafka error
+//                                    CODE (3: unknown topic, 29: not authorized; 0: none)
 //   quit                             exit
 // It runs until `quit` or SIGTERM/SIGINT; the end of stdin only stops the reading.
 //
 // What the mock lacks (librdkafka 2.0.2): transactions, CreateTopics, leader failover, more
 // than ~5 MiB kept per partition (older records are dropped), and its group rebalances wait
-// for session.timeout.ms - 1 s before they complete.
+// for session.timeout.ms - 1 s before they complete. It also creates (with 4 partitions) any
+// topic a metadata request names, so "no such topic" is played with topic-error.
 
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
@@ -46,7 +49,8 @@ void usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--brokers N] [--topic NAME:PARTITIONS]... --port-file PATH\n"
                "  then stdin commands: topic NAME PARTITIONS | broker-down ID | broker-up ID |\n"
-               "  leader TOPIC PARTITION BROKER | coordinator group GROUP BROKER | quit\n",
+               "  leader TOPIC PARTITION BROKER | coordinator group GROUP BROKER |\n"
+               "  topic-error TOPIC CODE | quit\n",
                argv0);
 }
 
@@ -125,8 +129,12 @@ class Mock {
     if (verb == "coordinator" && args.size() == 3 && args[0] == "group" && parse_int(args[2], 1, brokers_, a)) {
       return answer(rd_kafka_mock_coordinator_set(cluster_, "group", args[1].c_str(), a));
     }
+    if (verb == "topic-error" && args.size() == 2 && parse_int(args[1], 0, 1000, a)) {
+      rd_kafka_mock_topic_set_error(cluster_, args[0].c_str(), static_cast<rd_kafka_resp_err_t>(a));
+      return "ok";
+    }
     return "error: unknown or malformed command (topic NAME PARTITIONS | broker-down ID | broker-up ID | "
-           "leader TOPIC PARTITION BROKER | coordinator group GROUP BROKER | quit; brokers are 1-" +
+           "leader TOPIC PARTITION BROKER | coordinator group GROUP BROKER | topic-error TOPIC CODE | quit; brokers are 1-" +
            std::to_string(brokers_) + ")";
   }
 

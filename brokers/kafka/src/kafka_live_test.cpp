@@ -332,18 +332,34 @@ TEST(KafkaLive, WakeEndsAWaitingReceive) {
 }
 
 TEST(KafkaLive, AMissingTopicIsRefusedAtOpenWithItsName) {
-  const std::string url = "kafka://" + MockCluster::shared().bootstrap() + "/no-such-topic-" + std::to_string(::getpid()) +
-                          "?group=g";
-  auto source = open_kafka_source(url);
+  // The mock creates any topic a metadata request names: "no such topic" is played with the
+  // error it then answers for that topic.
+  MockCluster& cluster = MockCluster::shared();
+  const std::string missing = kafka_test::unique_name("missing");
+  ASSERT_EQ(cluster.command("topic-error " + missing + " 3"), "ok");  // UNKNOWN_TOPIC_OR_PART
+  auto source = open_kafka_source("kafka://" + cluster.bootstrap() + "/" + missing + "?group=g");
   ASSERT_FALSE(source);
   EXPECT_EQ(source.error().code, BrokerErrc::refused) << source.error().message;
-  EXPECT_NE(source.error().message.find("does not exist"), std::string::npos) << source.error().message;
+  EXPECT_NE(source.error().message.find("topic \"" + missing + "\" does not exist"), std::string::npos)
+      << source.error().message;
+  auto sink = open_kafka_sink("kafka://" + cluster.bootstrap() + "/" + missing);
+  ASSERT_FALSE(sink);
+  EXPECT_EQ(sink.error().code, BrokerErrc::refused) << sink.error().message;
 
-  Topic topic(1);  // its dead-letter topic missing
-  auto no_dlt = open_kafka_source("kafka://" + topic.cluster.bootstrap() + "/" + topic.name + "?group=g&dead_letter_topic=" +
-                                  kafka_test::unique_name("absent"));
+  Topic topic(1);  // there, but its dead-letter topic is not
+  const std::string absent = kafka_test::unique_name("absent");
+  ASSERT_EQ(cluster.command("topic-error " + absent + " 3"), "ok");
+  auto no_dlt = open_kafka_source("kafka://" + cluster.bootstrap() + "/" + topic.name + "?group=g&dead_letter_topic=" + absent);
   ASSERT_FALSE(no_dlt);
   EXPECT_EQ(no_dlt.error().code, BrokerErrc::refused) << no_dlt.error().message;
+  EXPECT_NE(no_dlt.error().message.find("dead-letter topic"), std::string::npos) << no_dlt.error().message;
+
+  const std::string forbidden = kafka_test::unique_name("forbidden");
+  ASSERT_EQ(cluster.command("topic-error " + forbidden + " 29"), "ok");  // TOPIC_AUTHORIZATION_FAILED
+  auto denied = open_kafka_source("kafka://" + cluster.bootstrap() + "/" + forbidden + "?group=g");
+  ASSERT_FALSE(denied);
+  EXPECT_EQ(denied.error().code, BrokerErrc::refused) << denied.error().message;
+  EXPECT_NE(denied.error().message.find("no access to topic"), std::string::npos) << denied.error().message;
 }
 
 TEST(KafkaLive, NothingListeningIsUnavailableAtOnce) {

@@ -113,7 +113,7 @@ struct KafkaEvents {
 /// Opens a source on `kafka://HOSTS/TOPIC?group=GROUP`: checks that the cluster answers and
 /// that the topic and the dead-letter topic exist (refused otherwise), then subscribes. Joining
 /// the group happens in the first receives; the group's coordinator assigns partitions
-/// (cooperative-sticky).
+/// (the range assignor; source.cpp says why not cooperative-sticky yet).
 ///
 /// The dedupe key is the `id_header` header (or, with id_from=key, the record key); a record
 /// without one is delivered with has_message_id false. The `content_type` header becomes

@@ -307,9 +307,13 @@ TEST(KafkaLive, APartitionMovedByARebalanceMakesItsHeldDeliveriesStale) {
       stale_ids.insert(d.message_id);
     }
   }
-  EXPECT_GT(stale, 0u);
-  EXPECT_GT(acked, 0u);
-  EXPECT_EQ(ids_of(moved), stale_ids) << "b must get exactly the records a held in the partition it lost";
+  // The range assignor is eager: the rebalance revoked both of a's partitions (a got one back,
+  // as a new assignment), so everything a held went stale; b got the other partition's records.
+  EXPECT_EQ(stale, held.size());
+  EXPECT_EQ(acked, 0u);
+  const auto moved_ids = ids_of(moved);
+  EXPECT_LT(moved_ids.size(), held.size());
+  for (const auto& id : moved_ids) EXPECT_TRUE(stale_ids.contains(id)) << id << " went to b but a never held it";
   bool told = false;
   for (const auto& w : warnings) told = told || w.find("revoked with") != std::string::npos;
   EXPECT_TRUE(told) << "a revocation that ran out of time is told to on_warning";

@@ -46,6 +46,6 @@ set(CPACK_COMPONENT_DEV_DESCRIPTION "libidem: the idempotency engine, stores, br
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 # core and sqlite need only these; the other components' libraries are suggested.
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libssl-dev, libsqlite3-dev")
-set(CPACK_DEBIAN_DEV_PACKAGE_SUGGESTS "libpq-dev, libhiredis-dev, libcurl4-openssl-dev, libboost-dev, librabbitmq-dev, pkg-config")
+set(CPACK_DEBIAN_DEV_PACKAGE_SUGGESTS "libpq-dev, libhiredis-dev, libcurl4-openssl-dev, libboost-dev, librabbitmq-dev, librdkafka-dev, pkg-config")
 
 include(CPack)

@@ -109,9 +109,9 @@ std::vector<Span> secret_spans(std::string_view url) {
 }  // namespace
 
 bool is_secret_parameter(std::string_view name) {
-  static constexpr std::array<std::string_view, 11> kSecrets = {
-      "password", "sslpassword", "pass", "passwd", "pwd", "secret", "token", "access_token", "auth", "api_key",
-      "apikey"};
+  static constexpr std::array<std::string_view, 13> kSecrets = {
+      "password", "sslpassword", "pass",    "passwd", "pwd",           "secret",          "token",
+      "access_token", "auth",    "api_key", "apikey", "sasl_password", "ssl_key_password"};  // Kafka's last two
   // "%70assword" names a secret as well as "PassWord" does.
   std::string n = percent_decoded(name);
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });

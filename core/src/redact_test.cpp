@@ -15,6 +15,13 @@ TEST(RedactUrl, HidesTheUserinfoPassword) {
   EXPECT_EQ(redact_url("http://hook:s3cret@h/receipts"), "http://hook:***@h/receipts");
 }
 
+TEST(RedactUrl, HidesKafkasSaslAndKeyPasswordsInTheQuery) {
+  EXPECT_EQ(redact_url("kafka://b:9092/t?group=g&sasl_username=u&sasl_password=s3cret"),
+            "kafka://b:9092/t?group=g&sasl_username=u&sasl_password=***");
+  EXPECT_EQ(redact_url("kafka://b:9092/t?group=g&ssl_key_password=s3cret&client_id=c"),
+            "kafka://b:9092/t?group=g&ssl_key_password=***&client_id=c");
+}
+
 TEST(RedactUrl, ALoneRedisUserinfoIsThePassword) {
   EXPECT_EQ(redact_url("redis://s3cret@h:6379"), "redis://***@h:6379");
   EXPECT_EQ(redact_url("redis+stream://s3cret@h:6379/s?group=g"), "redis+stream://***@h:6379/s?group=g");

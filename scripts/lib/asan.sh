@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # AddressSanitizer + UndefinedBehaviorSanitizer (GCC 12, Debug) in build/asan: the unit tests of
-# core, the stores, the brokers, the HTTP layer, the gateway and the sidecars against the servers
+# core, the stores, the brokers (Kafka against its mock cluster), the HTTP layer, the gateway and the sidecars against the servers
 # of ENV_FILE (scripts/lib/servers.sh), then the gateway's and idem-consume's end-to-end tests
 # that parse hostile or broken input against the sanitized binaries.
 #   asan.sh build            configure and build (quiet_build: a warning fails it)
@@ -29,7 +29,7 @@ case "${1:-}" in
     status=0
     echo "asan: core, stores, brokers, HTTP layer, gateway and sidecar units"
     ctest --test-dir "$build" --output-on-failure --no-tests=error -j"$jobs" --timeout 900 \
-      -L 'core|cli|sqlite|postgres|redis|amqp|client|http|gateway|admin|sidecar|consume|relay' -LE 'e2e|bench' \
+      -L 'core|cli|sqlite|postgres|redis|amqp|kafka|client|http|gateway|admin|sidecar|consume|relay' -LE 'e2e|bench' \
       || status=1
     # The gateway parses whatever clients and upstreams send: its end-to-end rules, hostile input,
     # shutdown, concurrency, expiry, JWT-tenant, write-failure, lookup (ask), reload and envelope

@@ -1,24 +1,28 @@
 #include "idem/open_broker.hpp"
 
 #include "idem/amqp_broker.hpp"
+#include "idem/kafka_broker.hpp"
 #include "idem/redact.hpp"
 #include "idem/redis_stream_broker.hpp"
 
 namespace idem {
 namespace {
 
-enum class Scheme { amqp, redis_stream, unknown };
+enum class Scheme { amqp, redis_stream, kafka, unknown };
 
 Scheme scheme_of(std::string_view url) {
   if (url.starts_with("amqp://")) return Scheme::amqp;
   if (url.starts_with("redis+stream://")) return Scheme::redis_stream;
+  if (url.starts_with("kafka://")) return Scheme::kafka;
   return Scheme::unknown;
 }
 
 std::string unknown(std::string_view url) {
   if (url.starts_with("amqps://")) return "AMQP over TLS (amqps://) is not supported by this build";
-  return "unknown broker URL \"" + redact_url(url) +
-         "\"; expected amqp://USER:PASS@HOST:PORT/VHOST?... or redis+stream://HOST:PORT/STREAM?...";
+  // redact_kafka_url: redact_url and the two password parameters librdkafka's names use.
+  return "unknown broker URL \"" + redact_kafka_url(url) +
+         "\"; expected amqp://USER:PASS@HOST:PORT/VHOST?..., redis+stream://HOST:PORT/STREAM?... or "
+         "kafka://HOST:PORT[,HOST:PORT...]/TOPIC?...";
 }
 
 BrokerError invalid(std::string message) { return BrokerError{BrokerErrc::invalid, std::move(message), false}; }
@@ -32,6 +36,8 @@ BrokerResult<std::unique_ptr<MessageSource>> open_source(std::string_view url, c
       return open_amqp_source(url, settings);
     case Scheme::redis_stream:
       return open_redis_stream_source(url, settings, RedisStreamEvents{std::move(on_warning)});
+    case Scheme::kafka:
+      return open_kafka_source(url, settings, KafkaEvents{std::move(on_warning)});
     case Scheme::unknown:
       break;
   }
@@ -44,6 +50,8 @@ BrokerResult<std::unique_ptr<MessageSink>> open_sink(std::string_view url, const
       return open_amqp_sink(url, settings);
     case Scheme::redis_stream:
       return open_redis_stream_sink(url, settings);
+    case Scheme::kafka:
+      return open_kafka_sink(url, settings);
     case Scheme::unknown:
       break;
   }
@@ -57,6 +65,9 @@ std::optional<std::string> check_source_url(std::string_view url) {
       return std::nullopt;
     case Scheme::redis_stream:
       if (auto parsed = parse_redis_stream_url(url, RedisStreamRole::source); !parsed) return parsed.error().message;
+      return std::nullopt;
+    case Scheme::kafka:
+      if (auto parsed = parse_kafka_url(url, KafkaUrlRole::source); !parsed) return parsed.error().message;
       return std::nullopt;
     case Scheme::unknown:
       break;
@@ -72,6 +83,9 @@ std::optional<std::string> check_sink_url(std::string_view url) {
     case Scheme::redis_stream:
       if (auto parsed = parse_redis_stream_url(url, RedisStreamRole::sink); !parsed) return parsed.error().message;
       return std::nullopt;
+    case Scheme::kafka:
+      if (auto parsed = parse_kafka_url(url, KafkaUrlRole::sink); !parsed) return parsed.error().message;
+      return std::nullopt;
     case Scheme::unknown:
       break;
   }
@@ -85,6 +99,9 @@ std::string source_identity(std::string_view url) {
       break;
     case Scheme::redis_stream:
       if (auto parsed = parse_redis_stream_url(url, RedisStreamRole::source)) return parsed->stream + "/" + parsed->group;
+      break;
+    case Scheme::kafka:
+      if (auto parsed = parse_kafka_url(url, KafkaUrlRole::source)) return parsed->topic + "/" + parsed->group;
       break;
     case Scheme::unknown:
       break;

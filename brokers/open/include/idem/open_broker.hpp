@@ -16,6 +16,7 @@ namespace idem {
 /// Opens the source a URL names:
 ///   amqp://USER:PASS@HOST[:PORT]/VHOST?queue=NAME[&...]     RabbitMQ (brokers/amqp)
 ///   redis+stream://[[USER]:PASS@]HOST[:PORT]/STREAM?group=GROUP[&...]  Redis Streams
+///   kafka://[USER:PASS@]HOST[:PORT][,HOST[:PORT]...]/TOPIC?group=GROUP[&...]  Kafka (brokers/kafka)
 /// (docs/idem-consume.md lists every parameter). Errors never echo a password.
 /// `on_warning` hears what a source notices on its own (stream entries trimmed before they were
 /// acked, a consumer group recreated); optional.
@@ -25,6 +26,7 @@ BrokerResult<std::unique_ptr<MessageSource>> open_source(std::string_view url, c
 /// Opens the sink a URL names:
 ///   amqp://USER:PASS@HOST[:PORT]/VHOST?exchange=E[&routing_key=K]
 ///   redis+stream://[[USER]:PASS@]HOST[:PORT]/STREAM
+///   kafka://[USER:PASS@]HOST[:PORT][,HOST[:PORT]...]/TOPIC
 BrokerResult<std::unique_ptr<MessageSink>> open_sink(std::string_view url, const SinkSettings& settings);
 
 /// Checks a source URL's form without connecting: nullopt when valid, else one line saying why.
@@ -33,7 +35,7 @@ std::optional<std::string> check_source_url(std::string_view url);
 std::optional<std::string> check_sink_url(std::string_view url);
 
 /// What a source URL consumes from, as a consumer name: the queue ("payments"), or the stream
-/// and group ("events/receipts"). For the records' tenant when no name is configured.
+/// or topic and group ("events/receipts"). For the records' tenant when no name is configured.
 std::string source_identity(std::string_view url);
 
 }  // namespace idem

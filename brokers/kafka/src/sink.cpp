@@ -1,0 +1,83 @@
+// KafkaSink: OutgoingMessages as records of an idempotent producer (producer.hpp).
+
+#include "idem/kafka_broker.hpp"
+#include "producer.hpp"
+#include "record_headers.hpp"
+
+namespace idem {
+namespace {
+
+using namespace kafka_detail;
+
+class KafkaSink final : public MessageSink {
+ public:
+  KafkaSink(KafkaUrl url, std::string name, SinkSettings settings, std::unique_ptr<Producer> producer)
+      : url_(std::move(url)), name_(std::move(name)), settings_(settings), producer_(std::move(producer)) {}
+
+  std::vector<BrokerResult<Done>> publish(std::span<const OutgoingMessage> messages) override {
+    if (!producer_ || producer_->broken()) {
+      // A fatal error (the idempotent producer's sequence broken, say) ends a producer for
+      // good: this publish opens a new one.
+      producer_.reset();
+      auto reopened = open_producer(url_, name_, settings_);
+      if (!reopened) return std::vector<BrokerResult<Done>>(messages.size(), std::unexpected(reopened.error()));
+      producer_ = std::move(*reopened);
+    }
+    std::vector<Record> records;
+    records.reserve(messages.size());
+    for (const OutgoingMessage& m : messages) {
+      Record r;
+      r.topic = m.destination.empty() ? std::string_view(url_.topic) : std::string_view(m.destination);
+      r.key = partition_key(m);
+      r.headers = outgoing_headers(m, url_.id_header);
+      r.value = m.body;
+      records.push_back(std::move(r));
+    }
+    return producer_->produce(records);
+  }
+
+  BrokerResult<Done> ping() override {
+    if (!producer_) return std::unexpected(BrokerError{BrokerErrc::unavailable, name_ + ": no producer (the last one failed)", false});
+    return producer_->ping();
+  }
+
+  std::string name() const override { return name_; }
+
+  static BrokerResult<std::unique_ptr<Producer>> open_producer(const KafkaUrl& url, const std::string& name,
+                                                               const SinkSettings& settings) {
+    ProducerOptions o;
+    o.client_id = url.client_id.empty() ? std::string("idem") : url.client_id;
+    o.connect_timeout = settings.connect_timeout;
+    o.confirm_timeout = settings.confirm_timeout;
+    o.topic = url.topic;
+    o.doing = "opening a producer for topic " + url.topic;
+    return Producer::open(url, name, std::move(o));
+  }
+
+ private:
+  // The record's key decides its partition, so it is the ordering key; OutgoingMessage carries
+  // none yet, so every record of one message id lands in one partition. The one place to change
+  // when OutgoingMessage gains an ordering key: return it here when set, else the id.
+  static std::optional<std::string_view> partition_key(const OutgoingMessage& m) {
+    if (m.message_id.empty()) return std::nullopt;  // no id, no key: spread by the partitioner
+    return std::string_view(m.message_id);
+  }
+
+  KafkaUrl url_;
+  std::string name_;
+  SinkSettings settings_;
+  std::unique_ptr<Producer> producer_;
+};
+
+}  // namespace
+
+BrokerResult<std::unique_ptr<MessageSink>> open_kafka_sink(std::string_view url, const SinkSettings& settings) {
+  auto parsed = parse_kafka_url(url, KafkaUrlRole::sink);
+  if (!parsed) return std::unexpected(parsed.error());
+  std::string name = redact_kafka_url(url);
+  auto producer = KafkaSink::open_producer(*parsed, name, settings);
+  if (!producer) return std::unexpected(producer.error());
+  return std::make_unique<KafkaSink>(std::move(*parsed), std::move(name), settings, std::move(*producer));
+}
+
+}  // namespace idem

@@ -14,6 +14,7 @@
 //   coordinator group GROUP BROKER   move a consumer group's coordinator
 //   topic-error TOPIC CODE           answer metadata requests for the topic with Kafka error
 //                                    CODE (3: unknown topic, 29: not authorized; 0: none)
+//   lag TOPIC GROUP                  "ok N": the records of TOPIC that GROUP has not committed
 //   quit                             exit
 // It runs until `quit` or SIGTERM/SIGINT; the end of stdin only stops the reading.
 //
@@ -39,6 +40,8 @@
 #include <string>
 #include <vector>
 
+#include "raw_client.hpp"
+
 namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -50,7 +53,7 @@ void usage(const char* argv0) {
                "usage: %s [--brokers N] [--topic NAME:PARTITIONS]... --port-file PATH\n"
                "  then stdin commands: topic NAME PARTITIONS | broker-down ID | broker-up ID |\n"
                "  leader TOPIC PARTITION BROKER | coordinator group GROUP BROKER |\n"
-               "  topic-error TOPIC CODE | quit\n",
+               "  topic-error TOPIC CODE | lag TOPIC GROUP | quit\n",
                argv0);
 }
 
@@ -133,12 +136,22 @@ class Mock {
       rd_kafka_mock_topic_set_error(cluster_, args[0].c_str(), static_cast<rd_kafka_resp_err_t>(a));
       return "ok";
     }
+    if (verb == "lag" && args.size() == 2) return lag(args[0], args[1]);
     return "error: unknown or malformed command (topic NAME PARTITIONS | broker-down ID | broker-up ID | "
-           "leader TOPIC PARTITION BROKER | coordinator group GROUP BROKER | topic-error TOPIC CODE | quit; brokers are 1-" +
+           "leader TOPIC PARTITION BROKER | coordinator group GROUP BROKER | topic-error TOPIC CODE | lag TOPIC GROUP | quit; brokers are 1-" +
            std::to_string(brokers_) + ")";
   }
 
  private:
+  // Read by a client of the cluster, as any consumer would see it.
+  std::string lag(const std::string& topic, const std::string& group) const {
+    try {
+      return "ok " + std::to_string(idem::kafka_raw::uncommitted(bootstraps(), topic, group));
+    } catch (const std::exception& e) {
+      return std::string("error: ") + e.what();
+    }
+  }
+
   static std::string answer(rd_kafka_resp_err_t err) {
     return err == RD_KAFKA_RESP_ERR_NO_ERROR ? "ok" : std::string("error: ") + rd_kafka_err2str(err);
   }

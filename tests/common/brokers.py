@@ -2,9 +2,11 @@
 standard library only).
 
 The brokers are the real servers scripts/test starts (scripts/lib/servers.sh): RabbitMQ
-(IDEM_TEST_AMQP_URL) and Redis (IDEM_TEST_REDIS_URL). Each test gets queues or streams of its own
-names. A test that restarts a broker either restarts the shared RabbitMQ node (its ctest test
-runs alone) or starts a private Redis of its own (PrivateRedis).
+(IDEM_TEST_AMQP_URL) and Redis (IDEM_TEST_REDIS_URL), and for Kafka librdkafka's mock cluster,
+which each test starts for itself (PrivateKafka: testing/kafka_mock's idem-kafka-mock, whose path
+is IDEM_KAFKA_MOCK). Each test gets queues, streams or topics of its own names. A test that
+restarts a broker either restarts the shared RabbitMQ node (its ctest test runs alone) or has a
+private server of its own (private_server(): PrivateRedis, PrivateKafka).
 """
 import http.server
 import json
@@ -35,19 +37,33 @@ def unique(prefix):
     return "%s-%s" % (prefix, uuid.uuid4().hex[:12])
 
 
-class Broker:
-    """One queue (AMQP) or stream and group (Redis) under test, by URL."""
+# Kafka consumers in the tests: the mock completes a rebalance only after session.timeout.ms - 1 s,
+# so keep it short; commit what is done often, so that lag() soon shows it.
+KAFKA_SOURCE_PARAMETERS = "session_timeout_ms=6000&heartbeat_interval_ms=500&commit_interval_ms=200"
+# How long a Kafka consumer new to a group may wait before the group hands it its partitions.
+KAFKA_JOIN_MS = 8000
 
-    def __init__(self, kind, name=None, redis_url=None):
+
+class Broker:
+    """One queue (AMQP), stream and group (Redis) or topic (Kafka) under test, by URL. `private`
+    is the test's own server, when it has one (private_server())."""
+
+    def __init__(self, kind, name=None, private=None):
         self.kind = kind
         self.name = name or unique("q")
-        if kind == "amqp":
+        self.private = private
+        if kind == "kafka":
+            self.base = "kafka://%s" % private.bootstrap
+            private.topic(self.name, 3)
+            private.topic(self.name + ".dead-letter", 1)
+            self.dead_letters_read = 0  # the dead-letter topic's offset take_dead_letters() reached
+        elif kind == "amqp":
             base = env("IDEM_TEST_AMQP_URL").rstrip("/")
             if not base.endswith("%2f") and base.count("/") < 3:
                 base += "/%2f"
             self.base = base
         elif kind == "redis_streams":
-            url = urllib.parse.urlsplit(redis_url or env("IDEM_TEST_REDIS_URL"))
+            url = urllib.parse.urlsplit(private.url if private else env("IDEM_TEST_REDIS_URL"))
             self.base = "redis+stream://%s" % url.netloc
         else:
             raise ValueError(kind)
@@ -55,6 +71,8 @@ class Broker:
     def source_url(self, group="consumers"):
         if self.kind == "amqp":
             return "%s?queue=%s" % (self.base, self.name)
+        if self.kind == "kafka":
+            return "%s/%s?group=%s&%s" % (self.base, self.name, group, KAFKA_SOURCE_PARAMETERS)
         return "%s/%s?group=%s" % (self.base, self.name, group)
 
     def sink_url(self):
@@ -66,7 +84,24 @@ class Broker:
     def dead_letter_source_url(self):
         if self.kind == "amqp":
             return "%s?queue=%s.dead-letter&declare=false" % (self.base, self.name)
+        if self.kind == "kafka":
+            return "%s/%s.dead-letter?group=inspect&%s" % (self.base, self.name, KAFKA_SOURCE_PARAMETERS)
         return "%s/%s:dead-letter?group=inspect" % (self.base, self.name)
+
+    def take_dead_letters(self, tool, idle_ms=1000):
+        """The dead letters not taken yet, as `take` shows them. On Kafka they are read with kcat
+        from where the last call stopped (a consumer group would first wait for its partitions)."""
+        if self.kind != "kafka":
+            return tool.take(self.dead_letter_source_url(), idle_ms=idle_ms)
+        records = self.private.read(self.name + ".dead-letter", self.dead_letters_read)
+        self.dead_letters_read += len(records)
+        return records
+
+    def take_left(self, tool, idle_ms=1500):
+        """Takes (and acks) what is left for the consumers' group."""
+        if self.kind == "kafka":
+            idle_ms = max(idle_ms, KAFKA_JOIN_MS)
+        return tool.take(self.source_url(), idle_ms=idle_ms)
 
     def settled(self):
         """Whether every message published so far was delivered and acknowledged: for a Redis
@@ -76,6 +111,8 @@ class Broker:
         hold it for a while: retrying it until the dead one's lease on its key expires)."""
         if self.kind == "amqp":
             return rabbitmq_queue_depth(self.name) == 0
+        if self.kind == "kafka":
+            return self.private.lag(self.name, "consumers") == 0
         host, _, port = self.base[len("redis+stream://"):].rpartition(":")
         groups = redis_command(host.split("@")[-1], int(port), "XINFO", "GROUPS", self.name)
         for group in groups:
@@ -211,11 +248,101 @@ class PrivateRedis:
         self.start()
 
 
-def restart_broker(kind, private_redis=None, down_seconds=0.0):
+class PrivateKafka:
+    """librdkafka's mock cluster (idem-kafka-mock, three brokers on loopback ports it picks) for
+    one test, driven by its stdin commands. It keeps nothing across a restart of its process, so
+    a "restart" here takes a broker down and up and moves a partition's leader, as a broker
+    failing over would."""
+
+    def __init__(self, workdir, brokers=3):
+        self.dir = os.path.join(workdir, "kafka-%s" % uuid.uuid4().hex[:6])
+        os.makedirs(self.dir)
+        port_file = os.path.join(self.dir, "bootstrap")
+        self.log = open(os.path.join(self.dir, "mock.log"), "ab")
+        self.proc = subprocess.Popen([env("IDEM_KAFKA_MOCK"), "--brokers", str(brokers), "--port-file", port_file],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.lock = threading.Lock()
+        self.topics = []
+        deadline = time.time() + 20
+        self.bootstrap = ""
+        while not self.bootstrap:
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("idem-kafka-mock did not come up (see %s)" % self.log.name)
+            time.sleep(0.05)
+            if os.path.exists(port_file):  # written atomically: whole or absent
+                with open(port_file) as f:
+                    self.bootstrap = f.read().strip()
+
+    def command(self, line):
+        """One stdin command; its answer ("ok ...") or RuntimeError."""
+        with self.lock:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+            answer = self.proc.stdout.readline().strip()
+        if not answer.startswith("ok"):
+            raise RuntimeError("idem-kafka-mock %r: %s" % (line, answer or "no answer"))
+        return answer[2:].strip()
+
+    def topic(self, name, partitions):
+        self.command("topic %s %d" % (name, partitions))
+        self.topics.append(name)
+
+    def lag(self, topic, group):
+        return int(self.command("lag %s %s" % (topic, group)))
+
+    def read(self, topic, start=0):
+        """The records of a one-partition topic from offset `start`, read with kcat (a real
+        client of another project), shaped as idem-broker-tool's take shows messages."""
+        out = subprocess.run(["kcat", "-C", "-b", self.bootstrap, "-t", topic, "-p", "0", "-o", str(start), "-e",
+                              "-q", "-J"], capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise RuntimeError("kcat -C %s failed (%d): %s" % (topic, out.returncode, out.stderr.strip()))
+        records = []
+        for line in out.stdout.splitlines():
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            flat = r.get("headers") or []
+            headers = dict(zip(flat[::2], flat[1::2]))
+            records.append({"id": headers.get("message_id"), "body": r.get("payload") or "", "headers": headers})
+        return records
+
+    def restart(self, down_seconds=0.0):
+        """Broker 1 down for `down_seconds` (the partitions it leads stop), up again, and then
+        partition 0 of every topic led by broker 2: clients must follow the new leader."""
+        self.command("broker-down 1")
+        time.sleep(down_seconds)
+        self.command("broker-up 1")
+        for t in self.topics:
+            self.command("leader %s 0 2" % t)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        self.log.close()
+
+
+def private_server(kind, workdir):
+    """The server a test of `kind` runs for itself (Redis, Kafka), or None (RabbitMQ is shared)."""
+    if kind == "redis_streams":
+        return PrivateRedis(workdir)
+    if kind == "kafka":
+        return PrivateKafka(workdir)
+    return None
+
+
+def restart_broker(kind, private=None, down_seconds=0.0):
     if kind == "amqp":
         restart_rabbitmq()
     else:
-        private_redis.restart(down_seconds)
+        private.restart(down_seconds)
 
 
 class Handler:

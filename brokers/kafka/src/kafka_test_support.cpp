@@ -1,5 +1,7 @@
 #include "kafka_test_support.hpp"
 
+#include "raw_client.hpp"
+
 #include <fcntl.h>
 #include <librdkafka/rdkafka.h>
 #include <signal.h>
@@ -30,73 +32,7 @@ std::string mock_path() {
   return IDEM_KAFKA_MOCK_PATH;  // set by CMake: the idem-kafka-mock built with this test
 }
 
-struct RkDeleter {
-  void operator()(rd_kafka_t* rk) const {
-    rd_kafka_consumer_close(rk);
-    rd_kafka_destroy(rk);
-  }
-};
-using Rk = std::unique_ptr<rd_kafka_t, RkDeleter>;
-
-struct ListDeleter {
-  void operator()(rd_kafka_topic_partition_list_t* l) const { rd_kafka_topic_partition_list_destroy(l); }
-};
-using List = std::unique_ptr<rd_kafka_topic_partition_list_t, ListDeleter>;
-
-void quiet_log(const rd_kafka_t*, int, const char*, const char*) {}
-
-Rk raw_consumer(const std::string& bootstrap, const std::string& group) {
-  std::array<char, 512> err{};
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  const std::pair<const char*, std::string> props[] = {
-      {"bootstrap.servers", bootstrap},
-      {"group.id", group},
-      {"enable.auto.commit", "false"},
-      {"enable.auto.offset.store", "false"},
-      {"auto.offset.reset", "earliest"},
-  };
-  for (const auto& [name, value] : props) {
-    if (rd_kafka_conf_set(conf, name, value.c_str(), err.data(), err.size()) != RD_KAFKA_CONF_OK) {
-      rd_kafka_conf_destroy(conf);
-      throw std::runtime_error(std::string("raw consumer: ") + err.data());
-    }
-  }
-  rd_kafka_conf_set_log_cb(conf, quiet_log);
-  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err.data(), err.size());
-  if (rk == nullptr) {
-    rd_kafka_conf_destroy(conf);
-    throw std::runtime_error(std::string("raw consumer: ") + err.data());
-  }
-  rd_kafka_poll_set_consumer(rk);
-  return Rk(rk);
-}
-
-int partition_count(rd_kafka_t* rk, const std::string& topic) {
-  rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
-  const rd_kafka_metadata_t* md = nullptr;
-  const auto err = rd_kafka_metadata(rk, 0, rkt, &md, 10'000);
-  rd_kafka_topic_destroy(rkt);
-  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) throw std::runtime_error("metadata for " + topic + ": " + rd_kafka_err2str(err));
-  int n = 0;
-  for (int i = 0; i < md->topic_cnt; ++i) {
-    if (topic == md->topics[i].topic) n = md->topics[i].partition_cnt;
-  }
-  rd_kafka_metadata_destroy(md);
-  if (n == 0) throw std::runtime_error("topic " + topic + " has no partitions (does it exist?)");
-  return n;
-}
-
-std::map<std::int32_t, std::int64_t> watermarks(rd_kafka_t* rk, const std::string& topic) {
-  std::map<std::int32_t, std::int64_t> out;
-  const int n = partition_count(rk, topic);
-  for (int p = 0; p < n; ++p) {
-    std::int64_t low = 0, high = 0;
-    const auto err = rd_kafka_query_watermark_offsets(rk, topic.c_str(), p, &low, &high, 10'000);
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) throw std::runtime_error("watermarks of " + topic + ": " + rd_kafka_err2str(err));
-    out[p] = high;
-  }
-  return out;
-}
+using kafka_raw::PartitionList;
 
 std::atomic<int> names{0};
 
@@ -203,9 +139,9 @@ MockCluster& MockCluster::shared() {
 
 std::vector<RawRecord> read_topic(const std::string& bootstrap, const std::string& topic,
                                   const std::map<std::int32_t, std::int64_t>& from) {
-  Rk rk = raw_consumer(bootstrap, unique_name("reader"));
-  const auto high = watermarks(rk.get(), topic);
-  List assignment(rd_kafka_topic_partition_list_new(static_cast<int>(high.size())));
+  auto rk = kafka_raw::consumer(bootstrap, unique_name("reader"));
+  const auto high = kafka_raw::watermarks(rk.get(), topic);
+  PartitionList assignment(rd_kafka_topic_partition_list_new(static_cast<int>(high.size())));
   std::map<std::int32_t, std::int64_t> left;  // partition -> the offset it must reach
   for (const auto& [p, h] : high) {
     const auto it = from.find(p);
@@ -244,36 +180,6 @@ std::vector<RawRecord> read_topic(const std::string& bootstrap, const std::strin
     return a.partition != b.partition ? a.partition < b.partition : a.offset < b.offset;
   });
   return out;
-}
-
-std::map<std::int32_t, std::int64_t> committed_offsets(const std::string& bootstrap, const std::string& topic,
-                                                       const std::string& group) {
-  Rk rk = raw_consumer(bootstrap, group);
-  const int n = partition_count(rk.get(), topic);
-  List list(rd_kafka_topic_partition_list_new(n));
-  for (int p = 0; p < n; ++p) rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), p);
-  if (const auto err = rd_kafka_committed(rk.get(), list.get(), 10'000); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    throw std::runtime_error(std::string("committed offsets: ") + rd_kafka_err2str(err));
-  }
-  std::map<std::int32_t, std::int64_t> out;
-  for (int i = 0; i < list->cnt; ++i) out[list->elems[i].partition] = list->elems[i].offset < 0 ? -1 : list->elems[i].offset;
-  return out;
-}
-
-std::map<std::int32_t, std::int64_t> high_watermarks(const std::string& bootstrap, const std::string& topic) {
-  Rk rk = raw_consumer(bootstrap, unique_name("watermarks"));
-  return watermarks(rk.get(), topic);
-}
-
-std::size_t uncommitted(const std::string& bootstrap, const std::string& topic, const std::string& group) {
-  const auto committed = committed_offsets(bootstrap, topic, group);
-  std::size_t left = 0;
-  for (const auto& [p, high] : high_watermarks(bootstrap, topic)) {
-    const auto it = committed.find(p);
-    const std::int64_t done = it == committed.end() || it->second < 0 ? 0 : it->second;
-    if (high > done) left += static_cast<std::size_t>(high - done);
-  }
-  return left;
 }
 
 void kcat_produce(const std::string& bootstrap, const std::string& topic, const std::string& value,

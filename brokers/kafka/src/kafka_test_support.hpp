@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "raw_client.hpp"
+
 namespace idem::kafka_test {
 
 /// An idem-kafka-mock process with its brokers on loopback ports it picked, under a temp dir.
@@ -59,16 +61,9 @@ struct RawRecord {
 std::vector<RawRecord> read_topic(const std::string& bootstrap, const std::string& topic,
                                   const std::map<std::int32_t, std::int64_t>& from = {});
 
-/// The group's committed offset for each partition of the topic (-1: none).
-std::map<std::int32_t, std::int64_t> committed_offsets(const std::string& bootstrap, const std::string& topic,
-                                                       const std::string& group);
-
-/// Each partition's high watermark (one past the last record).
-std::map<std::int32_t, std::int64_t> high_watermarks(const std::string& bootstrap, const std::string& topic);
-
-/// Records not yet committed by the group: the sum over partitions of high watermark minus the
-/// committed offset (or minus 0 when none is committed).
-std::size_t uncommitted(const std::string& bootstrap, const std::string& topic, const std::string& group);
+/// Committed offsets and what a group has not committed: testing/kafka_mock/raw_client.hpp.
+using kafka_raw::committed_offsets;
+using kafka_raw::uncommitted;
 
 /// Runs `kcat -P -b BOOTSTRAP -t TOPIC [-k KEY] [-H NAME=VALUE]...` with `value` on stdin (one
 /// record); throws unless it exits 0.

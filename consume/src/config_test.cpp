@@ -60,7 +60,9 @@ TEST(ConsumeConfig, BadSettingsAreOneClearLine) {
 
 TEST(ConsumeConfig, ErrorsNeverEchoAPassword) {
   for (const char* source : {"amqp://idem:hunter2hunter2@h:5672/%2f", "redis+stream://:hunter2hunter2@h:1/s",
-                                    "amqp://idem:hunter2hunter2@h:5672/%2f?queue=q&bogus=1"}) {
+                                    "amqp://idem:hunter2hunter2@h:5672/%2f?queue=q&bogus=1",
+                                    "kafka://idem:hunter2hunter2@h:9092/t?group=g&bogus=1",
+                                    "kafka://h:9092/t?group=g&sasl_username=u&sasl_password=hunter2hunter2&bogus=1"}) {
     const auto message = error_of("", flags({{"source", source}, {"deliver", "http://u:hunter2hunter2@h/x"}}));
     EXPECT_FALSE(message.empty());
     EXPECT_EQ(message.find("hunter2"), std::string::npos) << message;

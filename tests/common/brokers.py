@@ -262,6 +262,7 @@ class PrivateKafka:
         self.proc = subprocess.Popen([env("IDEM_KAFKA_MOCK"), "--brokers", str(brokers), "--port-file", port_file],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.lock = threading.Lock()
+        self.brokers = brokers
         self.topics = []
         deadline = time.time() + 20
         self.bootstrap = ""
@@ -315,6 +316,11 @@ class PrivateKafka:
         self.command("broker-up 1")
         for t in self.topics:
             self.command("leader %s 0 2" % t)
+
+    def all_brokers(self, state):
+        """Every broker's listener "down" (the cluster away; it keeps its data) or "up" again."""
+        for broker in range(1, self.brokers + 1):
+            self.command("broker-%s %d" % (state, broker))
 
     def stop(self):
         if self.proc.poll() is None:

@@ -1,10 +1,10 @@
-"""End to end: examples/ledger_consumer --source on a real broker (RabbitMQ or a Redis stream),
-process_once_in_transaction on SQLite. Three consumer processes share the ledger; they are
+"""End to end: examples/ledger_consumer --source on a real broker (RabbitMQ, a Redis stream, or a
+Kafka topic on librdkafka's mock cluster), process_once_in_transaction on SQLite. Three consumer processes share the ledger; they are
 SIGKILLed in a loop (IDEM_CONSUMER_KILLS, default 20) and the broker is restarted mid-run. Every
 message must be posted exactly once (0 duplicates, 0 lost), the balances must match the postings,
 and nothing may be left in the queue.
 
-    ledger_broker_test.py --broker amqp|redis_streams --consumer PATH --tool PATH
+    ledger_broker_test.py --broker amqp|redis_streams|kafka --consumer PATH --tool PATH
 """
 import argparse
 import collections
@@ -38,9 +38,9 @@ def ledger(db):
 
 
 def run(args, workdir):
-    redis = brokers.PrivateRedis(workdir) if args.broker == "redis_streams" else None
+    private = brokers.private_server(args.broker, workdir)
     try:
-        broker = brokers.Broker(args.broker, redis_url=redis.url if redis else None)
+        broker = brokers.Broker(args.broker, private=private)
         tool = brokers.BrokerTool(args.tool)
         broker.declare(tool)
         db = os.path.join(workdir, "ledger.db")
@@ -67,7 +67,7 @@ def run(args, workdir):
             kills += 1
             if kills == KILLS // 2 and not restarted:
                 restarted = True
-                brokers.restart_broker(args.broker, redis, down_seconds=1.0)
+                brokers.restart_broker(args.broker, private, down_seconds=1.0)
             consumers[i] = Process("ledger-%d" % i, argv, workdir)
         publisher.join()
 
@@ -93,20 +93,20 @@ def run(args, workdir):
         for account, amount in amounts.values():
             expected[account] += amount
         assert balances == dict(expected), "balances differ from what was sent"
-        left = tool.take(broker.source_url(), idle_ms=1500)
+        left = broker.take_left(tool)
         assert left == [], "left in the queue: %s" % left[:5]
-        dead = tool.take(broker.dead_letter_source_url(), idle_ms=500)
+        dead = broker.take_dead_letters(tool, idle_ms=500)
         assert dead == [], "dead-lettered: %s" % dead[:5]
         print("ledger over %s: %d messages (%d deliveries), %d kills, broker restarted: posted once each"
               % (args.broker, n, len(messages), kills))
     finally:
-        if redis:
-            redis.stop()
+        if private:
+            private.stop()
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--broker", choices=["amqp", "redis_streams"], required=True)
+    parser.add_argument("--broker", choices=["amqp", "redis_streams", "kafka"], required=True)
     parser.add_argument("--consumer", required=True)
     parser.add_argument("--tool", required=True)
     args = parser.parse_args()

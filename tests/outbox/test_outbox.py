@@ -1,22 +1,24 @@
 """End to end: one payment carried all the way (docs/outbox.md). The payments service enqueues
 payment.succeeded in its outbox in the ledger write's transaction; idem-relay publishes the outbox
-to a sink; idem-notifier sends one receipt per payment. Sinks: a webhook (the notifier's), RabbitMQ
-and a Redis stream (the notifier consuming them).
+to a sink; idem-notifier sends one receipt per payment. Sinks: a webhook (the notifier's), RabbitMQ,
+a Redis stream and a Kafka topic on librdkafka's mock cluster (the notifier consuming them).
 
-    test_outbox.py storm|kills|faults --sink webhook|amqp|redis_streams
+    test_outbox.py storm|kills|faults --sink webhook|amqp|redis_streams|kafka
 
   storm   2,000 payments from 20 clients through idem-gateway, 30 % of the answers dropped on the
           way back (idem-fault-proxy), retried with their keys: every succeeded payment has exactly
           one receipt, no receipt lacks a payment, the outbox drains to 0 pending, money is conserved
   kills   the payments service (in-process: ledger, key and event in one transaction), the relay
           and the notifier SIGKILLed in turn (IDEM_OUTBOX_KILLS each, default 20) while clients pay,
-          the broker restarted halfway: the same invariants
+          the broker restarted halfway (Kafka: a broker down and up, a partition leader moved):
+          the same invariants
   faults  a row larger than the sink takes and (webhook) one it refuses: dead with the reason, the
           rest goes on; a row that cannot be decoded: dead with the reason; the sink away for 30 s
           while payments go on: the outbox grows, then drains, nothing lost
 
 Binaries from the environment (set by ctest): IDEM_PAYMENTS_BIN, IDEM_GATEWAY_BIN, IDEM_RELAY_BIN,
-IDEM_NOTIFIER_BIN, IDEM_FAULT_PROXY_BIN, IDEM_BROKER_TOOL_BIN. Brokers from scripts/test's servers.
+IDEM_NOTIFIER_BIN, IDEM_FAULT_PROXY_BIN, IDEM_BROKER_TOOL_BIN (and IDEM_KAFKA_MOCK). Brokers from
+scripts/test's servers, or private to the test (Redis, Kafka).
 """
 import argparse
 import os
@@ -76,15 +78,16 @@ class Chain:
     def __init__(self, sink, workdir, ledger_db):
         self.sink, self.workdir, self.ledger_db = sink, workdir, ledger_db
         self.notifier_db = os.path.join(workdir, "notifier.db")
-        self.redis = brokers.PrivateRedis(workdir) if sink == "redis_streams" else None
+        self.private = brokers.private_server(sink, workdir)
         self.broker = None
         if sink == "webhook":
             self.notifier_port = brokers.free_port()
             notifier_args = ["--listen", "127.0.0.1:%d" % self.notifier_port]
             sink_url = "http://127.0.0.1:%d/events" % self.notifier_port
         else:
-            self.broker = brokers.Broker(sink, redis_url=self.redis.url if self.redis else None)
-            brokers.BrokerTool(TOOL_BIN).take(self.broker.source_url(group="notifier"), idle_ms=50)  # declare
+            self.broker = brokers.Broker(sink, private=self.private)
+            if sink != "kafka":  # declare the queue or group (Broker made the Kafka topics)
+                brokers.BrokerTool(TOOL_BIN).take(self.broker.source_url(group="notifier"), idle_ms=50)
             notifier_args = ["--source", self.broker.source_url(group="notifier")]
             sink_url = self.broker.sink_url()
         self.admin_port = brokers.free_port()
@@ -110,10 +113,30 @@ class Chain:
             return False
 
     def restart_broker(self, down_seconds=0.0):
-        if self.sink == "amqp":
-            brokers.restart_rabbitmq()
-        elif self.sink == "redis_streams":
-            self.redis.restart(down_seconds)
+        if self.sink != "webhook":
+            brokers.restart_broker(self.sink, self.private, down_seconds)
+
+    def sink_away(self):
+        if self.sink == "webhook":
+            self.notifier.kill()
+        elif self.sink == "amqp":
+            subprocess.run(["bash", brokers.SERVERS_SH, "stop-rabbitmq", brokers.env("IDEM_TEST_SERVERS_DIR")],
+                           check=True, timeout=120)
+        elif self.sink == "kafka":
+            self.private.all_brokers("down")
+        else:
+            self.private.stop()
+
+    def sink_back(self):
+        if self.sink == "webhook":
+            self.notifier.start()
+        elif self.sink == "amqp":
+            subprocess.run(["bash", brokers.SERVERS_SH, "start-rabbitmq", brokers.env("IDEM_TEST_SERVERS_DIR")],
+                           check=True, timeout=180)
+        elif self.sink == "kafka":
+            self.private.all_brokers("up")
+        else:
+            self.private.start()
 
     def receipts(self):
         """payment id -> receipts sent."""
@@ -139,8 +162,8 @@ class Chain:
 
     def stop(self):
         codes = {"relay": self.relay.stop(), "notifier": self.notifier.stop()}
-        if self.redis:
-            self.redis.stop()
+        if self.private:
+            self.private.stop()
         return codes
 
 
@@ -317,8 +340,9 @@ def faults(args, tmp):
         expected_dead = {"headers/1": "is not a string", "has space/1": "not visible ASCII"}
         insert_raw(db, "headers/1", b"{}", headers='{"n": 1}')
         insert_raw(db, "has space/1", b"{}")
-        if args.sink in ("webhook", "amqp"):
-            # RabbitMQ's limit in the test node is 1 MiB (max_message_size), the notifier's body 1 MiB.
+        if args.sink in ("webhook", "amqp", "kafka"):
+            # RabbitMQ's limit in the test node is 1 MiB (max_message_size), the notifier's body 1 MiB,
+            # a Kafka producer's message.max.bytes 1,000,000.
             insert_raw(db, "huge/1", b"x" * (2 * 1024 * 1024))
             expected_dead["huge/1"] = ""
         if args.sink == "webhook":
@@ -333,26 +357,14 @@ def faults(args, tmp):
                 h.fail("row %s should be dead with %r in its reason: %s" % (message_id, words, dead.get(message_id)))
 
         # The sink away for 30 s while payments go on: the outbox grows, then drains.
-        if args.sink == "webhook":
-            chain.notifier.kill()
-        elif args.sink == "amqp":
-            subprocess.run(["bash", brokers.SERVERS_SH, "stop-rabbitmq", brokers.env("IDEM_TEST_SERVERS_DIR")],
-                           check=True, timeout=120)
-        else:
-            chain.redis.stop()
+        chain.sink_away()
         away_since = time.monotonic()
         pay(port, accounts, 30, 2, deadline, results, lock)
         pending, _ = chain.outbox()
         if pending < 30:
             h.fail("with the sink away the outbox should hold the new events: %d pending" % pending)
         time.sleep(max(0.0, 30 - (time.monotonic() - away_since)))
-        if args.sink == "webhook":
-            chain.notifier.start()
-        elif args.sink == "amqp":
-            subprocess.run(["bash", brokers.SERVERS_SH, "start-rabbitmq", brokers.env("IDEM_TEST_SERVERS_DIR")],
-                           check=True, timeout=180)
-        else:
-            chain.redis.start()
+        chain.sink_back()
         n = check_delivered(chain, ledger, "after the sink was away", allow_dead=set(expected_dead))
         if n != 50:
             h.fail("expected 50 payments, found %d" % n)
@@ -373,7 +385,7 @@ def faults(args, tmp):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("scenario", choices=["storm", "kills", "faults"])
-    parser.add_argument("--sink", choices=["webhook", "amqp", "redis_streams"], required=True)
+    parser.add_argument("--sink", choices=["webhook", "amqp", "redis_streams", "kafka"], required=True)
     args = parser.parse_args()
     run_in_scratch_dir("idem-outbox-", lambda tmp: globals()[args.scenario](args, tmp))
 

@@ -2,6 +2,7 @@
 // module's tests and for trying idem against "a Kafka" without a JVM.
 //
 //   idem-kafka-mock [--brokers N] [--topic NAME:PARTITIONS]... --port-file PATH
+//   idem-kafka-mock --connect HOST:PORT[,HOST:PORT...] [--topic ...] --port-file PATH
 //
 // The brokers listen on 127.0.0.1, on ports the system picks; once they do, the bootstrap
 // servers ("127.0.0.1:P1,127.0.0.1:P2,...") are written to PATH (atomically: a reader never
@@ -16,6 +17,9 @@
 //                                    CODE (3: unknown topic, 29: not authorized; 0: none)
 //   lag TOPIC GROUP                  "ok N": the records of TOPIC that GROUP has not committed
 //   quit                             exit
+// With --connect it hosts no cluster: it writes the given bootstrap servers to PATH and answers
+// `topic` (the admin API's CreateTopics) and `lag` against that real cluster, and refuses the
+// fault commands, so that the tests that need no faults run unchanged against a real Kafka.
 // It runs until `quit` or SIGTERM/SIGINT; the end of stdin only stops the reading.
 //
 // What the mock lacks (librdkafka 2.0.2): transactions, CreateTopics, leader failover, more
@@ -38,6 +42,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "raw_client.hpp"
@@ -50,7 +55,7 @@ void on_signal(int) { g_stop = 1; }
 
 void usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s [--brokers N] [--topic NAME:PARTITIONS]... --port-file PATH\n"
+               "usage: %s [--brokers N | --connect BOOTSTRAP] [--topic NAME:PARTITIONS]... --port-file PATH\n"
                "  then stdin commands: topic NAME PARTITIONS | broker-down ID | broker-up ID |\n"
                "  leader TOPIC PARTITION BROKER | coordinator group GROUP BROKER |\n"
                "  topic-error TOPIC CODE | lag TOPIC GROUP | quit\n",
@@ -73,13 +78,15 @@ struct Topic {
 
 class Mock {
  public:
-  explicit Mock(int brokers) : brokers_(brokers) {}
+  // `connect`: a real cluster's bootstrap servers, to use instead of hosting a mock one.
+  Mock(int brokers, std::string connect) : brokers_(brokers), connect_(std::move(connect)) {}
   ~Mock() {
     if (cluster_ != nullptr) rd_kafka_mock_cluster_destroy(cluster_);
     if (rk_ != nullptr) rd_kafka_destroy(rk_);
   }
 
   bool start(std::string& error) {
+    if (!connect_.empty()) return true;
     std::array<char, 512> errstr{};
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
     // The handle only hosts the cluster's thread; it never connects anywhere.
@@ -102,9 +109,17 @@ class Mock {
     return true;
   }
 
-  std::string bootstraps() const { return rd_kafka_mock_cluster_bootstraps(cluster_); }
+  std::string bootstraps() const { return connect_.empty() ? rd_kafka_mock_cluster_bootstraps(cluster_) : connect_; }
 
   std::string create_topic(const std::string& name, int partitions) {
+    if (!connect_.empty()) {
+      try {
+        idem::kafka_raw::create_topic(connect_, name, partitions);
+        return "ok";
+      } catch (const std::exception& e) {
+        return std::string("error: ") + e.what();
+      }
+    }
     const int replication = brokers_ < 3 ? brokers_ : 3;
     return answer(rd_kafka_mock_topic_create(cluster_, name.c_str(), partitions, replication));
   }
@@ -123,6 +138,8 @@ class Mock {
       return "ok";
     }
     if (verb == "topic" && args.size() == 2 && parse_int(args[1], 1, 10000, a)) return create_topic(args[0], a);
+    if (verb == "lag" && args.size() == 2) return lag(args[0], args[1]);
+    if (!connect_.empty()) return "error: " + verb + " needs the mock cluster (--connect points at a real one)";
     if ((verb == "broker-down" || verb == "broker-up") && args.size() == 1 && parse_int(args[0], 1, brokers_, a)) {
       return answer(verb == "broker-down" ? rd_kafka_mock_broker_set_down(cluster_, a) : rd_kafka_mock_broker_set_up(cluster_, a));
     }
@@ -136,7 +153,6 @@ class Mock {
       rd_kafka_mock_topic_set_error(cluster_, args[0].c_str(), static_cast<rd_kafka_resp_err_t>(a));
       return "ok";
     }
-    if (verb == "lag" && args.size() == 2) return lag(args[0], args[1]);
     return "error: unknown or malformed command (topic NAME PARTITIONS | broker-down ID | broker-up ID | "
            "leader TOPIC PARTITION BROKER | coordinator group GROUP BROKER | topic-error TOPIC CODE | lag TOPIC GROUP | quit; brokers are 1-" +
            std::to_string(brokers_) + ")";
@@ -157,6 +173,7 @@ class Mock {
   }
 
   int brokers_;
+  std::string connect_;
   rd_kafka_t* rk_ = nullptr;
   rd_kafka_mock_cluster_t* cluster_ = nullptr;
 };
@@ -175,6 +192,7 @@ bool write_atomically(const std::string& path, const std::string& text) {
 
 int main(int argc, char** argv) {
   int brokers = 1;
+  std::string connect;
   std::string port_file;
   std::vector<Topic> topics;
   for (int i = 1; i < argc; ++i) {
@@ -199,6 +217,8 @@ int main(int argc, char** argv) {
         return 2;
       }
       topics.push_back(t);
+    } else if (arg == "--connect" && has_value) {
+      connect = argv[++i];
     } else if (arg == "--port-file" && has_value) {
       port_file = argv[++i];
     } else {
@@ -220,7 +240,7 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a reader of stdout that went away ends nothing
 
-  Mock mock(brokers);
+  Mock mock(brokers, connect);
   std::string error;
   if (!mock.start(error)) {
     std::fprintf(stderr, "idem-kafka-mock: %s\n", error.c_str());

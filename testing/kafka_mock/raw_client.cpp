@@ -103,4 +103,40 @@ std::size_t uncommitted(const std::string& bootstrap, const std::string& topic, 
   return left;
 }
 
+void create_topic(const std::string& bootstrap, const std::string& topic, int partitions) {
+  Consumer rk = consumer(bootstrap, private_group());
+  const rd_kafka_metadata_t* md = nullptr;
+  if (const auto err = rd_kafka_metadata(rk.get(), 0, nullptr, &md, 10'000); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    throw std::runtime_error(std::string("metadata: ") + rd_kafka_err2str(err));
+  }
+  const int replication = md->broker_cnt < 3 ? md->broker_cnt : 3;
+  rd_kafka_metadata_destroy(md);
+
+  std::array<char, 512> errstr{};
+  rd_kafka_NewTopic_t* request = rd_kafka_NewTopic_new(topic.c_str(), partitions, replication, errstr.data(), errstr.size());
+  if (request == nullptr) throw std::runtime_error("topic " + topic + ": " + errstr.data());
+  rd_kafka_queue_t* queue = rd_kafka_queue_new(rk.get());
+  rd_kafka_CreateTopics(rk.get(), &request, 1, nullptr, queue);
+  rd_kafka_NewTopic_destroy(request);
+  rd_kafka_event_t* event = rd_kafka_queue_poll(queue, 30'000);
+  std::string error;
+  if (event == nullptr) {
+    error = "no answer within 30 s";
+  } else if (rd_kafka_event_error(event) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    error = rd_kafka_event_error_string(event);
+  } else {
+    std::size_t n = 0;
+    const rd_kafka_topic_result_t** results = rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(event), &n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto err = rd_kafka_topic_result_error(results[i]);
+      if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
+        error = rd_kafka_topic_result_error_string(results[i]);
+      }
+    }
+  }
+  if (event != nullptr) rd_kafka_event_destroy(event);
+  rd_kafka_queue_destroy(queue);
+  if (!error.empty()) throw std::runtime_error("creating topic " + topic + ": " + error);
+}
+
 }  // namespace idem::kafka_raw

@@ -1,8 +1,9 @@
 #pragma once
 
-// Raw librdkafka reads of a cluster's state, for tests and for idem-kafka-mock's `lag` command:
-// a topic's partitions, their high watermarks, a group's committed offsets, and what the group
-// has not committed yet. They throw std::runtime_error when the cluster does not answer.
+// Raw librdkafka calls on a cluster, for tests and for idem-kafka-mock's commands: a topic's
+// partitions, their high watermarks, a group's committed offsets, what the group has not
+// committed yet, and creating a topic through the admin API (on a real cluster). They throw
+// std::runtime_error when the cluster does not answer.
 
 #include <librdkafka/rdkafka.h>
 
@@ -41,5 +42,9 @@ std::map<std::int32_t, std::int64_t> committed_offsets(const std::string& bootst
 /// Records not yet committed by the group: the sum over partitions of high watermark minus the
 /// committed offset (or minus 0 when none is committed).
 std::size_t uncommitted(const std::string& bootstrap, const std::string& topic, const std::string& group);
+
+/// Creates a topic with the admin API (CreateTopics), replication `min(3, brokers)`; a topic
+/// that already exists is fine.
+void create_topic(const std::string& bootstrap, const std::string& topic, int partitions);
 
 }  // namespace idem::kafka_raw

@@ -259,7 +259,11 @@ class PrivateKafka:
         os.makedirs(self.dir)
         port_file = os.path.join(self.dir, "bootstrap")
         self.log = open(os.path.join(self.dir, "mock.log"), "ab")
-        self.proc = subprocess.Popen([env("IDEM_KAFKA_MOCK"), "--brokers", str(brokers), "--port-file", port_file],
+        # IDEM_TEST_KAFKA_BOOTSTRAP: a real cluster instead (the mock program then only creates
+        # topics and reads lag there; the fault commands of restart() and all_brokers() fail).
+        real = os.environ.get("IDEM_TEST_KAFKA_BOOTSTRAP")
+        cluster = ["--connect", real] if real else ["--brokers", str(brokers)]
+        self.proc = subprocess.Popen([env("IDEM_KAFKA_MOCK")] + cluster + ["--port-file", port_file],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.lock = threading.Lock()
         self.brokers = brokers

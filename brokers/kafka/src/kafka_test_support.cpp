@@ -59,7 +59,11 @@ MockCluster::MockCluster(int brokers) {
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     ::dup2(in[0], STDIN_FILENO);
     ::dup2(out[1], STDOUT_FILENO);
-    const char* argv[] = {path.c_str(), "--brokers", brokers_arg.c_str(), "--port-file", port_file.c_str(), nullptr};
+    // IDEM_TEST_KAFKA_BOOTSTRAP: a real cluster instead of a mock one (testing/kafka_mock).
+    const char* real = std::getenv("IDEM_TEST_KAFKA_BOOTSTRAP");
+    const bool use_real = real != nullptr && *real != '\0';
+    const char* argv[] = {path.c_str(), use_real ? "--connect" : "--brokers", use_real ? real : brokers_arg.c_str(),
+                          "--port-file", port_file.c_str(), nullptr};
     ::execv(path.c_str(), const_cast<char* const*>(argv));
     std::fprintf(stderr, "cannot run %s: %s\n", path.c_str(), std::strerror(errno));
     ::_exit(127);

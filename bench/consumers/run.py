@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Consumer and outbox throughput, each against its raw baseline on the same broker, in one run.
 
-Consumers (issue "Queues for real"), per broker (RabbitMQ, Redis Streams), N messages each case,
-prefetch 64, 8 workers:
-  raw              receive + ack, no store (idem-consume-bench raw)
+Consumers (issue "Queues for real"), per broker (RabbitMQ, Redis Streams, Kafka on librdkafka's
+mock cluster with three brokers and three partitions a topic), N messages each case, prefetch 64,
+8 workers:
+  raw              receive + ack, no store (idem-consume-bench raw; on Kafka the ack moves the
+                   committed offset, a consume-commit loop)
   inprocess/STORE  ConsumeLoop + process_once, a no-op handler, STORE = memory, sqlite, redis
   raw-http         receive, POST to the handler, ack, no store (the sidecar's baseline)
   sidecar/STORE    idem-consume delivering to the same handler (nginx `return 200`)
@@ -12,15 +14,16 @@ Ratios: inprocess/raw, sidecar/raw-http; CPU per message (the measured process o
 Outbox (issue "The outbox"):
   payments/s of idem-payments --idempotency inprocess (SQLite FULL) with --outbox on and off, wrk
   sending fresh keys, measured in 8 pairs of 3 s loads per round (payments_pairs: both services
-  warm, loaded in turn, ABBA); and idem-relay's rows/s (SQLite outbox -> RabbitMQ, batches of 100)
-  against a raw publish-with-confirms loop (batches of 100) on the same broker.
+  warm, loaded in turn, ABBA); and idem-relay's rows/s (SQLite outbox -> RabbitMQ, and -> Kafka)
+  against a raw publish loop on the same broker (batches of 100; RabbitMQ: with confirms, Kafka:
+  the idempotent producer, waiting for the delivery reports).
 
 The cases run in rounds; each reports its median round (the payments pair: its median pair).
-Servers (RabbitMQ, Redis) are started fresh under a temporary directory (scripts/lib/servers.sh)
-and stopped at exit.
+Servers (RabbitMQ, Redis) are started fresh under a temporary directory (scripts/lib/servers.sh),
+the Kafka mock cluster by this script (testing/kafka_mock), and stopped at exit.
 
 usage: bench/consumers/run.py --build DIR [--messages N] [--rounds R] [--out-dir DIR] [--quick]
-                              [--outbox-only]
+                              [--outbox-only] [--brokers amqp,redis_streams,kafka]
   --out-dir: where results.md and consumers_bench.png go; default: update docs/benchmarks.md
   (section "## Consumers and the outbox") and docs/img/consumers_bench.png
 """
@@ -28,7 +31,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -40,12 +42,9 @@ import urllib.request
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SERVERS = os.path.join(ROOT, "scripts", "lib", "servers.sh")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
+import brokers  # noqa: E402  (PrivateKafka: the Kafka mock cluster, driven by its commands)
+from ports import free_port  # noqa: E402
 
 
 def ticks(pid):
@@ -188,8 +187,11 @@ class Run:
         time.sleep(0.5)
         self.handler = "http://127.0.0.1:%d/messages" % self.handler_port
         self.n = 0
+        os.environ["IDEM_KAFKA_MOCK"] = self.bin("testing", "kafka_mock", "idem-kafka-mock")
+        self.kafka = brokers.PrivateKafka(self.work)
 
     def close(self):
+        self.kafka.stop()
         for p in self.procs:
             p.terminate()
             p.wait()
@@ -203,6 +205,9 @@ class Run:
         if broker == "amqp":
             base = self.env["IDEM_TEST_AMQP_URL"].rstrip("/")
             return "%s?queue=%s" % (base, name), "%s?exchange=&routing_key=%s" % (base, name)
+        if broker == "kafka":
+            topic = brokers.Broker("kafka", name=name, private=self.kafka)
+            return topic.source_url(group="bench"), topic.sink_url()
         netloc = urllib.parse.urlsplit(self.env["IDEM_TEST_REDIS_URL"]).netloc
         return "redis+stream://%s/%s?group=bench" % (netloc, name), "redis+stream://%s/%s" % (netloc, name)
 
@@ -215,9 +220,11 @@ class Run:
 
     def prepared(self, broker):
         source, sink = self.urls(broker)
-        # Declare the queue (or group) before publishing: open a source on it once.
-        subprocess.run([self.bin("tests", "tools", "idem-broker-tool"), "take", source, "--idle-ms", "50"],
-                       check=True, stdout=subprocess.DEVNULL)
+        # Declare the queue (or group) before publishing: open a source on it once. (Kafka
+        # topics are made by urls(), and a new group starts at the earliest offset.)
+        if broker != "kafka":
+            subprocess.run([self.bin("tests", "tools", "idem-broker-tool"), "take", source, "--idle-ms", "50"],
+                           check=True, stdout=subprocess.DEVNULL)
         self.tool("publish", sink, self.args.messages)
         return source
 
@@ -274,9 +281,8 @@ class Run:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    def relay_rate(self):
+    def relay_rate(self, sink):
         n = self.args.messages
-        _, sink = self.urls("amqp")
         db = os.path.join(self.work, "outbox-%d.db" % self.n)
         sqlite3.connect(db).close()  # an empty file: the relay creates the table in it
         admin = free_port()
@@ -313,8 +319,13 @@ class Run:
             p.wait()
 
     def outbox_round(self):
-        _, sink = self.urls("amqp")
-        return {"publish-raw": self.tool("outbox-raw", sink, self.args.messages), "relay": self.relay_rate()}
+        out = {}
+        for broker in ("amqp", "kafka"):
+            _, sink = self.urls(broker)
+            out[broker + "/publish-raw"] = self.tool("outbox-raw", sink, self.args.messages)
+            _, sink = self.urls(broker)
+            out[broker + "/relay"] = self.relay_rate(sink)
+        return out
 
 
 def median(rounds, case, field):
@@ -330,14 +341,15 @@ def main():
     parser.add_argument("--quick", action="store_true", help="1 round of 2,000 messages: proves the script works")
     parser.add_argument("--outbox-only", action="store_true",
                         help="only the outbox's cases, printed (docs/benchmarks.md is left as it is)")
+    parser.add_argument("--brokers", default="amqp,redis_streams,kafka", help="the consumers' brokers")
     args = parser.parse_args()
     if args.quick:
         args.messages, args.rounds = 2000, 1
     args.build = os.path.abspath(args.build)
     run = Run(args)
     try:
-        brokers = () if args.outbox_only else ("amqp", "redis_streams")
-        results = {b: [run.consumer_round(b) for _ in range(args.rounds)] for b in brokers}
+        consumed = () if args.outbox_only else args.brokers.split(",")
+        results = {b: [run.consumer_round(b) for _ in range(args.rounds)] for b in consumed}
         outbox = [run.outbox_round() for _ in range(args.rounds)]
         pairs = run.payments_pairs()
     finally:
@@ -352,21 +364,27 @@ def main():
             ratio = statistics.median(r[case]["msgs_per_s"] / r[base]["msgs_per_s"] for r in rounds)
             lines.append("| %s | %s | %.0f | %s | %.1f |" % (broker, case, rate, "" if case == base else "%.2f" % ratio,
                                                            median(rounds, case, "cpu_us_per_msg")))
-            plot.append('"%s %s" %.0f' % ("rmq" if broker == "amqp" else "redis", case, rate))
+            plot.append('"%s %s" %.0f' % ({"amqp": "rmq", "redis_streams": "redis"}.get(broker, broker), case, rate))
     def pairs_median(outbox_on, field):
         return statistics.median(r[field] for r in pairs[1 if outbox_on else 0])
 
     cost = statistics.median(1 - b["payments_per_s"] / a["payments_per_s"] for a, b in zip(*pairs))
-    relay_ratio = statistics.median(r["relay"]["msgs_per_s"] / r["publish-raw"]["msgs_per_s"] for r in outbox)
+    def relay_ratio(broker):
+        return statistics.median(r[broker + "/relay"]["msgs_per_s"] / r[broker + "/publish-raw"]["msgs_per_s"]
+                                 for r in outbox)
     lines += ["", "| outbox case | rate | ratio | CPU µs per item |", "|---|---:|---:|---:|",
               "| payments, outbox off (in-process, SQLite FULL) | %.0f payments/s | | %.1f |"
               % (pairs_median(False, "payments_per_s"), pairs_median(False, "cpu_us_per_payment")),
               "| payments, outbox on | %.0f payments/s | %.2f (costs %.1f %%) | %.1f |"
               % (pairs_median(True, "payments_per_s"), 1 - cost, cost * 100, pairs_median(True, "cpu_us_per_payment")),
-              "| raw publish with confirms (batches of 100) | %.0f messages/s | | %.1f |"
-              % (median(outbox, "publish-raw", "msgs_per_s"), median(outbox, "publish-raw", "cpu_us_per_msg")),
+              "| raw publish with confirms to RabbitMQ (batches of 100) | %.0f messages/s | | %.1f |"
+              % (median(outbox, "amqp/publish-raw", "msgs_per_s"), median(outbox, "amqp/publish-raw", "cpu_us_per_msg")),
               "| idem-relay, SQLite outbox to RabbitMQ | %.0f rows/s | %.2f | %.1f |"
-              % (median(outbox, "relay", "msgs_per_s"), relay_ratio, median(outbox, "relay", "cpu_us_per_msg"))]
+              % (median(outbox, "amqp/relay", "msgs_per_s"), relay_ratio("amqp"), median(outbox, "amqp/relay", "cpu_us_per_msg")),
+              "| raw idempotent produce to Kafka (batches of 100) | %.0f messages/s | | %.1f |"
+              % (median(outbox, "kafka/publish-raw", "msgs_per_s"), median(outbox, "kafka/publish-raw", "cpu_us_per_msg")),
+              "| idem-relay, SQLite outbox to Kafka | %.0f rows/s | %.2f | %.1f |"
+              % (median(outbox, "kafka/relay", "msgs_per_s"), relay_ratio("kafka"), median(outbox, "kafka/relay", "cpu_us_per_msg"))]
     table = "\n".join(lines) + "\n"
     print(table)
     if args.outbox_only:

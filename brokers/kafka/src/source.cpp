@@ -20,6 +20,10 @@ namespace {
 using namespace kafka_detail;
 using Steady = std::chrono::steady_clock;
 
+// What this source buffers of what librdkafka fetched, before it pauses fetching (flow_control).
+constexpr std::size_t kBufferRecords = 2048;
+constexpr std::size_t kBufferBytes = 16 * 1024 * 1024;
+
 // The longest one rd_kafka_consumer_poll waits: wake() interrupts it anyway (queue yield);
 // this bounds how late a retry or a revocation deadline is noticed.
 constexpr Millis kPollSlice{100};
@@ -348,7 +352,11 @@ class KafkaSource final : public MessageSource {
   // again from the last commit.
   void stop_handing_out(std::int32_t partition) {
     ledger_.start_revoke(partition);
-    std::erase_if(fetched_, [partition](const Fetched& f) { return f.partition == partition; });
+    std::erase_if(fetched_, [&](const Fetched& f) {
+      if (f.partition != partition) return false;
+      fetched_bytes_ -= f.delivery.body.size();
+      return true;
+    });
     std::erase_if(retries_, [partition](const Retry& r) { return r.partition == partition; });
   }
 
@@ -430,7 +438,7 @@ class KafkaSource final : public MessageSource {
   void serve_events() {
     if (!rk_) return;
     // Bounded: with every partition paused nothing new arrives, but stay finite regardless.
-    for (std::size_t i = 0; i < settings_.prefetch + 64; ++i) {
+    for (std::size_t i = 0; i < kBufferRecords + 64; ++i) {
       rd_kafka_message_t* m = rd_kafka_consumer_poll(rk_.get(), 0);
       if (m == nullptr) return;
       take(m);
@@ -451,6 +459,7 @@ class KafkaSource final : public MessageSource {
       f.partition = m->partition;
       f.offset = m->offset;
       decode(m, f.delivery);
+      fetched_bytes_ += f.delivery.body.size();
       fetched_.push_back(std::move(f));
     }
     rd_kafka_message_destroy(m);
@@ -536,6 +545,7 @@ class KafkaSource final : public MessageSource {
     while (out.size() < max && !fetched_.empty()) {
       Fetched f = std::move(fetched_.front());
       fetched_.pop_front();
+      fetched_bytes_ -= f.delivery.body.size();
       const auto assignment = ledger_.hand_out(f.partition, f.offset);
       if (!assignment) continue;  // revoked, or fetched twice
       f.delivery.connection = *assignment;
@@ -547,12 +557,15 @@ class KafkaSource final : public MessageSource {
     }
   }
 
-  // Pauses fetching while `prefetch` records wait here; resumes below half of it.
+  // Pauses fetching while kBufferRecords records or kBufferBytes of bodies wait here; resumes
+  // below half of both. Pausing drops what librdkafka fetched ahead and resuming fetches it
+  // again, a round trip: a buffer of `prefetch` records (64) paused every few dozen deliveries
+  // and held a consume-commit loop to ~300 records/s on the mock cluster (bench/consumers).
   void flow_control() {
     if (!rk_) return;
-    if (!paused_ && fetched_.size() >= settings_.prefetch) {
+    if (!paused_ && (fetched_.size() >= kBufferRecords || fetched_bytes_ >= kBufferBytes)) {
       set_paused(true);
-    } else if (paused_ && fetched_.size() <= settings_.prefetch / 2) {
+    } else if (paused_ && fetched_.size() <= kBufferRecords / 2 && fetched_bytes_ <= kBufferBytes / 2) {
       set_paused(false);
     }
   }
@@ -616,6 +629,7 @@ class KafkaSource final : public MessageSource {
   std::unique_ptr<Producer> dead_letters_;
   CommitLedger ledger_;
   std::deque<Fetched> fetched_;
+  std::size_t fetched_bytes_ = 0;  // of the bodies in fetched_
   std::deque<Retry> retries_;  // soonest first
   std::optional<Revoking> revoking_;
   std::optional<BrokerError> trouble_;

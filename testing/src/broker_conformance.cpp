@@ -330,9 +330,10 @@ TEST_P(BrokerConformance, APoisonMessageIsDeadLetteredWithItsLastErrorAndTheRest
   auto sink = broker->sink();
   std::vector<OutgoingMessage> messages;
   for (int i = 0; i < 20; ++i) messages.push_back(message(id_of("poison-", i), "x"));
-  publish_all(*sink, messages);
   {
     Consumers consumers(*broker, 2, [](const Delivery& d) { return d.message_id == "poison-000007"; });
+    std::this_thread::sleep_for(broker->settle_time());
+    publish_all(*sink, messages);
     ASSERT_TRUE(consumers.wait_until_drained(*broker, [&] {
       return consumers.settled() >= 20 && consumers.stat(&ConsumeStats::dead_lettered) >= 1;
     })) << consumers.settled() << " settled, " << broker->outstanding() << " outstanding";

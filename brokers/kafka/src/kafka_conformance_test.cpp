@@ -57,6 +57,9 @@ class TopicUnderTest final : public testing::BrokerUnderTest {
 
   void restart_broker() override { throw std::runtime_error("the mock cluster keeps nothing across a restart"); }
 
+  // The mock completes a rebalance session.timeout.ms - 1 s (5 s here) after a member joined.
+  std::chrono::milliseconds settle_time() override { return std::chrono::milliseconds(8000); }
+
  private:
   MockCluster& cluster_;
   std::string topic_;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -37,6 +38,11 @@ class BrokerUnderTest {
   /// Stops the broker and starts it again, its data kept; returns once it accepts connections.
   /// Only the restart suite calls it.
   virtual void restart_broker() = 0;
+  /// How long consumers that just started need before the broker has shared the messages out
+  /// among them for good: a Kafka group's rebalance. A test that counts dead letters exactly
+  /// publishes only then (a rebalance between a dead letter and its commit delivers the message
+  /// again to the partition's next owner, which dead-letters it a second time).
+  virtual std::chrono::milliseconds settle_time() { return std::chrono::milliseconds(0); }
 };
 
 /// How the suite obtains queues of one broker.

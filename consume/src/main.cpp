@@ -57,6 +57,14 @@ struct Stop {
   }
 };
 
+// "source URL: why", or just "why" when it names the source itself already (the broker modules'
+// errors start with the source's URL, its secrets hidden).
+std::string source_error(const std::string& url, const std::string& why) {
+  const auto scheme = url.find("://");
+  if (scheme != std::string::npos && why.starts_with(std::string_view(url).substr(0, scheme + 3))) return "source " + why;
+  return "source " + redact_url(url) + ": " + why;
+}
+
 // Opens the source, waiting while the broker cannot be reached (it may be starting too); a
 // broker that refuses the credentials or the queue is an error at once.
 BrokerResult<std::unique_ptr<MessageSource>> open_source_patiently(const consume::Config& c, const SourceSettings& s,
@@ -66,7 +74,7 @@ BrokerResult<std::unique_ptr<MessageSource>> open_source_patiently(const consume
   while (true) {
     auto source = open_source(c.source, s);
     if (source || !source.error().retryable() || stop.requested.load()) return source;
-    if (!told) log::write(LogLevel::warn, "source " + redact_url(c.source) + ": " + source.error().message + "; waiting for it");
+    if (!told) log::write(LogLevel::warn, source_error(c.source, source.error().message) + "; waiting for it");
     told = true;
     for (Millis waited{0}; waited < delay && !stop.requested.load(); waited += Millis(50)) {
       std::this_thread::sleep_for(Millis(50));
@@ -140,7 +148,7 @@ int run(int argc, char** argv) {
   source_settings.claim_idle = config.claim_idle;
   source_settings.connect_timeout = config.connect_timeout;
   auto source = open_source_patiently(config, source_settings, stop);
-  if (!source) return fail(1, "source " + redact_url(config.source) + ": " + source.error().message);
+  if (!source) return fail(1, source_error(config.source, source.error().message));
 
   client::CurlOptions curl;
   curl.connect_timeout = std::min(config.connect_timeout, config.handler_timeout);

@@ -56,11 +56,17 @@ class Secrets(unittest.TestCase):
         redis_cli(cls.redis.port, "ACL", "SETUSER", "alice", "on", ">" + PASSWORD, "~*", "&*", "+@all",
                   password=PASSWORD)
         cls.amqp_password = os.environ["IDEM_TEST_AMQP_PASSWORD"]
+        # Kafka: the mock cluster has no SASL, so every login is refused (the secret still goes
+        # into librdkafka's configuration and its error paths); the topic exists.
+        cls.kafka = brokers.PrivateKafka(cls.dir)
+        cls.kafka.topic("redaction", 1)
+        cls.kafka.topic("redaction.dead-letter", 1)
 
     @classmethod
     def tearDownClass(cls):
         cls.pg.drop()
         cls.redis.stop()
+        cls.kafka.stop()
         import shutil
         shutil.rmtree(cls.dir, ignore_errors=True)
 
@@ -186,9 +192,12 @@ class Secrets(unittest.TestCase):
                 finally:
                     p.terminate()
                     self.assertEqual(p.wait(30), 0)
+            kafka = "kafka://%%s%s/redaction?group=g&security_protocol=sasl_plaintext" % self.kafka.bootstrap
             wrong_sources = {
                 "amqp": self.amqp_url(WRONG, "queue=" + queue),
                 "stream": "redis+stream://alice:%s@127.0.0.1:%d/s-%s?group=g" % (WRONG_ENC, self.redis.port, queue),
+                "kafka user:pass@": kafka % ("alice:%s@" % WRONG_ENC),
+                "kafka sasl_password=": (kafka % "") + "&sasl_username=alice&sasl_password=" + WRONG_ENC,
             }
             for name, source in wrong_sources.items():
                 out = self.run_bin("consume wrong %s" % name, [bin_path("consume", "idem-consume"), "--source", source,
@@ -221,6 +230,8 @@ class Secrets(unittest.TestCase):
                 self.assertEqual(p.wait(30), 0)
             for name, sink in {"amqp": self.amqp_url(WRONG, "exchange=&routing_key=" + queue),
                                "stream": "redis+stream://alice:%s@127.0.0.1:%d/x" % (WRONG_ENC, self.redis.port),
+                               "kafka": "kafka://alice:%s@%s/redaction?security_protocol=sasl_plaintext"
+                                        % (WRONG_ENC, self.kafka.bootstrap),
                                "webhook": "http://hook:%s@127.0.0.1:1/events" % WRONG_ENC}.items():
                 out = self.run_bin("relay wrong sink %s" % name, [bin_path("relay", "idem-relay"), "--outbox", outbox,
                                                                  "--sink", sink, "--admin-listen", "off"], timeout=20) \

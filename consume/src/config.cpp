@@ -37,7 +37,7 @@ void bind(sidecar::Settings& s, Config& c) {
 
 void check(Config& c) {
   using sidecar::ConfigError;
-  if (c.source.empty()) throw ConfigError("no source: give --source amqp://..., redis+stream://... or kafka://... (or source = in the file)");
+  if (c.source.empty()) throw ConfigError("no source: give --source amqp://..., redis+stream://..., kafka://... or sqs+https://... (or source = in the file)");
   if (c.deliver.empty()) throw ConfigError("no handler: give --deliver http://HOST:PORT/PATH (or deliver = in the file)");
   if (auto problem = check_source_url(c.source)) throw ConfigError("source: " + *problem);
   if (!c.deliver.starts_with("http://") && !c.deliver.starts_with("https://")) {

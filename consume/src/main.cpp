@@ -104,7 +104,7 @@ int run(int argc, char** argv) {
   CLI::App app{"idem-consume: delivers queue messages to an HTTP handler once per message id (docs/idem-consume.md)",
                "idem-consume"};
   sidecar::FlagOptions options(app, {
-      {"source", "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME, redis+stream://HOST:PORT/STREAM?group=GROUP or kafka://HOST:PORT[,HOST:PORT...]/TOPIC?group=GROUP"},
+      {"source", "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME, redis+stream://HOST:PORT/STREAM?group=GROUP, kafka://HOST:PORT[,HOST:PORT...]/TOPIC?group=GROUP or sqs+https://HOST/ACCOUNT/QUEUE"},
       {"deliver", "the handler's URL: http://HOST:PORT/PATH"},
       {"store", "where processed message ids are kept (memory:, sqlite:PATH, postgres://, redis://, ...)"},
       {"admin_listen", "HOST:PORT for /metrics, /healthz, /readyz, or off"},

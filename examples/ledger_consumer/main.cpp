@@ -6,12 +6,12 @@
 //   idem-ledger-consumer --db PATH --source URL [--workers N] [--name NAME] [--lease-ms N] ...
 //   idem-ledger-consumer --db PATH [--name NAME] [--lease-ms N] [--frozen ACCOUNT]... [--work-delay-ms N]
 //
-// With --source (amqp://...?queue=Q, redis+stream://HOST:PORT/STREAM?group=G or
-// kafka://HOSTS/TOPIC?group=G), a message's id is its message_id and its body
-// {"account": "acct_1", "amount": 250}; the consume loop acks a message once its posting committed,
-// retries a failed one and dead-letters what can never be posted (no id, an unreadable body, a
-// frozen account after the attempts limit). It prints "ID OUTCOME" for
-// each, and runs until SIGTERM or SIGINT (then exits 0, in-flight postings finished).
+// With --source (amqp://...?queue=Q, redis+stream://HOST:PORT/STREAM?group=G,
+// kafka://HOSTS/TOPIC?group=G or sqs+https://HOST/ACCOUNT/QUEUE), a message's id is its message_id
+// and its body {"account": "acct_1", "amount": 250}; the consume loop acks a message once its
+// posting committed, retries a failed one and dead-letters what can never be posted (no id, an
+// unreadable body, a frozen account after the attempts limit). It prints "ID OUTCOME" for each,
+// and runs until SIGTERM or SIGINT (then exits 0, in-flight postings finished).
 //
 // From stdin:
 // A message: {"id": "m-1", "account": "acct_1", "amount": 250}. For each line it prints one line
@@ -236,7 +236,7 @@ int main(int argc, char** argv) {
   std::string source_url;
   std::size_t workers = 4;
   std::size_t prefetch = 32;
-  app.add_option("--source", source_url, "consume a broker (amqp://...?queue=Q, redis+stream://...?group=G, kafka://...?group=G) instead of stdin");
+  app.add_option("--source", source_url, "consume a broker (amqp://...?queue=Q, redis+stream://...?group=G, kafka://...?group=G, sqs+https://...) instead of stdin");
   app.add_option("--workers", workers, "postings at once (--source)")->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--prefetch", prefetch, "messages held unacknowledged at once (--source)")
       ->check(CLI::Range(1, 65535))->capture_default_str();

@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
   std::string db_path, listen, source_url, name = "receipts";
   app.add_option("--db", db_path, "SQLite file holding the receipts and the processed event ids")->required();
   app.add_option("--listen", listen, "HOST:PORT: take events as a webhook (POST /events)");
-  app.add_option("--source", source_url, "consume events from a broker (amqp://...?queue=Q, redis+stream://...?group=G, kafka://...?group=G)");
+  app.add_option("--source", source_url, "consume events from a broker (amqp://...?queue=Q, redis+stream://...?group=G, kafka://...?group=G, sqs+https://...)");
   app.add_option("--name", name, "consumer name (event ids are scoped by it)")->capture_default_str();
   try {
     app.parse(argc, argv);

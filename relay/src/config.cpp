@@ -30,7 +30,7 @@ void check(Config& c) {
   using sidecar::ConfigError;
   if (c.outbox.empty()) throw ConfigError("no outbox: give --outbox sqlite:PATH or postgres://... (or outbox = in the file)");
   if (c.sink.empty()) {
-    throw ConfigError("no sink: give --sink amqp://...?exchange=E, redis+stream://HOST:PORT/STREAM, kafka://HOST:PORT/TOPIC or http://... (or sink = in the file)");
+    throw ConfigError("no sink: give --sink amqp://...?exchange=E, redis+stream://HOST:PORT/STREAM, kafka://HOST:PORT/TOPIC, sqs+https://HOST/ACCOUNT/QUEUE or http://... (or sink = in the file)");
   }
   if (!c.outbox.starts_with("sqlite:") && !c.outbox.starts_with("postgres://") &&
       !c.outbox.starts_with("postgresql://")) {

@@ -29,7 +29,7 @@ case "${1:-}" in
     status=0
     echo "asan: core, stores, brokers, HTTP layer, gateway and sidecar units"
     ctest --test-dir "$build" --output-on-failure --no-tests=error -j"$jobs" --timeout 900 \
-      -L 'core|cli|sqlite|postgres|redis|amqp|kafka|client|http|gateway|admin|sidecar|consume|relay' -LE 'e2e|bench' \
+      -L 'core|cli|sqlite|postgres|redis|amqp|kafka|sqs|client|http|gateway|admin|sidecar|consume|relay' -LE 'e2e|bench' \
       || status=1
     # The gateway parses whatever clients and upstreams send: its end-to-end rules, hostile input,
     # shutdown, concurrency, expiry, JWT-tenant, write-failure, lookup (ask), reload and envelope

@@ -112,7 +112,7 @@ cat >"$work/consumer/main.cpp" <<'EOF'
 #include "idem/key.hpp"
 int main() { return 0; }
 EOF
-for component in core sqlite postgres redis stores client http amqp redis_streams kafka brokers; do
+for component in core sqlite postgres redis stores client http amqp redis_streams kafka sqs brokers; do
   d="$work/consumer-$component"
   mkdir -p "$d"
   cat >"$d/CMakeLists.txt" <<EOF

@@ -2,11 +2,12 @@
 standard library only).
 
 The brokers are the real servers scripts/test starts (scripts/lib/servers.sh): RabbitMQ
-(IDEM_TEST_AMQP_URL) and Redis (IDEM_TEST_REDIS_URL), and for Kafka librdkafka's mock cluster,
-which each test starts for itself (PrivateKafka: testing/kafka_mock's idem-kafka-mock, whose path
-is IDEM_KAFKA_MOCK). Each test gets queues, streams or topics of its own names. A test that
-restarts a broker either restarts the shared RabbitMQ node (its ctest test runs alone) or has a
-private server of its own (private_server(): PrivateRedis, PrivateKafka).
+(IDEM_TEST_AMQP_URL) and Redis (IDEM_TEST_REDIS_URL); for Kafka librdkafka's mock cluster and for
+SQS the fauxqs emulator, which each test starts for itself (PrivateKafka: testing/kafka_mock's
+idem-kafka-mock, whose path is IDEM_KAFKA_MOCK; PrivateSqs: testing/sqs_emulator's serve.mjs,
+IDEM_SQS_EMULATOR, behind idem-fault-proxy, IDEM_FAULT_PROXY_BIN). Each test gets queues, streams
+or topics of its own names. A test that restarts a broker either restarts the shared RabbitMQ node
+(its ctest test runs alone) or has a private server of its own (private_server()).
 """
 import http.server
 import json
@@ -16,7 +17,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 import uuid
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -42,6 +45,9 @@ def unique(prefix):
 KAFKA_SOURCE_PARAMETERS = "session_timeout_ms=6000&heartbeat_interval_ms=500&commit_interval_ms=200"
 # How long a Kafka consumer new to a group may wait before the group hands it its partitions.
 KAFKA_JOIN_MS = 8000
+# SQS consumers in the tests: a killed consumer's messages come back after the visibility
+# timeout; long polls short enough that a take ends soon after the queue is empty.
+SQS_SOURCE_PARAMETERS = "region=us-east-1&visibility_timeout=4&wait_seconds=1"
 
 
 class Broker:
@@ -57,6 +63,11 @@ class Broker:
             private.topic(self.name, 3)
             private.topic(self.name + ".dead-letter", 1)
             self.dead_letters_read = 0  # the dead-letter topic's offset take_dead_letters() reached
+        elif kind == "sqs":
+            self.base = private.base_url
+            private.create_queue(self.name)
+            private.create_queue(self.name + "-dead-letter")
+            private.create_queue(self.name + "-dead-letter-dead-letter")  # the inspecting source's own
         elif kind == "amqp":
             base = env("IDEM_TEST_AMQP_URL").rstrip("/")
             if not base.endswith("%2f") and base.count("/") < 3:
@@ -73,12 +84,16 @@ class Broker:
             return "%s?queue=%s" % (self.base, self.name)
         if self.kind == "kafka":
             return "%s/%s?group=%s&%s" % (self.base, self.name, group, KAFKA_SOURCE_PARAMETERS)
+        if self.kind == "sqs":  # one queue: every consumer competes for it, whatever its group
+            return "%s/%s?%s" % (self.base, self.name, SQS_SOURCE_PARAMETERS)
         return "%s/%s?group=%s" % (self.base, self.name, group)
 
     def sink_url(self):
         if self.kind == "amqp":
             # The default exchange routes by queue name.
             return "%s?exchange=&routing_key=%s" % (self.base, self.name)
+        if self.kind == "sqs":
+            return "%s/%s?region=us-east-1" % (self.base, self.name)
         return "%s/%s" % (self.base, self.name)
 
     def dead_letter_source_url(self):
@@ -86,6 +101,8 @@ class Broker:
             return "%s?queue=%s.dead-letter&declare=false" % (self.base, self.name)
         if self.kind == "kafka":
             return "%s/%s.dead-letter?group=inspect&%s" % (self.base, self.name, KAFKA_SOURCE_PARAMETERS)
+        if self.kind == "sqs":
+            return "%s/%s-dead-letter?%s" % (self.base, self.name, SQS_SOURCE_PARAMETERS)
         return "%s/%s:dead-letter?group=inspect" % (self.base, self.name)
 
     def take_dead_letters(self, tool, idle_ms=1000):
@@ -101,6 +118,8 @@ class Broker:
         """Takes (and acks) what is left for the consumers' group."""
         if self.kind == "kafka":
             idle_ms = max(idle_ms, KAFKA_JOIN_MS)
+        elif self.kind == "sqs":
+            idle_ms = max(idle_ms, 3000)  # a long poll or two: SQS answers an empty receive late
         return tool.take(self.source_url(), idle_ms=idle_ms)
 
     def settled(self):
@@ -113,6 +132,8 @@ class Broker:
             return rabbitmq_queue_depth(self.name) == 0
         if self.kind == "kafka":
             return self.private.lag(self.name, "consumers") == 0
+        if self.kind == "sqs":
+            return self.private.depth(self.name) == 0
         host, _, port = self.base[len("redis+stream://"):].rpartition(":")
         groups = redis_command(host.split("@")[-1], int(port), "XINFO", "GROUPS", self.name)
         for group in groups:
@@ -123,8 +144,10 @@ class Broker:
 
     def declare(self, tool):
         """Creates the queue (and its dead-letter queue) or the stream's group before anything is
-        published, by opening a source on it: messages published earlier could be routed nowhere."""
-        tool.take(self.source_url(), idle_ms=50)
+        published, by opening a source on it: messages published earlier could be routed nowhere.
+        (Kafka topics and SQS queues are made by the constructor.)"""
+        if self.kind not in ("kafka", "sqs"):
+            tool.take(self.source_url(), idle_ms=50)
 
 
 def redis_command(host, port, *args):
@@ -339,12 +362,116 @@ class PrivateKafka:
         self.log.close()
 
 
+class PrivateSqs:
+    """fauxqs (testing/sqs_emulator/serve.mjs) for one test, reached through idem-fault-proxy
+    on a port of its own: restart() takes the proxy away (the endpoint refuses connections)
+    while fauxqs, which keeps nothing across its own restart, keeps the queues. Queue URLs are
+    http://127.0.0.1:PROXY_PORT/000000000000/NAME. fauxqs accepts any signature: the tests'
+    credentials are made up."""
+
+    ACCOUNT = "000000000000"
+    CREDENTIALS = "AKIDIDEMTEST:idem-test-secret"
+
+    def __init__(self, workdir):
+        self.dir = os.path.join(workdir, "sqs-%s" % uuid.uuid4().hex[:6])
+        os.makedirs(self.dir)
+        self.log = open(os.path.join(self.dir, "sqs.log"), "ab")
+        port_file = os.path.join(self.dir, "port")
+        self.emulator = subprocess.Popen(["node", env("IDEM_SQS_EMULATOR"), "--port-file", port_file],
+                                         stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        backend = ""
+        while not backend:
+            if self.emulator.poll() is not None or time.time() > deadline:
+                raise RuntimeError("the SQS emulator did not come up (see %s)" % self.log.name)
+            time.sleep(0.05)
+            if os.path.exists(port_file):  # written atomically: whole or absent
+                with open(port_file) as f:
+                    backend = f.read().strip()
+        self.backend = int(backend)
+        self.port = free_port()
+        self.proxy = None
+        self.start()
+
+    @property
+    def base_url(self):
+        return "sqs+http://%s@127.0.0.1:%d/%s" % (self.CREDENTIALS, self.port, self.ACCOUNT)
+
+    def start(self):
+        """The endpoint (the proxy in front of fauxqs) up on its port."""
+        self.proxy = subprocess.Popen([env("IDEM_FAULT_PROXY_BIN"), "--listen", "127.0.0.1:%d" % self.port, "--target",
+                                       "127.0.0.1:%d" % self.backend, "--drop-rate", "0"],
+                                      stdout=subprocess.DEVNULL, stderr=self.log)
+        wait_until(self._connects, 20, what="the SQS endpoint")
+
+    def _connects(self):
+        if self.proxy.poll() is not None:
+            raise RuntimeError("idem-fault-proxy exited (see %s)" % self.log.name)
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+            return True
+        except OSError:
+            return False
+
+    def call(self, action, body):
+        """One SQS JSON-protocol call; its answer as a dict, or RuntimeError."""
+        request = urllib.request.Request(
+            "http://127.0.0.1:%d/" % self.port, data=json.dumps(body).encode(), method="POST",
+            headers={"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS." + action,
+                     "Authorization": "AWS4-HMAC-SHA256 Credential=AKIDIDEMTEST/20260101/us-east-1/sqs/aws4_request, "
+                                      "SignedHeaders=host, Signature=" + "0" * 64})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as r:
+                text = r.read().decode()
+        except urllib.error.HTTPError as e:
+            raise RuntimeError("SQS %s: %d %s" % (action, e.code, e.read().decode(errors="replace")[:300]))
+        return json.loads(text) if text.strip() else {}
+
+    def queue_url(self, name):
+        return "http://127.0.0.1:%d/%s/%s" % (self.port, self.ACCOUNT, name)
+
+    def create_queue(self, name, attributes=None):
+        return self.call("CreateQueue", {"QueueName": name, "Attributes": attributes or {}})["QueueUrl"]
+
+    def depth(self, name):
+        """Messages in the queue, visible or held by a consumer (or delayed)."""
+        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+                 "ApproximateNumberOfMessagesDelayed"]
+        got = self.call("GetQueueAttributes", {"QueueUrl": self.queue_url(name), "AttributeNames": names})
+        return sum(int(got.get("Attributes", {}).get(n, 0)) for n in names)
+
+    def restart(self, down_seconds=0.0):
+        """The endpoint away for `down_seconds` (connections refused), then back, queues kept."""
+        self.away()
+        time.sleep(down_seconds)
+        self.start()
+
+    def away(self):
+        if self.proxy and self.proxy.poll() is None:
+            self.proxy.terminate()
+            self.proxy.wait(20)
+
+    def stop(self):
+        self.away()
+        if self.emulator.poll() is None:
+            self.emulator.terminate()
+            try:
+                self.emulator.wait(20)
+            except subprocess.TimeoutExpired:
+                self.emulator.kill()
+                self.emulator.wait()
+        self.log.close()
+
+
 def private_server(kind, workdir):
-    """The server a test of `kind` runs for itself (Redis, Kafka), or None (RabbitMQ is shared)."""
+    """The server a test of `kind` runs for itself (Redis, Kafka, SQS), or None (RabbitMQ is
+    shared)."""
     if kind == "redis_streams":
         return PrivateRedis(workdir)
     if kind == "kafka":
         return PrivateKafka(workdir)
+    if kind == "sqs":
+        return PrivateSqs(workdir)
     return None
 
 

@@ -1,18 +1,19 @@
-"""End to end: idem-consume between a real broker (RabbitMQ, a Redis stream, or a Kafka topic on
-librdkafka's mock cluster) and a real HTTP handler, on a shared SQLite store. Every claim that
+"""End to end: idem-consume between a real broker (RabbitMQ, a Redis stream, a Kafka topic on
+librdkafka's mock cluster, or an SQS queue on the fauxqs emulator) and a real HTTP handler, on a shared SQLite store. Every claim that
 something happens once is counted by the handler itself.
 
-    test_consume.py --broker amqp|redis_streams|kafka --consume PATH --tool PATH [unittest args]
+    test_consume.py --broker amqp|redis_streams|kafka|sqs --consume PATH --tool PATH [unittest args]
 
   storm     10,000 ids, each published 1-3 times (shuffled), three competing sidecars: every id
             POSTed exactly once; nothing left in the queue
   kills     sidecars SIGKILLed in a loop (IDEM_CONSUME_KILLS, default 20) and the broker restarted
             mid-run (Kafka: a broker down and up, then a partition leader moved; every kill also
-            moves partitions between the sidecars); with on_lease_expiry = "unknown" no id is POSTed twice and the parked ones
+            moves partitions between the sidecars; SQS: the endpoint away); with on_lease_expiry = "unknown" no id is POSTed twice and the parked ones
             are bounded by kills x in-flight; with a handler deduping by Idempotency-Key, every id
             has exactly one effect and none is lost
   bad       no id, a bad id, a body over the limit, a handler answering 400, a handler that never
-            answers: dead-lettered with their reasons; wrong credentials: one clear line, exit 1
+            answers: dead-lettered with their reasons; wrong credentials (SQS: an unknown queue,
+            as the emulator takes any credentials): one clear line, exit 1
   sigterm   SIGTERM with deliveries in flight: they finish, are acked, exit 0; the rest come back
   admin     /metrics, /healthz, /readyz
 """
@@ -314,6 +315,17 @@ class ConsumeTest(unittest.TestCase):
 
     def test_wrong_credentials_are_one_clear_line(self):
         self.handler = brokers.Handler()
+        if ARGS.broker == "sqs":
+            # fauxqs accepts any signature (brokers/sqs's unit tests map AWS's refusals); what
+            # it can refuse is a queue that does not exist.
+            source = self.broker.source_url().replace(self.broker.name, "no-such-queue")
+            p = Process("unknown-queue", [ARGS.consume, "--source", source, "--deliver", self.handler.url,
+                                          "--store", self.store, "--admin-listen", "off"], self.dir)
+            self.assertEqual(p.wait(30), 1, p.log())
+            self.assertEqual(len(p.log().strip().splitlines()), 1, p.log())
+            self.assertIn("no-such-queue", p.log())
+            self.assertNotIn(brokers.PrivateSqs.CREDENTIALS.partition(":")[2], p.log())
+            return
         secret = "Wr0ngPassw0rd-%d" % os.getpid()
         url = urllib.parse.urlsplit(self.broker.source_url())
         user = "idem" if ARGS.broker == "amqp" else "nobody"
@@ -377,7 +389,7 @@ class ConsumeTest(unittest.TestCase):
 def main():
     global ARGS
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--broker", choices=["amqp", "redis_streams", "kafka"], required=True)
+    parser.add_argument("--broker", choices=["amqp", "redis_streams", "kafka", "sqs"], required=True)
     parser.add_argument("--consume", required=True)
     parser.add_argument("--tool", required=True)
     ARGS, rest = parser.parse_known_args()

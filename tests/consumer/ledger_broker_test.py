@@ -1,10 +1,10 @@
-"""End to end: examples/ledger_consumer --source on a real broker (RabbitMQ, a Redis stream, or a
-Kafka topic on librdkafka's mock cluster), process_once_in_transaction on SQLite. Three consumer processes share the ledger; they are
+"""End to end: examples/ledger_consumer --source on a real broker (RabbitMQ, a Redis stream, a Kafka
+topic on librdkafka's mock cluster, an SQS queue on fauxqs), process_once_in_transaction on SQLite. Three consumer processes share the ledger; they are
 SIGKILLed in a loop (IDEM_CONSUMER_KILLS, default 20) and the broker is restarted mid-run. Every
 message must be posted exactly once (0 duplicates, 0 lost), the balances must match the postings,
 and nothing may be left in the queue.
 
-    ledger_broker_test.py --broker amqp|redis_streams|kafka --consumer PATH --tool PATH
+    ledger_broker_test.py --broker amqp|redis_streams|kafka|sqs --consumer PATH --tool PATH
 """
 import argparse
 import collections
@@ -106,7 +106,7 @@ def run(args, workdir):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--broker", choices=["amqp", "redis_streams", "kafka"], required=True)
+    parser.add_argument("--broker", choices=["amqp", "redis_streams", "kafka", "sqs"], required=True)
     parser.add_argument("--consumer", required=True)
     parser.add_argument("--tool", required=True)
     args = parser.parse_args()

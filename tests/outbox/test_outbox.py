@@ -1,24 +1,26 @@
 """End to end: one payment carried all the way (docs/outbox.md). The payments service enqueues
 payment.succeeded in its outbox in the ledger write's transaction; idem-relay publishes the outbox
 to a sink; idem-notifier sends one receipt per payment. Sinks: a webhook (the notifier's), RabbitMQ,
-a Redis stream and a Kafka topic on librdkafka's mock cluster (the notifier consuming them).
+a Redis stream, a Kafka topic on librdkafka's mock cluster and an SQS queue on the fauxqs emulator
+(the notifier consuming them).
 
-    test_outbox.py storm|kills|faults --sink webhook|amqp|redis_streams|kafka
+    test_outbox.py storm|kills|faults --sink webhook|amqp|redis_streams|kafka|sqs
 
   storm   2,000 payments from 20 clients through idem-gateway, 30 % of the answers dropped on the
           way back (idem-fault-proxy), retried with their keys: every succeeded payment has exactly
           one receipt, no receipt lacks a payment, the outbox drains to 0 pending, money is conserved
   kills   the payments service (in-process: ledger, key and event in one transaction), the relay
           and the notifier SIGKILLed in turn (IDEM_OUTBOX_KILLS each, default 20) while clients pay,
-          the broker restarted halfway (Kafka: a broker down and up, a partition leader moved):
+          the broker restarted halfway (Kafka: a broker down and up, a partition leader moved;
+          SQS: the endpoint away):
           the same invariants
   faults  a row larger than the sink takes and (webhook) one it refuses: dead with the reason, the
           rest goes on; a row that cannot be decoded: dead with the reason; the sink away for 30 s
           while payments go on: the outbox grows, then drains, nothing lost
 
 Binaries from the environment (set by ctest): IDEM_PAYMENTS_BIN, IDEM_GATEWAY_BIN, IDEM_RELAY_BIN,
-IDEM_NOTIFIER_BIN, IDEM_FAULT_PROXY_BIN, IDEM_BROKER_TOOL_BIN (and IDEM_KAFKA_MOCK). Brokers from
-scripts/test's servers, or private to the test (Redis, Kafka).
+IDEM_NOTIFIER_BIN, IDEM_FAULT_PROXY_BIN, IDEM_BROKER_TOOL_BIN (and IDEM_KAFKA_MOCK,
+IDEM_SQS_EMULATOR). Brokers from scripts/test's servers, or private to the test (Redis, Kafka, SQS).
 """
 import argparse
 import os
@@ -86,7 +88,7 @@ class Chain:
             sink_url = "http://127.0.0.1:%d/events" % self.notifier_port
         else:
             self.broker = brokers.Broker(sink, private=self.private)
-            if sink != "kafka":  # declare the queue or group (Broker made the Kafka topics)
+            if sink not in ("kafka", "sqs"):  # declare the queue or group (Broker made topics and queues)
                 brokers.BrokerTool(TOOL_BIN).take(self.broker.source_url(group="notifier"), idle_ms=50)
             notifier_args = ["--source", self.broker.source_url(group="notifier")]
             sink_url = self.broker.sink_url()
@@ -124,6 +126,8 @@ class Chain:
                            check=True, timeout=120)
         elif self.sink == "kafka":
             self.private.all_brokers("down")
+        elif self.sink == "sqs":
+            self.private.away()
         else:
             self.private.stop()
 
@@ -340,9 +344,9 @@ def faults(args, tmp):
         expected_dead = {"headers/1": "is not a string", "has space/1": "not visible ASCII"}
         insert_raw(db, "headers/1", b"{}", headers='{"n": 1}')
         insert_raw(db, "has space/1", b"{}")
-        if args.sink in ("webhook", "amqp", "kafka"):
+        if args.sink in ("webhook", "amqp", "kafka", "sqs"):
             # RabbitMQ's limit in the test node is 1 MiB (max_message_size), the notifier's body 1 MiB,
-            # a Kafka producer's message.max.bytes 1,000,000.
+            # a Kafka producer's message.max.bytes 1,000,000, an SQS message 256 KiB.
             insert_raw(db, "huge/1", b"x" * (2 * 1024 * 1024))
             expected_dead["huge/1"] = ""
         if args.sink == "webhook":
@@ -385,7 +389,7 @@ def faults(args, tmp):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("scenario", choices=["storm", "kills", "faults"])
-    parser.add_argument("--sink", choices=["webhook", "amqp", "redis_streams", "kafka"], required=True)
+    parser.add_argument("--sink", choices=["webhook", "amqp", "redis_streams", "kafka", "sqs"], required=True)
     args = parser.parse_args()
     run_in_scratch_dir("idem-outbox-", lambda tmp: globals()[args.scenario](args, tmp))
 

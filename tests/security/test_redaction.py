@@ -61,12 +61,15 @@ class Secrets(unittest.TestCase):
         cls.kafka = brokers.PrivateKafka(cls.dir)
         cls.kafka.topic("redaction", 1)
         cls.kafka.topic("redaction.dead-letter", 1)
+        # SQS: fauxqs takes any credentials, so the secrets go to a queue that does not exist.
+        cls.sqs = brokers.PrivateSqs(cls.dir)
 
     @classmethod
     def tearDownClass(cls):
         cls.pg.drop()
         cls.redis.stop()
         cls.kafka.stop()
+        cls.sqs.stop()
         import shutil
         shutil.rmtree(cls.dir, ignore_errors=True)
 
@@ -198,6 +201,10 @@ class Secrets(unittest.TestCase):
                 "stream": "redis+stream://alice:%s@127.0.0.1:%d/s-%s?group=g" % (WRONG_ENC, self.redis.port, queue),
                 "kafka user:pass@": kafka % ("alice:%s@" % WRONG_ENC),
                 "kafka sasl_password=": (kafka % "") + "&sasl_username=alice&sasl_password=" + WRONG_ENC,
+                "sqs key:secret@": "sqs+http://AKIDREDACTION:%s@127.0.0.1:%d/000000000000/nowhere?region=us-east-1"
+                                   % (WRONG_ENC, self.sqs.port),
+                "sqs token=": "sqs+http://AKIDREDACTION:x@127.0.0.1:%d/000000000000/nowhere?region=us-east-1&token=%s"
+                              % (self.sqs.port, WRONG_ENC),
             }
             for name, source in wrong_sources.items():
                 out = self.run_bin("consume wrong %s" % name, [bin_path("consume", "idem-consume"), "--source", source,
@@ -232,6 +239,8 @@ class Secrets(unittest.TestCase):
                                "stream": "redis+stream://alice:%s@127.0.0.1:%d/x" % (WRONG_ENC, self.redis.port),
                                "kafka": "kafka://alice:%s@%s/redaction?security_protocol=sasl_plaintext"
                                         % (WRONG_ENC, self.kafka.bootstrap),
+                               "sqs": "sqs+http://AKIDREDACTION:%s@127.0.0.1:%d/000000000000/nowhere?region=us-east-1"
+                                      % (WRONG_ENC, self.sqs.port),
                                "webhook": "http://hook:%s@127.0.0.1:1/events" % WRONG_ENC}.items():
                 out = self.run_bin("relay wrong sink %s" % name, [bin_path("relay", "idem-relay"), "--outbox", outbox,
                                                                  "--sink", sink, "--admin-listen", "off"], timeout=20) \

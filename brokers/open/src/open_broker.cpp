@@ -4,16 +4,18 @@
 #include "idem/kafka_broker.hpp"
 #include "idem/redact.hpp"
 #include "idem/redis_stream_broker.hpp"
+#include "idem/sqs_broker.hpp"
 
 namespace idem {
 namespace {
 
-enum class Scheme { amqp, redis_stream, kafka, unknown };
+enum class Scheme { amqp, redis_stream, kafka, sqs, unknown };
 
 Scheme scheme_of(std::string_view url) {
   if (url.starts_with("amqp://")) return Scheme::amqp;
   if (url.starts_with("redis+stream://")) return Scheme::redis_stream;
   if (url.starts_with("kafka://")) return Scheme::kafka;
+  if (url.starts_with("sqs+https://") || url.starts_with("sqs+http://")) return Scheme::sqs;
   return Scheme::unknown;
 }
 
@@ -21,8 +23,8 @@ std::string unknown(std::string_view url) {
   if (url.starts_with("amqps://")) return "AMQP over TLS (amqps://) is not supported by this build";
   // redact_kafka_url: redact_url and the two password parameters librdkafka's names use.
   return "unknown broker URL \"" + redact_kafka_url(url) +
-         "\"; expected amqp://USER:PASS@HOST:PORT/VHOST?..., redis+stream://HOST:PORT/STREAM?... or "
-         "kafka://HOST:PORT[,HOST:PORT...]/TOPIC?...";
+         "\"; expected amqp://USER:PASS@HOST:PORT/VHOST?..., redis+stream://HOST:PORT/STREAM?..., "
+         "kafka://HOST:PORT[,HOST:PORT...]/TOPIC?... or sqs+https://HOST/ACCOUNT_ID/QUEUE?...";
 }
 
 BrokerError invalid(std::string message) { return BrokerError{BrokerErrc::invalid, std::move(message), false}; }
@@ -38,6 +40,8 @@ BrokerResult<std::unique_ptr<MessageSource>> open_source(std::string_view url, c
       return open_redis_stream_source(url, settings, RedisStreamEvents{std::move(on_warning)});
     case Scheme::kafka:
       return open_kafka_source(url, settings, KafkaEvents{std::move(on_warning)});
+    case Scheme::sqs:
+      return open_sqs_source(url, settings, SqsEvents{std::move(on_warning)});
     case Scheme::unknown:
       break;
   }
@@ -52,6 +56,8 @@ BrokerResult<std::unique_ptr<MessageSink>> open_sink(std::string_view url, const
       return open_redis_stream_sink(url, settings);
     case Scheme::kafka:
       return open_kafka_sink(url, settings);
+    case Scheme::sqs:
+      return open_sqs_sink(url, settings);
     case Scheme::unknown:
       break;
   }
@@ -68,6 +74,9 @@ std::optional<std::string> check_source_url(std::string_view url) {
       return std::nullopt;
     case Scheme::kafka:
       if (auto parsed = parse_kafka_url(url, KafkaUrlRole::source); !parsed) return parsed.error().message;
+      return std::nullopt;
+    case Scheme::sqs:
+      if (auto parsed = parse_sqs_url(url, SqsUrlRole::source); !parsed) return parsed.error().message;
       return std::nullopt;
     case Scheme::unknown:
       break;
@@ -86,6 +95,9 @@ std::optional<std::string> check_sink_url(std::string_view url) {
     case Scheme::kafka:
       if (auto parsed = parse_kafka_url(url, KafkaUrlRole::sink); !parsed) return parsed.error().message;
       return std::nullopt;
+    case Scheme::sqs:
+      if (auto parsed = parse_sqs_url(url, SqsUrlRole::sink); !parsed) return parsed.error().message;
+      return std::nullopt;
     case Scheme::unknown:
       break;
   }
@@ -102,6 +114,9 @@ std::string source_identity(std::string_view url) {
       break;
     case Scheme::kafka:
       if (auto parsed = parse_kafka_url(url, KafkaUrlRole::source)) return parsed->topic + "/" + parsed->group;
+      break;
+    case Scheme::sqs:
+      if (auto parsed = parse_sqs_url(url, SqsUrlRole::source)) return parsed->queue;
       break;
     case Scheme::unknown:
       break;

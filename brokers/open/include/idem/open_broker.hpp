@@ -17,7 +17,8 @@ namespace idem {
 ///   amqp://USER:PASS@HOST[:PORT]/VHOST?queue=NAME[&...]     RabbitMQ (brokers/amqp)
 ///   redis+stream://[[USER]:PASS@]HOST[:PORT]/STREAM?group=GROUP[&...]  Redis Streams
 ///   kafka://[USER:PASS@]HOST[:PORT][,HOST[:PORT]...]/TOPIC?group=GROUP[&...]  Kafka (brokers/kafka)
-/// (docs/idem-consume.md lists every parameter). Errors never echo a password.
+///   sqs+https://[KEY_ID:SECRET@]HOST[:PORT]/ACCOUNT/QUEUE[?...]   SQS (brokers/sqs; sqs+http:// too)
+/// (docs/idem-consume.md and docs/consumers.md list every parameter). Errors never echo a password.
 /// `on_warning` hears what a source notices on its own (stream entries trimmed before they were
 /// acked, a consumer group recreated); optional.
 BrokerResult<std::unique_ptr<MessageSource>> open_source(std::string_view url, const SourceSettings& settings,
@@ -27,6 +28,7 @@ BrokerResult<std::unique_ptr<MessageSource>> open_source(std::string_view url, c
 ///   amqp://USER:PASS@HOST[:PORT]/VHOST?exchange=E[&routing_key=K]
 ///   redis+stream://[[USER]:PASS@]HOST[:PORT]/STREAM
 ///   kafka://[USER:PASS@]HOST[:PORT][,HOST[:PORT]...]/TOPIC
+///   sqs+https://[KEY_ID:SECRET@]HOST[:PORT]/ACCOUNT/QUEUE[?...]
 BrokerResult<std::unique_ptr<MessageSink>> open_sink(std::string_view url, const SinkSettings& settings);
 
 /// Checks a source URL's form without connecting: nullopt when valid, else one line saying why.

@@ -2,10 +2,10 @@
 """Consumer and outbox throughput, each against its raw baseline on the same broker, in one run.
 
 Consumers (issue "Queues for real"), per broker (RabbitMQ, Redis Streams, Kafka on librdkafka's
-mock cluster with three brokers and three partitions a topic), N messages each case, prefetch 64,
-8 workers:
+mock cluster with three brokers and three partitions a topic, SQS on the fauxqs emulator), N
+messages each case, prefetch 64, 8 workers:
   raw              receive + ack, no store (idem-consume-bench raw; on Kafka the ack moves the
-                   committed offset, a consume-commit loop)
+                   committed offset, a consume-commit loop; on SQS a receive-delete loop)
   inprocess/STORE  ConsumeLoop + process_once, a no-op handler, STORE = memory, sqlite, redis
   raw-http         receive, POST to the handler, ack, no store (the sidecar's baseline)
   sidecar/STORE    idem-consume delivering to the same handler (nginx `return 200`)
@@ -14,16 +14,17 @@ Ratios: inprocess/raw, sidecar/raw-http; CPU per message (the measured process o
 Outbox (issue "The outbox"):
   payments/s of idem-payments --idempotency inprocess (SQLite FULL) with --outbox on and off, wrk
   sending fresh keys, measured in 8 pairs of 3 s loads per round (payments_pairs: both services
-  warm, loaded in turn, ABBA); and idem-relay's rows/s (SQLite outbox -> RabbitMQ, and -> Kafka)
-  against a raw publish loop on the same broker (batches of 100; RabbitMQ: with confirms, Kafka:
-  the idempotent producer, waiting for the delivery reports).
+  warm, loaded in turn, ABBA); and idem-relay's rows/s (SQLite outbox -> RabbitMQ, -> Kafka, ->
+  SQS) against a raw publish loop on the same broker (batches of 100; RabbitMQ: with confirms,
+  Kafka: the idempotent producer, waiting for the delivery reports; SQS: SendMessageBatch).
 
 The cases run in rounds; each reports its median round (the payments pair: its median pair).
 Servers (RabbitMQ, Redis) are started fresh under a temporary directory (scripts/lib/servers.sh),
-the Kafka mock cluster by this script (testing/kafka_mock), and stopped at exit.
+the Kafka mock cluster and the SQS emulator by this script (testing/kafka_mock,
+testing/sqs_emulator), and stopped at exit.
 
 usage: bench/consumers/run.py --build DIR [--messages N] [--rounds R] [--out-dir DIR] [--quick]
-                              [--outbox-only] [--brokers amqp,redis_streams,kafka]
+                              [--outbox-only] [--brokers amqp,redis_streams,kafka,sqs]
   --out-dir: where results.md and consumers_bench.png go; default: update docs/benchmarks.md
   (section "## Consumers and the outbox") and docs/img/consumers_bench.png
 """
@@ -43,7 +44,7 @@ import urllib.request
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SERVERS = os.path.join(ROOT, "scripts", "lib", "servers.sh")
 sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
-import brokers  # noqa: E402  (PrivateKafka: the Kafka mock cluster, driven by its commands)
+import brokers  # noqa: E402  (PrivateKafka, PrivateSqs: the Kafka mock cluster, the SQS emulator)
 from ports import free_port  # noqa: E402
 
 
@@ -188,10 +189,14 @@ class Run:
         self.handler = "http://127.0.0.1:%d/messages" % self.handler_port
         self.n = 0
         os.environ["IDEM_KAFKA_MOCK"] = self.bin("testing", "kafka_mock", "idem-kafka-mock")
+        os.environ["IDEM_SQS_EMULATOR"] = os.path.join(ROOT, "testing", "sqs_emulator", "serve.mjs")
+        os.environ["IDEM_FAULT_PROXY_BIN"] = self.bin("testing", "fault_proxy", "idem-fault-proxy")
         self.kafka = brokers.PrivateKafka(self.work)
+        self.sqs = brokers.PrivateSqs(self.work)
 
     def close(self):
         self.kafka.stop()
+        self.sqs.stop()
         for p in self.procs:
             p.terminate()
             p.wait()
@@ -205,8 +210,8 @@ class Run:
         if broker == "amqp":
             base = self.env["IDEM_TEST_AMQP_URL"].rstrip("/")
             return "%s?queue=%s" % (base, name), "%s?exchange=&routing_key=%s" % (base, name)
-        if broker == "kafka":
-            topic = brokers.Broker("kafka", name=name, private=self.kafka)
+        if broker in ("kafka", "sqs"):
+            topic = brokers.Broker(broker, name=name, private=self.kafka if broker == "kafka" else self.sqs)
             return topic.source_url(group="bench"), topic.sink_url()
         netloc = urllib.parse.urlsplit(self.env["IDEM_TEST_REDIS_URL"]).netloc
         return "redis+stream://%s/%s?group=bench" % (netloc, name), "redis+stream://%s/%s" % (netloc, name)
@@ -221,8 +226,8 @@ class Run:
     def prepared(self, broker):
         source, sink = self.urls(broker)
         # Declare the queue (or group) before publishing: open a source on it once. (Kafka
-        # topics are made by urls(), and a new group starts at the earliest offset.)
-        if broker != "kafka":
+        # topics and SQS queues are made by urls(); a new Kafka group starts at the earliest offset.)
+        if broker not in ("kafka", "sqs"):
             subprocess.run([self.bin("tests", "tools", "idem-broker-tool"), "take", source, "--idle-ms", "50"],
                            check=True, stdout=subprocess.DEVNULL)
         self.tool("publish", sink, self.args.messages)
@@ -320,7 +325,7 @@ class Run:
 
     def outbox_round(self):
         out = {}
-        for broker in ("amqp", "kafka"):
+        for broker in ("amqp", "kafka", "sqs"):
             _, sink = self.urls(broker)
             out[broker + "/publish-raw"] = self.tool("outbox-raw", sink, self.args.messages)
             _, sink = self.urls(broker)
@@ -341,7 +346,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="1 round of 2,000 messages: proves the script works")
     parser.add_argument("--outbox-only", action="store_true",
                         help="only the outbox's cases, printed (docs/benchmarks.md is left as it is)")
-    parser.add_argument("--brokers", default="amqp,redis_streams,kafka", help="the consumers' brokers")
+    parser.add_argument("--brokers", default="amqp,redis_streams,kafka,sqs", help="the consumers' brokers")
     args = parser.parse_args()
     if args.quick:
         args.messages, args.rounds = 2000, 1
@@ -384,7 +389,11 @@ def main():
               "| raw idempotent produce to Kafka (batches of 100) | %.0f messages/s | | %.1f |"
               % (median(outbox, "kafka/publish-raw", "msgs_per_s"), median(outbox, "kafka/publish-raw", "cpu_us_per_msg")),
               "| idem-relay, SQLite outbox to Kafka | %.0f rows/s | %.2f | %.1f |"
-              % (median(outbox, "kafka/relay", "msgs_per_s"), relay_ratio("kafka"), median(outbox, "kafka/relay", "cpu_us_per_msg"))]
+              % (median(outbox, "kafka/relay", "msgs_per_s"), relay_ratio("kafka"), median(outbox, "kafka/relay", "cpu_us_per_msg")),
+              "| raw SendMessageBatch to SQS (batches of 100, 10 a call) | %.0f messages/s | | %.1f |"
+              % (median(outbox, "sqs/publish-raw", "msgs_per_s"), median(outbox, "sqs/publish-raw", "cpu_us_per_msg")),
+              "| idem-relay, SQLite outbox to SQS | %.0f rows/s | %.2f | %.1f |"
+              % (median(outbox, "sqs/relay", "msgs_per_s"), relay_ratio("sqs"), median(outbox, "sqs/relay", "cpu_us_per_msg"))]
     table = "\n".join(lines) + "\n"
     print(table)
     if args.outbox_only:

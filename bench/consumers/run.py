@@ -24,7 +24,7 @@ the Kafka mock cluster and the SQS emulator by this script (testing/kafka_mock,
 testing/sqs_emulator), and stopped at exit.
 
 usage: bench/consumers/run.py --build DIR [--messages N] [--rounds R] [--out-dir DIR] [--quick]
-                              [--outbox-only] [--brokers amqp,redis_streams,kafka,sqs]
+                              [--outbox-only | --consumers-only] [--brokers amqp,redis_streams,kafka,sqs]
   --out-dir: where results.md and consumers_bench.png go; default: update docs/benchmarks.md
   (section "## Consumers and the outbox") and docs/img/consumers_bench.png
 """
@@ -346,6 +346,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="1 round of 2,000 messages: proves the script works")
     parser.add_argument("--outbox-only", action="store_true",
                         help="only the outbox's cases, printed (docs/benchmarks.md is left as it is)")
+    parser.add_argument("--consumers-only", action="store_true",
+                        help="only the consumers' cases, printed (docs/benchmarks.md is left as it is)")
     parser.add_argument("--brokers", default="amqp,redis_streams,kafka,sqs", help="the consumers' brokers")
     args = parser.parse_args()
     if args.quick:
@@ -355,8 +357,8 @@ def main():
     try:
         consumed = () if args.outbox_only else args.brokers.split(",")
         results = {b: [run.consumer_round(b) for _ in range(args.rounds)] for b in consumed}
-        outbox = [run.outbox_round() for _ in range(args.rounds)]
-        pairs = run.payments_pairs()
+        outbox = [] if args.consumers_only else [run.outbox_round() for _ in range(args.rounds)]
+        pairs = None if args.consumers_only else run.payments_pairs()
     finally:
         run.close()
 
@@ -370,10 +372,15 @@ def main():
             lines.append("| %s | %s | %.0f | %s | %.1f |" % (broker, case, rate, "" if case == base else "%.2f" % ratio,
                                                            median(rounds, case, "cpu_us_per_msg")))
             plot.append('"%s %s" %.0f' % ({"amqp": "rmq", "redis_streams": "redis"}.get(broker, broker), case, rate))
+    if args.consumers_only:
+        print("\n".join(lines))
+        return 0
+
     def pairs_median(outbox_on, field):
         return statistics.median(r[field] for r in pairs[1 if outbox_on else 0])
 
     cost = statistics.median(1 - b["payments_per_s"] / a["payments_per_s"] for a, b in zip(*pairs))
+
     def relay_ratio(broker):
         return statistics.median(r[broker + "/relay"]["msgs_per_s"] / r[broker + "/publish-raw"]["msgs_per_s"]
                                  for r in outbox)

@@ -122,62 +122,52 @@ std::expected<AmqpUrl, std::string> parse(std::string_view url, AmqpUrlRole role
     out.vhost = vhost->empty() ? "/" : std::move(*vhost);
   }
 
-  std::set<std::string> seen;
   bool dead_letter_queue_set = false;
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const std::string_view item = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    if (item.empty()) continue;
-    const auto eq = item.find('=');
-    auto name = percent_decode(item.substr(0, eq), "parameter name");
-    if (!name) return std::unexpected(name.error());
-    auto value = percent_decode(eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1),
-                                "parameter " + *name);
-    if (!value) return std::unexpected(value.error());
-    if (!seen.insert(*name).second) return std::unexpected("parameter " + *name + " is given twice");
+  auto parameters = query_parameters(query);
+  if (!parameters) return std::unexpected(parameters.error());
+  for (auto& [name, value] : *parameters) {
 
     const bool source = role == AmqpUrlRole::source;
     const auto not_here = [&](std::string_view kind) -> std::unexpected<std::string> {
-      return std::unexpected("parameter " + *name + " is for " + std::string(kind) + " URLs; a " +
+      return std::unexpected("parameter " + name + " is for " + std::string(kind) + " URLs; a " +
                              (source ? "source takes queue, dead_letter_exchange, dead_letter_queue, declare and heartbeat"
                                      : "sink takes exchange, routing_key, declare and heartbeat"));
     };
     auto name_value = [&](std::string& into) -> std::expected<void, std::string> {
-      if (value->size() > kMaxShortString) return std::unexpected(*name + " is longer than AMQP's 255 bytes");
-      into = std::move(*value);
+      if (value.size() > kMaxShortString) return std::unexpected(name + " is longer than AMQP's 255 bytes");
+      into = std::move(value);
       return {};
     };
     std::expected<void, std::string> ok;
-    if (*name == "queue") {
+    if (name == "queue") {
       if (!source) return not_here("source");
       ok = name_value(out.queue);
-    } else if (*name == "dead_letter_exchange") {
+    } else if (name == "dead_letter_exchange") {
       if (!source) return not_here("source");
       ok = name_value(out.dead_letter_exchange);
-    } else if (*name == "dead_letter_queue") {
+    } else if (name == "dead_letter_queue") {
       if (!source) return not_here("source");
       ok = name_value(out.dead_letter_queue);
       dead_letter_queue_set = true;
-    } else if (*name == "exchange") {
+    } else if (name == "exchange") {
       if (source) return not_here("sink");
       ok = name_value(out.exchange);
-    } else if (*name == "routing_key") {
+    } else if (name == "routing_key") {
       if (source) return not_here("sink");
       ok = name_value(out.routing_key);
-    } else if (*name == "declare") {
-      auto b = parse_bool(*name, *value);
+    } else if (name == "declare") {
+      auto b = parse_bool(name, value);
       if (!b) return std::unexpected(b.error());
       out.declare = *b;
-    } else if (*name == "heartbeat") {
+    } else if (name == "heartbeat") {
       unsigned seconds = 0;
-      auto [ptr, ec] = std::from_chars(value->data(), value->data() + value->size(), seconds);
-      if (value->empty() || ec != std::errc{} || ptr != value->data() + value->size() || seconds > 65535) {
-        return std::unexpected("heartbeat=" + *value + ": give whole seconds, 0-65535 (0: none)");
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
+      if (value.empty() || ec != std::errc{} || ptr != value.data() + value.size() || seconds > 65535) {
+        return std::unexpected("heartbeat=" + value + ": give whole seconds, 0-65535 (0: none)");
       }
       out.heartbeat = std::chrono::seconds(seconds);
     } else {
-      return std::unexpected("unknown parameter " + *name);
+      return std::unexpected("unknown parameter " + name);
     }
     if (!ok) return std::unexpected(ok.error());
   }

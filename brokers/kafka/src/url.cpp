@@ -164,110 +164,100 @@ std::expected<KafkaUrl, std::string> parse(std::string_view url, KafkaUrlRole ro
   if (auto problem = topic_problem(*topic, "the topic")) return std::unexpected(*problem);
   out.topic = std::move(*topic);
 
-  std::set<std::string> seen;
   bool dead_letter_set = false;
   std::string id_from = "header";
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const std::string_view item = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    if (item.empty()) continue;
-    const auto eq = item.find('=');
-    auto name = percent_decode(item.substr(0, eq), "parameter name");
-    if (!name) return std::unexpected(name.error());
-    // The value of a password parameter is never quoted, even when its escape is bad.
-    auto value = percent_decode(eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1),
-                                "value of parameter " + *name);
-    if (!value) return std::unexpected(value.error());
-    if (!seen.insert(*name).second) return std::unexpected("parameter " + *name + " is given twice");
-    if (role == KafkaUrlRole::sink && source_only().contains(*name)) {
-      return std::unexpected("parameter " + *name + " is for source URLs; a sink takes id_header, client_id and the " +
+  auto parameters = query_parameters(query);
+  if (!parameters) return std::unexpected(parameters.error());
+  for (auto& [name, value] : *parameters) {
+    if (role == KafkaUrlRole::sink && source_only().contains(name)) {
+      return std::unexpected("parameter " + name + " is for source URLs; a sink takes id_header, client_id and the " +
                              "security parameters");
     }
 
     auto plain_text = [&](std::string& into) -> std::expected<void, std::string> {
-      if (value->empty()) return std::unexpected("parameter " + *name + " is empty");
-      if (value->find('\0') != std::string::npos) return std::unexpected("parameter " + *name + " cannot contain NUL (%00)");
-      into = std::move(*value);
+      if (value.empty()) return std::unexpected("parameter " + name + " is empty");
+      if (value.find('\0') != std::string::npos) return std::unexpected("parameter " + name + " cannot contain NUL (%00)");
+      into = std::move(value);
       return {};
     };
     std::expected<void, std::string> ok;
-    if (*name == "group") {
-      if (!visible_ascii(*value) || value->empty() || value->size() > 255) {
-        return std::unexpected("group=" + *value + ": give 1-255 visible ASCII characters");
+    if (name == "group") {
+      if (!visible_ascii(value) || value.empty() || value.size() > 255) {
+        return std::unexpected("group=" + value + ": give 1-255 visible ASCII characters");
       }
-      out.group = std::move(*value);
-    } else if (*name == "dead_letter_topic") {
-      if (auto problem = topic_problem(*value, "dead_letter_topic")) return std::unexpected(*problem);
-      out.dead_letter_topic = std::move(*value);
+      out.group = std::move(value);
+    } else if (name == "dead_letter_topic") {
+      if (auto problem = topic_problem(value, "dead_letter_topic")) return std::unexpected(*problem);
+      out.dead_letter_topic = std::move(value);
       dead_letter_set = true;
-    } else if (*name == "id_from") {
-      if (*value != "header" && *value != "key") return std::unexpected("id_from=" + *value + ": give header or key");
-      id_from = *value;
-    } else if (*name == "start") {
-      if (*value != "earliest" && *value != "latest") return std::unexpected("start=" + *value + ": give earliest or latest");
-      out.start_at_earliest = *value == "earliest";
-    } else if (*name == "id_header") {
-      if (!visible_ascii(*value) || value->empty()) return std::unexpected("id_header=" + *value + ": give a header name");
-      out.id_header = std::move(*value);
-    } else if (*name == "client_id") {
-      if (!visible_ascii(*value) || value->empty()) return std::unexpected("client_id=" + *value + ": give visible ASCII characters");
-      out.client_id = std::move(*value);
-    } else if (*name == "session_timeout_ms") {
-      auto ms = parse_millis(*name, *value, 1000, 3'600'000);
+    } else if (name == "id_from") {
+      if (value != "header" && value != "key") return std::unexpected("id_from=" + value + ": give header or key");
+      id_from = value;
+    } else if (name == "start") {
+      if (value != "earliest" && value != "latest") return std::unexpected("start=" + value + ": give earliest or latest");
+      out.start_at_earliest = value == "earliest";
+    } else if (name == "id_header") {
+      if (!visible_ascii(value) || value.empty()) return std::unexpected("id_header=" + value + ": give a header name");
+      out.id_header = std::move(value);
+    } else if (name == "client_id") {
+      if (!visible_ascii(value) || value.empty()) return std::unexpected("client_id=" + value + ": give visible ASCII characters");
+      out.client_id = std::move(value);
+    } else if (name == "session_timeout_ms") {
+      auto ms = parse_millis(name, value, 1000, 3'600'000);
       if (!ms) return std::unexpected(ms.error());
       out.session_timeout = *ms;
-    } else if (*name == "heartbeat_interval_ms") {
-      auto ms = parse_millis(*name, *value, 100, 3'600'000);
+    } else if (name == "heartbeat_interval_ms") {
+      auto ms = parse_millis(name, value, 100, 3'600'000);
       if (!ms) return std::unexpected(ms.error());
       out.heartbeat_interval = *ms;
-    } else if (*name == "commit_interval_ms") {
-      auto ms = parse_millis(*name, *value, 0, 3'600'000);
+    } else if (name == "commit_interval_ms") {
+      auto ms = parse_millis(name, value, 0, 3'600'000);
       if (!ms) return std::unexpected(ms.error());
       out.commit_interval = *ms;
-    } else if (*name == "revoke_timeout_ms") {
-      auto ms = parse_millis(*name, *value, 0, 600'000);
+    } else if (name == "revoke_timeout_ms") {
+      auto ms = parse_millis(name, value, 0, 600'000);
       if (!ms) return std::unexpected(ms.error());
       out.revoke_timeout = *ms;
-    } else if (*name == "requeue_delay_ms") {
-      auto ms = parse_millis(*name, *value, 0, 3'600'000);
+    } else if (name == "requeue_delay_ms") {
+      auto ms = parse_millis(name, value, 0, 3'600'000);
       if (!ms) return std::unexpected(ms.error());
       out.requeue_delay = *ms;
-    } else if (*name == "security_protocol") {
-      const std::string p = lower(*value);
+    } else if (name == "security_protocol") {
+      const std::string p = lower(value);
       if (p != "plaintext" && p != "ssl" && p != "sasl_plaintext" && p != "sasl_ssl") {
-        return std::unexpected("security_protocol=" + *value + ": give plaintext, ssl, sasl_plaintext or sasl_ssl");
+        return std::unexpected("security_protocol=" + value + ": give plaintext, ssl, sasl_plaintext or sasl_ssl");
       }
       out.security_protocol = p;
-    } else if (*name == "sasl_mechanism") {
-      const std::string m = upper(*value);
+    } else if (name == "sasl_mechanism") {
+      const std::string m = upper(value);
       if (m != "PLAIN" && m != "SCRAM-SHA-256" && m != "SCRAM-SHA-512") {
-        return std::unexpected("sasl_mechanism=" + *value + ": give PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512");
+        return std::unexpected("sasl_mechanism=" + value + ": give PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512");
       }
       out.sasl_mechanism = m;
-    } else if (*name == "sasl_username") {
+    } else if (name == "sasl_username") {
       if (userinfo_given) return std::unexpected("the user is given twice: in the URL (USER:PASSWORD@) and as sasl_username");
       ok = plain_text(out.sasl_username);
-    } else if (*name == "sasl_password") {
+    } else if (name == "sasl_password") {
       if (userinfo_given) return std::unexpected("the password is given twice: in the URL (USER:PASSWORD@) and as sasl_password");
       ok = plain_text(out.sasl_password);
-    } else if (*name == "ssl_ca_location") {
+    } else if (name == "ssl_ca_location") {
       ok = plain_text(out.ssl_ca_location);
-    } else if (*name == "ssl_certificate_location") {
+    } else if (name == "ssl_certificate_location") {
       ok = plain_text(out.ssl_certificate_location);
-    } else if (*name == "ssl_key_location") {
+    } else if (name == "ssl_key_location") {
       ok = plain_text(out.ssl_key_location);
-    } else if (*name == "ssl_key_password") {
+    } else if (name == "ssl_key_password") {
       ok = plain_text(out.ssl_key_password);
     } else {
-      return std::unexpected("unknown parameter " + *name);
+      return std::unexpected("unknown parameter " + name);
     }
     if (!ok) return std::unexpected(ok.error());
   }
 
   // Credentials decide the defaults, and a protocol that would not use them is a mistake.
   const bool credentials = !out.sasl_username.empty() || !out.sasl_password.empty();
-  const bool protocol_given = seen.contains("security_protocol");
+  const bool protocol_given = std::any_of(parameters->begin(), parameters->end(),
+                                          [](const UrlParameter& p) { return p.name == "security_protocol"; });
   if (credentials && out.sasl_username.empty()) return std::unexpected("a SASL password without a user name (sasl_username)");
   if (credentials && !protocol_given) out.security_protocol = "sasl_ssl";
   const bool sasl = out.security_protocol.starts_with("sasl_");

@@ -221,52 +221,41 @@ std::expected<SqsUrl, std::string> parse(std::string_view url, SqsUrlRole role) 
   if (auto problem = queue_name_problem(path.substr(second + 1), "the queue name")) return std::unexpected(*problem);
   out.queue = std::string(path.substr(second + 1));
 
-  std::set<std::string> seen;
   bool token_given = false;
   std::string dead_letter;
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const std::string_view item = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    if (item.empty()) continue;
-    const auto eq = item.find('=');
-    auto name = percent_decode(item.substr(0, eq), "parameter name");
-    if (!name) return std::unexpected(name.error());
-    // The token's value is never quoted, even when its escape is bad.
-    auto value = percent_decode(eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1),
-                                "value of parameter " + *name);
-    if (!value) return std::unexpected(value.error());
-    if (!visible_ascii(*name)) return std::unexpected("a parameter name with spaces or control characters");
-    if (!seen.insert(*name).second) return std::unexpected("parameter " + *name + " is given twice");
-    if (role == SqsUrlRole::sink && source_only().contains(*name)) {
-      return std::unexpected("parameter " + *name + " is for source URLs; a sink takes region, token and id_attribute");
+  auto parameters = query_parameters(query);
+  if (!parameters) return std::unexpected(parameters.error());
+  for (auto& [name, value] : *parameters) {
+    if (!visible_ascii(name)) return std::unexpected("a parameter name with spaces or control characters");
+    if (role == SqsUrlRole::sink && source_only().contains(name)) {
+      return std::unexpected("parameter " + name + " is for source URLs; a sink takes region, token and id_attribute");
     }
-    if (*name == "region") {
-      if (!valid_region(*value)) return std::unexpected("region=" + *value + ": give an AWS region such as eu-west-1");
-      out.region = std::move(*value);
-    } else if (*name == "token") {
-      if (value->empty()) return std::unexpected("parameter token is empty");
-      if (!visible_ascii(*value)) return std::unexpected("the token has characters no session token has");
-      out.session_token = std::move(*value);
+    if (name == "region") {
+      if (!valid_region(value)) return std::unexpected("region=" + value + ": give an AWS region such as eu-west-1");
+      out.region = std::move(value);
+    } else if (name == "token") {
+      if (value.empty()) return std::unexpected("parameter token is empty");
+      if (!visible_ascii(value)) return std::unexpected("the token has characters no session token has");
+      out.session_token = std::move(value);
       token_given = true;
-    } else if (*name == "id_attribute") {
-      if (value->empty() || value->size() > 256 || !visible_ascii(*value)) {
-        return std::unexpected("id_attribute=" + *value + ": give a message attribute name");
+    } else if (name == "id_attribute") {
+      if (value.empty() || value.size() > 256 || !visible_ascii(value)) {
+        return std::unexpected("id_attribute=" + value + ": give a message attribute name");
       }
-      out.id_attribute = std::move(*value);
-    } else if (*name == "dead_letter") {
-      if (value->empty()) return std::unexpected("parameter dead_letter is empty");
-      dead_letter = std::move(*value);
-    } else if (*name == "visibility_timeout") {
-      auto s = parse_seconds(*name, *value, 2, 43200);
+      out.id_attribute = std::move(value);
+    } else if (name == "dead_letter") {
+      if (value.empty()) return std::unexpected("parameter dead_letter is empty");
+      dead_letter = std::move(value);
+    } else if (name == "visibility_timeout") {
+      auto s = parse_seconds(name, value, 2, 43200);
       if (!s) return std::unexpected(s.error());
       out.visibility_timeout = *s;
-    } else if (*name == "wait_seconds") {
-      auto s = parse_seconds(*name, *value, 1, 20);
+    } else if (name == "wait_seconds") {
+      auto s = parse_seconds(name, value, 1, 20);
       if (!s) return std::unexpected(s.error());
       out.wait_seconds = *s;
     } else {
-      return std::unexpected("unknown parameter " + *name);
+      return std::unexpected("unknown parameter " + name);
     }
   }
 

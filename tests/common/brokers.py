@@ -475,6 +475,12 @@ def private_server(kind, workdir):
     return None
 
 
+def outage_seconds(kind):
+    """How long the kill loops keep a broker away: a restart's second, or for SQS, whose
+    endpoint going away is the outage its users meet (the broker itself does not restart), 30 s."""
+    return 30.0 if kind == "sqs" else 1.0
+
+
 def restart_broker(kind, private=None, down_seconds=0.0):
     if kind == "amqp":
         restart_rabbitmq()

@@ -8,7 +8,7 @@ something happens once is counted by the handler itself.
             POSTed exactly once; nothing left in the queue
   kills     sidecars SIGKILLed in a loop (IDEM_CONSUME_KILLS, default 20) and the broker restarted
             mid-run (Kafka: a broker down and up, then a partition leader moved; every kill also
-            moves partitions between the sidecars; SQS: the endpoint away); with on_lease_expiry = "unknown" no id is POSTed twice and the parked ones
+            moves partitions between the sidecars; SQS: the endpoint away for 30 s); with on_lease_expiry = "unknown" no id is POSTed twice and the parked ones
             are bounded by kills x in-flight; with a handler deduping by Idempotency-Key, every id
             has exactly one effect and none is lost
   bad       no id, a bad id, a body over the limit, a handler answering 400, a handler that never
@@ -205,7 +205,7 @@ class ConsumeTest(unittest.TestCase):
             done += 1
             if done == kills // 2 and not restarted:
                 restarted = True
-                brokers.restart_broker(ARGS.broker, self.private, down_seconds=1.0)
+                brokers.restart_broker(ARGS.broker, self.private, down_seconds=brokers.outage_seconds(ARGS.broker))
             victim.start()
         publisher.join()
         for s in self.sidecars:

@@ -67,7 +67,7 @@ def run(args, workdir):
             kills += 1
             if kills == KILLS // 2 and not restarted:
                 restarted = True
-                brokers.restart_broker(args.broker, private, down_seconds=1.0)
+                brokers.restart_broker(args.broker, private, down_seconds=brokers.outage_seconds(args.broker))
             consumers[i] = Process("ledger-%d" % i, argv, workdir)
         publisher.join()
 

@@ -299,7 +299,7 @@ def kills(args, tmp):
                 h.wait_http(port, "/healthz", service.proc, "idem-payments")
             if not restarted and sum(done.values()) >= 3 * KILLS // 2:
                 restarted = True
-                chain.restart_broker(down_seconds=1.0)
+                chain.restart_broker(down_seconds=brokers.outage_seconds(args.sink))
         stop.set()
         for c in clients:
             c.join()

@@ -51,8 +51,8 @@ SQS_SOURCE_PARAMETERS = "region=us-east-1&visibility_timeout=4&wait_seconds=1"
 
 
 class Broker:
-    """One queue (AMQP), stream and group (Redis) or topic (Kafka) under test, by URL. `private`
-    is the test's own server, when it has one (private_server())."""
+    """One queue (AMQP, SQS), stream and group (Redis) or topic (Kafka) under test, by URL.
+    `private` is the test's own server, when it has one (private_server())."""
 
     def __init__(self, kind, name=None, private=None):
         self.kind = kind
@@ -127,7 +127,9 @@ class Broker:
         stream, its group has no pending entries and no lag (a message a killed consumer held stays
         pending until a live one claims it after claim_idle); for a RabbitMQ queue, none is ready
         or unacknowledged (a copy a killed consumer held is requeued at once, but a live one may
-        hold it for a while: retrying it until the dead one's lease on its key expires)."""
+        hold it for a while: retrying it until the dead one's lease on its key expires); for a
+        Kafka topic, the consumers' group has committed everything; for an SQS queue, nothing is
+        left in it, visible or held."""
         if self.kind == "amqp":
             return rabbitmq_queue_depth(self.name) == 0
         if self.kind == "kafka":

@@ -47,7 +47,7 @@ KAFKA_SOURCE_PARAMETERS = "session_timeout_ms=6000&heartbeat_interval_ms=500&com
 KAFKA_JOIN_MS = 8000
 # SQS consumers in the tests: a killed consumer's messages come back after the visibility
 # timeout; long polls short enough that a take ends soon after the queue is empty.
-SQS_SOURCE_PARAMETERS = "region=us-east-1&visibility_timeout=4&wait_seconds=1"
+SQS_SOURCE_PARAMETERS = "visibility_timeout=4&wait_seconds=1"
 
 
 class Broker:
@@ -85,7 +85,7 @@ class Broker:
         if self.kind == "kafka":
             return "%s/%s?group=%s&%s" % (self.base, self.name, group, KAFKA_SOURCE_PARAMETERS)
         if self.kind == "sqs":  # one queue: every consumer competes for it, whatever its group
-            return "%s/%s?%s" % (self.base, self.name, SQS_SOURCE_PARAMETERS)
+            return "%s/%s?region=%s&%s" % (self.base, self.name, self.private.region, SQS_SOURCE_PARAMETERS)
         return "%s/%s?group=%s" % (self.base, self.name, group)
 
     def sink_url(self):
@@ -93,7 +93,7 @@ class Broker:
             # The default exchange routes by queue name.
             return "%s?exchange=&routing_key=%s" % (self.base, self.name)
         if self.kind == "sqs":
-            return "%s/%s?region=us-east-1" % (self.base, self.name)
+            return "%s/%s?region=%s" % (self.base, self.name, self.private.region)
         return "%s/%s" % (self.base, self.name)
 
     def dead_letter_source_url(self):
@@ -102,7 +102,7 @@ class Broker:
         if self.kind == "kafka":
             return "%s/%s.dead-letter?group=inspect&%s" % (self.base, self.name, KAFKA_SOURCE_PARAMETERS)
         if self.kind == "sqs":
-            return "%s/%s-dead-letter?%s" % (self.base, self.name, SQS_SOURCE_PARAMETERS)
+            return "%s/%s-dead-letter?region=%s&%s" % (self.base, self.name, self.private.region, SQS_SOURCE_PARAMETERS)
         return "%s/%s:dead-letter?group=inspect" % (self.base, self.name)
 
     def take_dead_letters(self, tool, idle_ms=1000):
@@ -369,7 +369,12 @@ class PrivateSqs:
     on a port of its own: restart() takes the proxy away (the endpoint refuses connections)
     while fauxqs, which keeps nothing across its own restart, keeps the queues. Queue URLs are
     http://127.0.0.1:PROXY_PORT/000000000000/NAME. fauxqs accepts any signature: the tests'
-    credentials are made up."""
+    credentials are made up.
+
+    With IDEM_TEST_SQS_ENDPOINT (https://sqs.REGION.amazonaws.com) and IDEM_TEST_SQS_ACCOUNT
+    set, the queues are made on that endpoint instead, with the AWS SDK (admin.mjs) and the
+    credentials and AWS_REGION of the environment, and deleted at stop(); restart() and away()
+    then fail: the tests that take the endpoint away need the emulator."""
 
     ACCOUNT = "000000000000"
     CREDENTIALS = "AKIDIDEMTEST:idem-test-secret"
@@ -378,6 +383,12 @@ class PrivateSqs:
         self.dir = os.path.join(workdir, "sqs-%s" % uuid.uuid4().hex[:6])
         os.makedirs(self.dir)
         self.log = open(os.path.join(self.dir, "sqs.log"), "ab")
+        self.endpoint = os.environ.get("IDEM_TEST_SQS_ENDPOINT", "").rstrip("/")
+        self.region = os.environ.get("AWS_REGION", "us-east-1") if self.endpoint else "us-east-1"
+        self.queues = {}  # name -> queue URL, on a real endpoint
+        self.emulator = self.proxy = None
+        if self.endpoint:
+            return
         port_file = os.path.join(self.dir, "port")
         self.emulator = subprocess.Popen(["node", env("IDEM_SQS_EMULATOR"), "--port-file", port_file],
                                          stdout=self.log, stderr=subprocess.STDOUT)
@@ -397,10 +408,22 @@ class PrivateSqs:
 
     @property
     def base_url(self):
+        if self.endpoint:  # the credentials come from the environment
+            return "sqs+%s/%s" % (self.endpoint, env("IDEM_TEST_SQS_ACCOUNT"))
         return "sqs+http://%s@127.0.0.1:%d/%s" % (self.CREDENTIALS, self.port, self.ACCOUNT)
+
+    def _admin(self, *argv):
+        script = os.path.join(ROOT, "testing", "sqs_emulator", "admin.mjs")
+        out = subprocess.run(["node", "--no-warnings", script, self.endpoint] + list(argv), capture_output=True,
+                             text=True, timeout=60)
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr.strip() or "admin.mjs %s failed" % argv[0])
+        return out.stdout.strip()
 
     def start(self):
         """The endpoint (the proxy in front of fauxqs) up on its port."""
+        if self.endpoint:
+            raise RuntimeError("taking the SQS endpoint away needs the emulator (IDEM_TEST_SQS_ENDPOINT is set)")
         self.proxy = subprocess.Popen([env("IDEM_FAULT_PROXY_BIN"), "--listen", "127.0.0.1:%d" % self.port, "--target",
                                        "127.0.0.1:%d" % self.backend, "--drop-rate", "0"],
                                       stdout=subprocess.DEVNULL, stderr=self.log)
@@ -430,13 +453,20 @@ class PrivateSqs:
         return json.loads(text) if text.strip() else {}
 
     def queue_url(self, name):
+        if self.endpoint:
+            return self.queues[name]
         return "http://127.0.0.1:%d/%s/%s" % (self.port, self.ACCOUNT, name)
 
     def create_queue(self, name, attributes=None):
+        if self.endpoint:
+            self.queues[name] = self._admin("create-queue", name)
+            return self.queues[name]
         return self.call("CreateQueue", {"QueueName": name, "Attributes": attributes or {}})["QueueUrl"]
 
     def depth(self, name):
         """Messages in the queue, visible or held by a consumer (or delayed)."""
+        if self.endpoint:
+            return int(self._admin("depth", self.queue_url(name)))
         names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
                  "ApproximateNumberOfMessagesDelayed"]
         got = self.call("GetQueueAttributes", {"QueueUrl": self.queue_url(name), "AttributeNames": names})
@@ -449,11 +479,18 @@ class PrivateSqs:
         self.start()
 
     def away(self):
+        if self.endpoint:
+            raise RuntimeError("taking the SQS endpoint away needs the emulator (IDEM_TEST_SQS_ENDPOINT is set)")
         if self.proxy and self.proxy.poll() is None:
             self.proxy.terminate()
             self.proxy.wait(20)
 
     def stop(self):
+        if self.endpoint:
+            for url in self.queues.values():
+                self._admin("delete-queue", url)
+            self.log.close()
+            return
         self.away()
         if self.emulator.poll() is None:
             self.emulator.terminate()

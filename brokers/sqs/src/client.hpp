@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "idem/broker.hpp"
+#include "idem/sqs_broker.hpp"
 #include "errors.hpp"
 
 namespace idem::sqs_detail {
@@ -34,6 +35,12 @@ struct ClientConfig {
   std::string secret_access_key;
   std::string session_token;  ///< sent as X-Amz-Security-Token when not empty
   Millis connect_timeout{5000};
+
+  /// The endpoint, region and credentials of a parsed URL.
+  static ClientConfig of(const SqsUrl& url, Millis connect_timeout) {
+    return ClientConfig{url.endpoint(), url.region, url.access_key_id, url.secret_access_key, url.session_token,
+                        connect_timeout};
+  }
 };
 
 /// One request: the action (X-Amz-Target: AmazonSQS.ACTION), its JSON body, and how long the

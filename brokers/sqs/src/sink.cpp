@@ -26,14 +26,7 @@ class SqsSink final : public MessageSink {
       : url_(std::move(url)), name_(std::move(name)), settings_(settings) {
     settings_.connect_timeout = std::max(settings_.connect_timeout, Millis{100});
     settings_.confirm_timeout = std::max(settings_.confirm_timeout, Millis{100});
-    ClientConfig c;
-    c.endpoint = url_.endpoint();
-    c.region = url_.region;
-    c.access_key_id = url_.access_key_id;
-    c.secret_access_key = url_.secret_access_key;
-    c.session_token = url_.session_token;
-    c.connect_timeout = settings_.connect_timeout;
-    client_ = std::make_unique<Client>(std::move(c));
+    client_ = std::make_unique<Client>(ClientConfig::of(url_, settings_.connect_timeout));
   }
 
   ~SqsSink() override { client_->stop(); }

@@ -42,14 +42,7 @@ class SqsSource final : public MessageSource {
     settings_.connect_timeout = std::max(settings_.connect_timeout, Millis{100});
     settings_.reconnect_min = std::max(settings_.reconnect_min, Millis{1});
     settings_.reconnect_max = std::max(settings_.reconnect_max, settings_.reconnect_min);
-    ClientConfig c;
-    c.endpoint = url_.endpoint();
-    c.region = url_.region;
-    c.access_key_id = url_.access_key_id;
-    c.secret_access_key = url_.secret_access_key;
-    c.session_token = url_.session_token;
-    c.connect_timeout = settings_.connect_timeout;
-    client_ = std::make_unique<Client>(std::move(c));
+    client_ = std::make_unique<Client>(ClientConfig::of(url_, settings_.connect_timeout));
   }
 
   ~SqsSource() override {

@@ -77,13 +77,13 @@ std::map<std::int32_t, std::int64_t> watermarks(rd_kafka_t* rk, const std::strin
   return out;
 }
 
-std::map<std::int32_t, std::int64_t> committed_offsets(const std::string& bootstrap, const std::string& topic,
-                                                       const std::string& group) {
-  Consumer rk = consumer(bootstrap, group);
-  const int n = partition_count(rk.get(), topic);
+namespace {
+
+std::map<std::int32_t, std::int64_t> committed_offsets(rd_kafka_t* rk, const std::string& topic) {
+  const int n = partition_count(rk, topic);
   PartitionList list(rd_kafka_topic_partition_list_new(n));
   for (int p = 0; p < n; ++p) rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), p);
-  if (const auto err = rd_kafka_committed(rk.get(), list.get(), 10'000); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+  if (const auto err = rd_kafka_committed(rk, list.get(), 10'000); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     throw std::runtime_error(std::string("committed offsets: ") + rd_kafka_err2str(err));
   }
   std::map<std::int32_t, std::int64_t> out;
@@ -91,9 +91,18 @@ std::map<std::int32_t, std::int64_t> committed_offsets(const std::string& bootst
   return out;
 }
 
+}  // namespace
+
+std::map<std::int32_t, std::int64_t> committed_offsets(const std::string& bootstrap, const std::string& topic,
+                                                       const std::string& group) {
+  return committed_offsets(consumer(bootstrap, group).get(), topic);
+}
+
+// One client of the group reads both its committed offsets and the watermarks (it never joins:
+// reading offsets leaves the group's members alone).
 std::size_t uncommitted(const std::string& bootstrap, const std::string& topic, const std::string& group) {
-  const auto committed = committed_offsets(bootstrap, topic, group);
-  Consumer rk = consumer(bootstrap, private_group());
+  Consumer rk = consumer(bootstrap, group);
+  const auto committed = committed_offsets(rk.get(), topic);
   std::size_t left = 0;
   for (const auto& [p, high] : watermarks(rk.get(), topic)) {
     const auto it = committed.find(p);

@@ -227,6 +227,32 @@ def restart_rabbitmq():
     subprocess.run(["bash", SERVERS_SH, "start-rabbitmq", servers], check=True, timeout=180)
 
 
+def stop_process(proc, timeout=20):
+    """SIGTERM, then SIGKILL if it is still there after `timeout` seconds."""
+    if proc and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def read_port_file(path, proc, what, log_path, timeout=20):
+    """What a server wrote to its port file (atomically: whole or absent), once it has; fails
+    when `proc` exits first or `timeout` seconds pass."""
+    deadline = time.time() + timeout
+    while True:
+        if os.path.exists(path):
+            with open(path) as f:
+                text = f.read().strip()
+            if text:
+                return text
+        if proc.poll() is not None or time.time() > deadline:
+            raise RuntimeError("%s did not come up (see %s)" % (what, log_path))
+        time.sleep(0.05)
+
+
 class PrivateRedis:
     """A Redis 7 of one test's own, persistent (AOF, fsync always), restartable on its port."""
 
@@ -259,13 +285,7 @@ class PrivateRedis:
         raise RuntimeError("private redis did not come up")
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
     def restart(self, down_seconds=0.0):
         self.stop()
@@ -293,15 +313,7 @@ class PrivateKafka:
         self.lock = threading.Lock()
         self.brokers = brokers
         self.topics = []
-        deadline = time.time() + 20
-        self.bootstrap = ""
-        while not self.bootstrap:
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("idem-kafka-mock did not come up (see %s)" % self.log.name)
-            time.sleep(0.05)
-            if os.path.exists(port_file):  # written atomically: whole or absent
-                with open(port_file) as f:
-                    self.bootstrap = f.read().strip()
+        self.bootstrap = read_port_file(port_file, self.proc, "idem-kafka-mock", self.log.name)
 
     def command(self, line):
         """One stdin command; its answer ("ok ...") or RuntimeError."""
@@ -352,13 +364,7 @@ class PrivateKafka:
             self.command("broker-%s %d" % (state, broker))
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc.stdin.close()
         self.proc.stdout.close()
         self.log.close()
@@ -392,16 +398,7 @@ class PrivateSqs:
         port_file = os.path.join(self.dir, "port")
         self.emulator = subprocess.Popen(["node", env("IDEM_SQS_EMULATOR"), "--port-file", port_file],
                                          stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 30
-        backend = ""
-        while not backend:
-            if self.emulator.poll() is not None or time.time() > deadline:
-                raise RuntimeError("the SQS emulator did not come up (see %s)" % self.log.name)
-            time.sleep(0.05)
-            if os.path.exists(port_file):  # written atomically: whole or absent
-                with open(port_file) as f:
-                    backend = f.read().strip()
-        self.backend = int(backend)
+        self.backend = int(read_port_file(port_file, self.emulator, "the SQS emulator", self.log.name, timeout=30))
         self.port = free_port()
         self.proxy = None
         self.start()
@@ -481,9 +478,7 @@ class PrivateSqs:
     def away(self):
         if self.endpoint:
             raise RuntimeError("taking the SQS endpoint away needs the emulator (IDEM_TEST_SQS_ENDPOINT is set)")
-        if self.proxy and self.proxy.poll() is None:
-            self.proxy.terminate()
-            self.proxy.wait(20)
+        stop_process(self.proxy)
 
     def stop(self):
         if self.endpoint:
@@ -492,13 +487,7 @@ class PrivateSqs:
             self.log.close()
             return
         self.away()
-        if self.emulator.poll() is None:
-            self.emulator.terminate()
-            try:
-                self.emulator.wait(20)
-            except subprocess.TimeoutExpired:
-                self.emulator.kill()
-                self.emulator.wait()
+        stop_process(self.emulator)
         self.log.close()
 
 

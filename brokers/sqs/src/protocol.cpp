@@ -1,7 +1,5 @@
 #include "protocol.hpp"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -9,6 +7,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
+
+#include "idem/fingerprint.hpp"  // sha256_hex
 
 namespace idem::sqs_detail {
 namespace {
@@ -77,13 +77,6 @@ std::string hex(const unsigned char* data, std::size_t size) {
     out.push_back(kHex[data[i] & 15]);
   }
   return out;
-}
-
-std::string sha256_hex(std::string_view text) {
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned int size = 0;
-  EVP_Digest(text.data(), text.size(), digest.data(), &size, EVP_sha256(), nullptr);
-  return hex(digest.data(), size);
 }
 
 std::string random_token() {

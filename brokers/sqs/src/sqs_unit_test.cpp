@@ -2,6 +2,7 @@
 // the JSON requests and answers, SQS's rules for messages, and the AWS Signature V4 that curl
 // computes, recomputed here on the request a local listener captured.
 
+#include "idem/fingerprint.hpp"  // sha256_hex
 #include "idem/sqs_broker.hpp"
 
 #include <curl/curl.h>
@@ -684,13 +685,6 @@ std::string hex(const unsigned char* data, std::size_t size) {
     out.push_back(kHex[data[i] & 15]);
   }
   return out;
-}
-
-std::string sha256_hex(std::string_view text) {
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned int size = 0;
-  EVP_Digest(text.data(), text.size(), digest.data(), &size, EVP_sha256(), nullptr);
-  return hex(digest.data(), size);
 }
 
 std::string hmac(std::string_view key, std::string_view data) {

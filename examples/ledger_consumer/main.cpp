@@ -219,6 +219,11 @@ int consume_broker(const std::string& url, std::size_t workers, std::size_t pref
 }  // namespace
 
 int main(int argc, char** argv) {
+  // SIGTERM and SIGINT wait from the first instruction on: one sent while the process is still
+  // starting (a supervisor stopping a consumer it has just started) is taken later, in broker
+  // mode by the signal thread (a clean stop), in stdin mode by its default action once unblocked.
+  const sigset_t stop_signals = stop_signal_set();
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   idem::sqlite_configure_process();  // before SQLite's first use
   CLI::App app{"idem-ledger-consumer: posts messages from stdin to an SQLite ledger exactly once (docs/consumers.md)",
                "idem-ledger-consumer"};
@@ -246,10 +251,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
-  if (!source_url.empty()) {
-    const sigset_t set = stop_signal_set();
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before the store's threads start
-  }
+  if (source_url.empty()) pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);  // stdin mode: the default action
   auto store = idem::SqliteStore::open({.path = db_path});
   if (!store) {
     std::fprintf(stderr, "idem-ledger-consumer: --db %s: %s\n", db_path.c_str(), store.error().message.c_str());

@@ -56,6 +56,7 @@ def run(args, workdir):
         argv = [args.consumer, "--db", db, "--source", broker.source_url(), "--lease-ms", "3000", "--workers", "4",
                 "--prefetch", "16"]
         consumers = [Process("ledger-%d" % i, argv, workdir) for i in range(3)]
+        started = [time.monotonic()] * 3  # a SIGTERM before a process's main() runs kills it outright
         publisher = threading.Thread(target=tool.publish, args=(broker.sink_url(), messages))
         publisher.start()
         kills = 0
@@ -69,6 +70,7 @@ def run(args, workdir):
                 restarted = True
                 brokers.restart_broker(args.broker, private, down_seconds=brokers.outage_seconds(args.broker))
             consumers[i] = Process("ledger-%d" % i, argv, workdir)
+            started[i] = time.monotonic()
         publisher.join()
 
         def all_posted():
@@ -80,7 +82,8 @@ def run(args, workdir):
         # Copies a killed consumer held come back and are retried until its lease on their key
         # expires, then answered as duplicates: wait until none is pending.
         brokers.wait_until(broker.settled, 60, interval=0.5, what="every delivery acknowledged")
-        for c in consumers:
+        for i, c in enumerate(consumers):
+            time.sleep(max(0.0, started[i] + 1.0 - time.monotonic()))  # let one just restarted start
             code = c.stop(timeout=30)
             if code != 0:
                 raise AssertionError("consumer exited %s: %s" % (code, c.log()[-2000:]))

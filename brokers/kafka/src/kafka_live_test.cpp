@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <map>
 #include <set>
 #include <thread>
 
+#include "consumer_conf.hpp"
 #include "kafka_test_support.hpp"
 
 namespace idem {
@@ -333,6 +335,79 @@ TEST(KafkaLive, WakeEndsAWaitingReceive) {
   waker.join();
   ASSERT_TRUE(got) << got.error().message;
   EXPECT_LT(took, 5s);
+}
+
+// The source takes records out of librdkafka only when it has room for them, from one queue
+// that every assigned partition's queue is forwarded to (source.cpp). What bounds memory then
+// is librdkafka's fetch decision, which must look at the forwarded queue: with a consumer
+// configured like the source's, records are fetched ahead up to kFetchAheadKbytes (plus one
+// fetch response per partition), not the whole topic. (The mock keeps about 5 MiB a partition,
+// hence 8 partitions of 4 MiB; kFetchAheadRecords, 100,000, is out of its reach.)
+TEST(KafkaLive, WhatTheSourcesConsumerFetchesAheadIsBounded) {
+  constexpr int kPartitions = 8;
+  constexpr std::size_t kBodyBytes = 4096;
+  constexpr std::size_t kRecords = kPartitions * 1024;  // 32 MiB in all
+  Topic topic(kPartitions);
+  {
+    auto sink = topic.sink();
+    ASSERT_TRUE(sink);
+    std::vector<OutgoingMessage> batch;
+    for (std::size_t i = 0; i < kRecords; ++i) {
+      batch.push_back(message("m" + std::to_string(i), std::string(kBodyBytes, 'x')));
+      if (batch.size() == 256) {
+        publish(*sink, batch);
+        batch.clear();
+      }
+    }
+  }
+
+  auto url = parse_kafka_url(topic.source_url() + "&start=earliest", KafkaUrlRole::source);
+  ASSERT_TRUE(url) << url.error().message;
+  kafka_detail::ClientEvents events;
+  auto conf = kafka_detail::consumer_conf(*url, "fetch-ahead-test", 5000ms, 100ms, 1000ms, events);
+  ASSERT_TRUE(conf) << conf.error().message;
+  auto rk = kafka_detail::create(RD_KAFKA_CONSUMER, std::move(*conf), "test");
+  ASSERT_TRUE(rk) << rk.error().message;
+  rd_kafka_poll_set_consumer(rk->get());
+  rd_kafka_queue_t* records = rd_kafka_queue_new(rk->get());
+  rd_kafka_topic_partition_list_t* all = rd_kafka_topic_partition_list_new(kPartitions);
+  for (int p = 0; p < kPartitions; ++p) rd_kafka_topic_partition_list_add(all, topic.name.c_str(), p)->offset = 0;
+  ASSERT_EQ(rd_kafka_assign(rk->get(), all), RD_KAFKA_RESP_ERR_NO_ERROR);
+  rd_kafka_topic_partition_list_destroy(all);
+  for (int p = 0; p < kPartitions; ++p) {
+    rd_kafka_queue_t* q = rd_kafka_queue_get_partition(rk->get(), topic.name.c_str(), p);
+    ASSERT_NE(q, nullptr);
+    rd_kafka_queue_forward(q, records);
+    rd_kafka_queue_destroy(q);
+  }
+
+  // Events served, records left alone: what librdkafka fetches meanwhile piles up in `records`.
+  std::size_t most = 0;
+  const auto until = Steady::now() + 4s;
+  while (Steady::now() < until) {
+    if (rd_kafka_message_t* m = rd_kafka_consumer_poll(rk->get(), 100)) rd_kafka_message_destroy(m);
+    most = std::max(most, rd_kafka_queue_length(records));
+  }
+  const std::size_t bound_bytes = kafka_detail::kFetchAheadKbytes * 1024 + kPartitions * 1024 * 1024;
+  EXPECT_LE(most * kBodyBytes, bound_bytes) << most << " records fetched ahead: past librdkafka's bound";
+  EXPECT_GE(most * kBodyBytes, kafka_detail::kFetchAheadKbytes * 1024 / 2) << most << " records fetched ahead";
+  EXPECT_LT(most, kRecords);
+
+  // Taking records makes room, and every record comes.
+  std::size_t taken = 0;
+  std::array<rd_kafka_message_t*, 256> batch{};
+  const auto deadline = Steady::now() + 30s;
+  while (taken < kRecords && Steady::now() < deadline) {
+    const ssize_t n = rd_kafka_consume_batch_queue(records, 200, batch.data(), batch.size());
+    for (ssize_t i = 0; i < n; ++i) {
+      if (batch[static_cast<std::size_t>(i)]->err == RD_KAFKA_RESP_ERR_NO_ERROR) ++taken;
+      rd_kafka_message_destroy(batch[static_cast<std::size_t>(i)]);
+    }
+    if (rd_kafka_message_t* m = rd_kafka_consumer_poll(rk->get(), 0)) rd_kafka_message_destroy(m);
+  }
+  EXPECT_EQ(taken, kRecords);
+  rd_kafka_queue_destroy(records);
+  rd_kafka_consumer_close(rk->get());
 }
 
 TEST(KafkaLive, AMissingTopicIsRefusedAtOpenWithItsName) {

@@ -4,12 +4,14 @@
 // callbacks from inside rd_kafka_consumer_poll, which only receive() and the destructor call.
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <deque>
 
 #include "client.hpp"
 #include "commit_ledger.hpp"
+#include "consumer_conf.hpp"
 #include "idem/kafka_broker.hpp"
 #include "producer.hpp"
 #include "record_headers.hpp"
@@ -20,9 +22,13 @@ namespace {
 using namespace kafka_detail;
 using Steady = std::chrono::steady_clock;
 
-// What this source buffers of what librdkafka fetched, before it pauses fetching (flow_control).
+// What this source takes out of librdkafka's message queue ahead of handing it out (fill()):
+// beyond that, records wait in librdkafka, which stops fetching at the bounds of
+// consumer_conf.hpp (kafka_live_test.cpp checks them).
 constexpr std::size_t kBufferRecords = 2048;
 constexpr std::size_t kBufferBytes = 16 * 1024 * 1024;
+// Records moved from librdkafka's message queue at once.
+constexpr std::size_t kFillBatch = 256;
 
 // The longest one rd_kafka_consumer_poll waits: wake() interrupts it anyway (queue yield);
 // this bounds how late a retry or a revocation deadline is noticed.
@@ -58,9 +64,11 @@ class KafkaSource final : public MessageSource {
     // lets go at once: nothing still running can be acked after this).
     if (revoking_) finish_revoke();
     commit_now("closing");
-    // librdkafka wants the consumer queue's reference given back before the close.
+    // librdkafka wants the queues' references given back before the close.
     if (queue_ != nullptr) rd_kafka_queue_destroy(queue_);
     queue_ = nullptr;
+    if (messages_ != nullptr) rd_kafka_queue_destroy(messages_);
+    messages_ = nullptr;
     rd_kafka_consumer_close(rk_.get());
     rk_.reset();
   }
@@ -70,42 +78,22 @@ class KafkaSource final : public MessageSource {
 
   /// Creates the consumer, checks the cluster and both topics, subscribes.
   BrokerResult<Done> open() {
-    auto conf = base_conf(url_, url_.client_id.empty() ? settings_.consumer : url_.client_id, settings_.connect_timeout,
-                          settings_.reconnect_min, settings_.reconnect_max, events_);
+    auto conf = consumer_conf(url_, url_.client_id.empty() ? settings_.consumer : url_.client_id, settings_.connect_timeout,
+                              settings_.reconnect_min, settings_.reconnect_max, events_);
     if (!conf) return std::unexpected(conf.error());
-    const auto ms = [](Millis m) { return std::to_string(m.count()); };
-    const std::pair<const char*, std::string> props[] = {
-        {"group.id", url_.group},
-        // Offsets move only when this source commits them: never past a message whose outcome
-        // is not durable yet (auto commit would commit what was merely fetched).
-        {"enable.auto.commit", "false"},
-        {"enable.auto.offset.store", "false"},
-        {"auto.offset.reset", url_.start_at_earliest ? "earliest" : "latest"},
-        // range (eager), not cooperative-sticky: on librdkafka 2.0.2's mock cluster, which the
-        // tests run on, cooperative-sticky fell into endless rebalances whenever the members did
-        // not all land in the group's first generation (partitions moved back and forth for
-        // minutes, each move a revocation and a commit with a stale generation). The source
-        // handles both protocols (on_rebalance); cooperative-sticky is the better choice on a
-        // real cluster, once tested there.
-        {"partition.assignment.strategy", "range"},
-        {"session.timeout.ms", ms(url_.session_timeout)},
-        {"heartbeat.interval.ms", ms(url_.heartbeat_interval)},
-        {"enable.partition.eof", "false"},
-        {"allow.auto.create.topics", "false"},
-        // Fetched records wait in librdkafka's queue until handed out; this bounds its memory.
-        {"queued.max.messages.kbytes", "16384"},
-    };
-    for (const auto& [name, value] : props) {
-      if (auto ok = set(conf->get(), name, value, name_); !ok) return std::unexpected(ok.error());
-    }
     rd_kafka_conf_set_rebalance_cb(conf->get(), &KafkaSource::rebalance_cb);
     rd_kafka_conf_set_offset_commit_cb(conf->get(), &KafkaSource::commit_cb);
     auto rk = create(RD_KAFKA_CONSUMER, std::move(*conf), name_);
     if (!rk) return std::unexpected(rk.error());
     rk_ = std::move(*rk);
-    // Everything (errors, rebalances, commit results) comes through rd_kafka_consumer_poll.
+    // Events (errors, rebalances, commit results) come through rd_kafka_consumer_poll; records
+    // through messages_, where each assigned partition's queue is forwarded (on_rebalance), so
+    // that they are taken only when there is room for them while events are always served.
+    // (Pausing fetches to bound memory instead dropped what librdkafka had fetched ahead, and
+    // fetching it again after every resume held a consume loop to a few thousand records/s.)
     rd_kafka_poll_set_consumer(rk_.get());
     queue_ = rd_kafka_queue_get_consumer(rk_.get());
+    messages_ = rd_kafka_queue_new(rk_.get());
 
     rd_kafka_t* handle = rk_.get();
     const auto serve = [this] { serve_events(); };
@@ -143,7 +131,6 @@ class KafkaSource final : public MessageSource {
       if (revoking_) until = std::min(until, revoking_->deadline);
       poll_once(to_ms(until - now));
     }
-    flow_control();
     maybe_commit();
     return out;
   }
@@ -151,6 +138,7 @@ class KafkaSource final : public MessageSource {
   void wake() override {
     woken_.store(true);
     if (queue_ != nullptr) rd_kafka_queue_yield(queue_);
+    if (messages_ != nullptr) rd_kafka_queue_yield(messages_);
   }
 
   BrokerResult<Done> ack(std::span<const Delivery> deliveries) override {
@@ -285,13 +273,17 @@ class KafkaSource final : public MessageSource {
       } else if (const rd_kafka_resp_err_t e = rd_kafka_assign(rk_.get(), partitions); e != RD_KAFKA_RESP_ERR_NO_ERROR) {
         warn(failure(e, "assigning partitions").message);
       }
-      // librdkafka keeps a partition's pause across unassign and assign: one paused while it
-      // was revoked, or by flow control, must not come back paused (it would never be fetched).
-      if (paused_) {
-        rd_kafka_pause_partitions(rk_.get(), partitions);
-      } else {
-        rd_kafka_resume_partitions(rk_.get(), partitions);
+      // The partitions' records go to messages_ (records fetched before this line came through
+      // the consumer queue: serve_events takes those).
+      for (int i = 0; i < partitions->cnt; ++i) {
+        if (rd_kafka_queue_t* q = rd_kafka_queue_get_partition(rk_.get(), url_.topic.c_str(), partitions->elems[i].partition)) {
+          rd_kafka_queue_forward(q, messages_);
+          rd_kafka_queue_destroy(q);
+        }
       }
+      // librdkafka keeps a partition's pause across unassign and assign: one paused while it
+      // was revoked must not come back paused (it would never be fetched).
+      rd_kafka_resume_partitions(rk_.get(), partitions);
       return;
     }
     if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
@@ -437,18 +429,43 @@ class KafkaSource final : public MessageSource {
   // Serves callbacks without waiting; records fetched meanwhile are kept.
   void serve_events() {
     if (!rk_) return;
-    // Bounded: with every partition paused nothing new arrives, but stay finite regardless.
+    // The consumer queue holds events, and the records fetched before their partition's queue
+    // was forwarded to messages_. Bounded, to stay finite whatever arrives meanwhile.
     for (std::size_t i = 0; i < kBufferRecords + 64; ++i) {
       rd_kafka_message_t* m = rd_kafka_consumer_poll(rk_.get(), 0);
-      if (m == nullptr) return;
+      if (m == nullptr) break;
       take(m);
     }
+    fill(0);
   }
 
+  // Waits up to timeout_ms for records (when there is room for them), else for events.
   void poll_once(int timeout_ms) {
-    rd_kafka_message_t* m = rd_kafka_consumer_poll(rk_.get(), timeout_ms);
-    if (m != nullptr) take(m);
+    if (room() > 0) {
+      fill(timeout_ms);
+    } else if (rd_kafka_message_t* m = rd_kafka_consumer_poll(rk_.get(), timeout_ms)) {
+      take(m);
+    }
     serve_events();
+  }
+
+  // How many more records fetched_ takes.
+  std::size_t room() const {
+    if (fetched_.size() >= kBufferRecords || fetched_bytes_ >= kBufferBytes) return 0;
+    return kBufferRecords - fetched_.size();
+  }
+
+  // Moves what fits of messages_ into fetched_, waiting up to timeout_ms for the first record.
+  void fill(int timeout_ms) {
+    if (messages_ == nullptr) return;
+    std::array<rd_kafka_message_t*, kFillBatch> batch{};
+    for (std::size_t want = std::min(room(), kFillBatch); want > 0; want = std::min(room(), kFillBatch)) {
+      const ssize_t n = rd_kafka_consume_batch_queue(messages_, timeout_ms, batch.data(), want);
+      if (n <= 0) return;
+      for (ssize_t i = 0; i < n; ++i) take(batch[static_cast<std::size_t>(i)]);
+      if (static_cast<std::size_t>(n) < want) return;
+      timeout_ms = 0;
+    }
   }
 
   void take(rd_kafka_message_t* m) {
@@ -557,38 +574,6 @@ class KafkaSource final : public MessageSource {
     }
   }
 
-  // Pauses fetching while kBufferRecords records or kBufferBytes of bodies wait here; resumes
-  // below half of both. Pausing drops what librdkafka fetched ahead and resuming fetches it
-  // again, a round trip: a buffer of `prefetch` records (64) paused every few dozen deliveries
-  // and held a consume-commit loop to ~300 records/s on the mock cluster (bench/consumers).
-  void flow_control() {
-    if (!rk_) return;
-    if (!paused_ && (fetched_.size() >= kBufferRecords || fetched_bytes_ >= kBufferBytes)) {
-      set_paused(true);
-    } else if (paused_ && fetched_.size() <= kBufferRecords / 2 && fetched_bytes_ <= kBufferBytes / 2) {
-      set_paused(false);
-    }
-  }
-
-  void set_paused(bool pause) {
-    rd_kafka_topic_partition_list_t* assigned = nullptr;
-    if (rd_kafka_assignment(rk_.get(), &assigned) != RD_KAFKA_RESP_ERR_NO_ERROR || assigned == nullptr) return;
-    PartitionList list(assigned);
-    if (pause) {
-      rd_kafka_pause_partitions(rk_.get(), list.get());
-    } else {
-      // Partitions being revoked stay paused.
-      PartitionList active(rd_kafka_topic_partition_list_new(list->cnt));
-      for (int i = 0; i < list->cnt; ++i) {
-        if (ledger_.active(list->elems[i].partition)) {
-          rd_kafka_topic_partition_list_add(active.get(), list->elems[i].topic, list->elems[i].partition);
-        }
-      }
-      rd_kafka_resume_partitions(rk_.get(), active.get());
-    }
-    paused_ = pause;
-  }
-
   BrokerError failure(rd_kafka_resp_err_t err, const std::string& doing) const {
     Failure f;
     f.code = err;
@@ -625,7 +610,8 @@ class KafkaSource final : public MessageSource {
   SourceSettings settings_;
   ClientEvents events_;
   Handle rk_;
-  rd_kafka_queue_t* queue_ = nullptr;  // the consumer queue, for wake()'s yield
+  rd_kafka_queue_t* queue_ = nullptr;     // the consumer queue: events; for wake()'s yield
+  rd_kafka_queue_t* messages_ = nullptr;  // the assigned partitions' records (on_rebalance)
   std::unique_ptr<Producer> dead_letters_;
   CommitLedger ledger_;
   std::deque<Fetched> fetched_;
@@ -634,7 +620,6 @@ class KafkaSource final : public MessageSource {
   std::optional<Revoking> revoking_;
   std::optional<BrokerError> trouble_;
   Steady::time_point last_commit_{};
-  bool paused_ = false;
   bool closing_ = false;
   std::atomic<bool> woken_{false};
   std::atomic<std::uint64_t> reconnects_{0};

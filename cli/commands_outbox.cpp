@@ -70,6 +70,8 @@ nlohmann::json outbox_row_json(const OutboxRow& row, TimePoint now, bool with_bo
   j["message_id"] = row.message.message_id;
   j["state"] = to_string(row.state);
   j["destination"] = row.message.destination;
+  j["ordering_key"] = row.message.ordering_key.empty() ? nullptr : nlohmann::json(row.message.ordering_key);
+  j["key_seq"] = row.message.ordering_key.empty() ? nullptr : nlohmann::json(row.key_seq);
   j["content_type"] = row.message.content_type;
   nlohmann::json headers = nlohmann::json::object();
   for (const auto& [name, value] : row.message.headers) headers[name] = value;
@@ -110,6 +112,7 @@ int run_outbox_list(OutboxReader& outbox, const OutboxQuery& query, TimePoint no
           // An id the relay refused may hold anything: quoted, so that it cannot garble the line.
           << (r.unreadable.empty() ? r.message.message_id : json_quoted(r.message.message_id));
     if (!r.message.destination.empty()) o.out << "  -> " << json_quoted(r.message.destination);
+    if (!r.message.ordering_key.empty()) o.out << "  key " << r.message.ordering_key << " #" << r.key_seq;
     if (!r.last_error.empty()) o.out << "  (" << json_quoted(r.last_error) << ")";
     o.out << '\n';
   }
@@ -138,6 +141,9 @@ int run_outbox_show(OutboxReader& outbox, std::int64_t id, bool body_only, TimeP
   if (!r.unreadable.empty()) line("unreadable", r.unreadable);
   line("state", std::string(to_string(r.state)));
   line("destination", r.message.destination.empty() ? "(the sink's default)" : r.message.destination);
+  if (!r.message.ordering_key.empty()) {
+    line("ordering_key", r.message.ordering_key + " (row " + std::to_string(r.key_seq) + " of the key, in commit order)");
+  }
   line("content_type", r.message.content_type);
   for (const auto& [name, value] : r.message.headers) line("header", name + ": " + value);
   line("body", std::to_string(r.message.body.size()) + " bytes (--body prints them)");
@@ -181,6 +187,8 @@ int run_outbox_stats(OutboxReader& outbox, TimePoint now, const Output& o) {
     j["oldest_pending"] = counts->oldest_pending ? nlohmann::json(format_time(*counts->oldest_pending)) : nullptr;
     j["oldest_pending_age_ms"] =
         counts->oldest_pending ? nlohmann::json((now - *counts->oldest_pending).count()) : nullptr;
+    j["held_keys"] = counts->held_keys;
+    j["oldest_held"] = counts->oldest_held ? nlohmann::json(format_time(*counts->oldest_held)) : nullptr;
     write_json(o.out, j);
     return kExitOk;
   }
@@ -194,6 +202,12 @@ int run_outbox_stats(OutboxReader& outbox, TimePoint now, const Output& o) {
   } else {
     o.out << pad("oldest_pending", 16) << "none\n";
   }
+  o.out << pad("held_keys", 16) << counts->held_keys;
+  if (counts->oldest_held) {
+    o.out << "  (ordering keys waiting behind a dead row since " << format_time(*counts->oldest_held) << ", "
+          << format_age(now - *counts->oldest_held) << " ago: idemctl outbox retry or drop it)";
+  }
+  o.out << '\n';
   return kExitOk;
 }
 

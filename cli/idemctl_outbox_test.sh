@@ -58,7 +58,7 @@ grep -qF "has no idem_outbox table" "$tmp/err" || fail "no-table message: $(cat 
 run outbox stats --outbox "$outbox" --json
 expect_ok "stats on an empty outbox"
 json "stats on an empty outbox" \
-  'j == {"pending":0,"sent":0,"dead":0,"oldest_pending":None,"oldest_pending_age_ms":None}'
+  'j == {"pending":0,"sent":0,"dead":0,"oldest_pending":None,"oldest_pending_age_ms":None,"held_keys":0,"oldest_held":None}'
 run outbox list --outbox "$outbox"
 expect_ok "list empty"
 [ "$(cat "$tmp/out")" = "no rows" ] || fail "list empty: $(cat "$tmp/out")"
@@ -207,6 +207,19 @@ run outbox show --outbox "$outbox" 7 --json
 json "show --json a published row" 'j["state"] == "sent" and j["unreadable"] is None'
 run outbox drop --outbox "$outbox" 5
 expect_ok "drop an unreadable row"
+
+# --- an ordering key held behind its dead row --------------------------------------------------
+sql "INSERT INTO idem_outbox (message_id, ordering_key, state, last_error, created_ms) VALUES ('pay_9/a', 'pay_9', 'dead', 'refused', $t0);
+     INSERT INTO idem_outbox (message_id, ordering_key, created_ms) VALUES ('pay_9/b', 'pay_9', $t1);"
+run outbox stats --outbox "$outbox"
+expect_ok "stats with a held key"
+out_has "stats with a held key" "held_keys       1  (ordering keys waiting behind a dead row since 2026-01-01T00:01:00.000Z, "
+run outbox stats --outbox "$outbox" --json
+json "stats --json with a held key" 'j["held_keys"] == 1 and j["oldest_held"] == "2026-01-01T00:01:00.000Z"'
+run outbox list --outbox "$outbox" --state pending
+out_has "list a keyed row" 'pay_9/b  key pay_9 #'
+run outbox show --outbox "$outbox" --json "$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select id from idem_outbox where message_id = \"pay_9/b\"").fetchone()[0])' "$db")"
+json "show --json a keyed row" 'j["ordering_key"] == "pay_9" and j["key_seq"] > 0'
 
 run outbox
 expect_error "outbox without a command" 2

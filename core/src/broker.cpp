@@ -1,5 +1,7 @@
 #include "idem/broker.hpp"
 
+#include "idem/key.hpp"
+
 namespace idem {
 
 std::string_view to_string(BrokerErrc code) {
@@ -13,6 +15,10 @@ std::string_view to_string(BrokerErrc code) {
     case BrokerErrc::internal: return "internal";
   }
   return "unknown";
+}
+
+bool valid_ordering_key(std::string_view key) {
+  return !key.empty() && key.size() <= kMaxOrderingKey && all_visible_ascii(key);
 }
 
 }  // namespace idem

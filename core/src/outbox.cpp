@@ -234,6 +234,9 @@ std::optional<std::string> outbox_message_problem(const OutboxMessage& message) 
   // The consumers dead-letter a message whose id they cannot use: refuse it at the source.
   if (auto problem = message_id_problem(message.message_id)) return problem;
   if (message.destination.size() > 256) return "the destination is longer than 256 characters";
+  if (!message.ordering_key.empty() && !valid_ordering_key(message.ordering_key)) {
+    return "the ordering key must be 1-128 visible ASCII characters (no spaces)";
+  }
   // What follows would be refused by the database (PostgreSQL text holds no NUL nor invalid
   // UTF-8) or could not be written as the JSON the headers column holds, in the middle of the
   // business transaction: say so before the INSERT, with the reason.

@@ -20,6 +20,8 @@ void bind(sidecar::Settings& s, Config& c) {
   s.duration("webhook_timeout", c.webhook_timeout);
   s.duration("connect_timeout", c.connect_timeout);
   s.duration("confirm_timeout", c.confirm_timeout);
+  s.choice("dead_rows", {"hold", "pass"}, [&c](const std::string& v) { c.dead_rows = v; });
+  s.text("dead_rows_pass", c.dead_rows_pass);
   s.choice("log_level", {"error", "warn", "info", "debug"}, [&c](const std::string& v) {
     using L = gateway::LogLevel;
     c.log_level = v == "error" ? L::error : v == "warn" ? L::warn : v == "debug" ? L::debug : L::info;

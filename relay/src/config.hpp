@@ -31,6 +31,12 @@ struct Config {
   Millis webhook_timeout = 30s;         ///< one POST to a webhook
   Millis connect_timeout = 5s;
   Millis confirm_timeout = 10s;         ///< a broker's publisher confirm
+  /// What a dead row does to the later rows of its ordering key: "hold" them until an operator
+  /// retries or drops it (the default), or let them "pass".
+  std::string dead_rows = "hold";
+  /// Destinations (comma-separated) whose dead rows let their key's later rows pass whatever
+  /// dead_rows says.
+  std::string dead_rows_pass;
   gateway::LogLevel log_level = gateway::LogLevel::info;
 };
 

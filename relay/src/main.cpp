@@ -106,6 +106,15 @@ int run(int argc, char** argv) {
   loop_options.lease = config.lease;
   loop_options.retention = config.retention;
   loop_options.owner = config.name;
+  if (config.dead_rows == "pass") loop_options.dead_rows_pass.emplace_back("*");
+  for (std::string_view rest = config.dead_rows_pass; !rest.empty();) {
+    const auto comma = rest.find(',');
+    std::string_view one = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    while (!one.empty() && one.front() == ' ') one.remove_prefix(1);
+    while (!one.empty() && one.back() == ' ') one.remove_suffix(1);
+    if (!one.empty()) loop_options.dead_rows_pass.emplace_back(one);
+  }
   if (webhook) loop_options.retry_after = [webhook] { return webhook->take_retry_after(); };
   loop_options.on_warning = [](std::string_view line) { log::write(LogLevel::warn, line); };
   loop_options.on_info = [](std::string_view line) { log::write(LogLevel::debug, line); };

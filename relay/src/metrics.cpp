@@ -24,6 +24,12 @@ std::string render_metrics(const RelayStats& s, std::uint64_t log_lines_dropped,
   const std::int64_t oldest = s.oldest_pending_ms.load();
   one("idem_relay_oldest_pending_age_seconds", "gauge", "Age of the oldest pending outbox row; 0 when none.",
       oldest < 0 ? 0.0 : std::max(0.0, static_cast<double>(to_epoch_ms(now) - oldest) / 1000.0));
+  one("idem_relay_held_keys", "gauge",
+      "Ordering keys whose next row is dead: their later rows wait for an operator (idemctl outbox retry or drop).",
+      static_cast<double>(s.held_keys));
+  const std::int64_t held = s.oldest_held_ms.load();
+  one("idem_relay_oldest_held_age_seconds", "gauge", "Age of the oldest row held back behind a dead row; 0 when none.",
+      held < 0 ? 0.0 : std::max(0.0, static_cast<double>(to_epoch_ms(now) - held) / 1000.0));
   one("idem_relay_ready", "gauge", "1 while the outbox and the sink answer.", s.ready ? 1 : 0);
 
   const auto latency = s.publish_latency.snapshot();

@@ -21,6 +21,7 @@ OutgoingMessage outgoing(const OutboxRow& row) {
   m.content_type = row.message.content_type;
   m.headers = row.message.headers;
   m.body = row.message.body;
+  m.ordering_key = row.message.ordering_key;
   return m;
 }
 
@@ -80,13 +81,15 @@ void RelayLoop::count_if_due() {
   stats_.pending.store(counts->pending);
   stats_.dead_rows.store(counts->dead);
   stats_.oldest_pending_ms.store(counts->oldest_pending ? to_epoch_ms(*counts->oldest_pending) : -1);
+  stats_.held_keys.store(counts->held_keys);
+  stats_.oldest_held_ms.store(counts->oldest_held ? to_epoch_ms(*counts->oldest_held) : -1);
 }
 
 Millis RelayLoop::round() {
   const TimePoint now = SystemClock::instance().now();
   purge_if_due(now);
   count_if_due();
-  auto claimed = outbox_.claim(OutboxClaim{options_.batch, now, options_.lease, options_.owner});
+  auto claimed = outbox_.claim(OutboxClaim{options_.batch, now, options_.lease, options_.owner, options_.dead_rows_pass});
   if (!claimed) {
     stats_.ready.store(false);
     stats_.outbox_errors.fetch_add(1, std::memory_order_relaxed);
@@ -185,7 +188,10 @@ Millis RelayLoop::round() {
     options_.on_info("published " + std::to_string(sent) + " of " + std::to_string(rows.size()) + " rows to " + sink_.name());
   }
   if (first_failed) return pause_for;
-  return rows.size() < options_.batch ? options_.poll_interval : Millis{0};
+  // A claim takes one row of a key at a time: a short batch with keys in it may have left the
+  // keys' next rows behind, claimable now that these are sent.
+  const bool keyed = std::any_of(rows.begin(), rows.end(), [](const OutboxRow& r) { return !r.message.ordering_key.empty(); });
+  return rows.size() < options_.batch && !keyed ? options_.poll_interval : Millis{0};
 }
 
 void RelayLoop::run() {

@@ -4,9 +4,13 @@
 // record how each went. At least once by design: a relay killed between a publish and its
 // settle publishes the rows again; consumers dedupe by message id.
 //
-// Order: with one relay, rows leave in enqueue order. When a publish fails, that row and every
-// later row of the batch wait together (the relay pauses before it claims again), so a later
-// row never overtakes an earlier one that failed; only a row that is dead is skipped.
+// Order: rows of one ordering key leave one at a time, in commit order, each after the previous
+// one's publish was confirmed, on any number of relays: the outbox's claim gives a relay a row
+// only when every earlier row of its key is sent (OutboxReader::claim). A dead row holds its
+// key's later rows unless its destination lets them pass. Rows without a key: with one relay
+// they leave in enqueue order. When a publish fails, that row and every later row of the batch
+// wait together (the relay pauses before it claims again), so a later row never overtakes an
+// earlier one that failed; only a row that is dead is skipped.
 
 #include <atomic>
 #include <array>
@@ -17,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "idem/broker.hpp"
 #include "idem/latency_histogram.hpp"
@@ -34,6 +39,9 @@ struct RelayOptions {
   Millis lease{60'000};
   Millis retention = std::chrono::days(7);
   std::string owner;
+  /// Destinations whose dead rows let the later rows of their ordering key go on; "*": every
+  /// destination (OutboxClaim::dead_rows_pass). Elsewhere a dead row holds its key.
+  std::vector<std::string> dead_rows_pass;
   /// The wait a webhook's Retry-After asked for, if the sink has one to give (else null).
   std::function<std::optional<Millis>()> retry_after;
   /// Told about each row that is dead, each failed publish and each outbox error. Optional.
@@ -52,6 +60,8 @@ struct RelayStats {
   std::atomic<std::uint64_t> pending{0};    ///< pending rows, as last counted (every few seconds)
   std::atomic<std::uint64_t> dead_rows{0};  ///< dead rows in the outbox, as last counted
   std::atomic<std::int64_t> oldest_pending_ms{-1};  ///< created of the oldest pending row (epoch ms); -1: none
+  std::atomic<std::uint64_t> held_keys{0};  ///< ordering keys whose next row is dead, as last counted
+  std::atomic<std::int64_t> oldest_held_ms{-1};  ///< created of the oldest row so held (epoch ms); -1: none
   LatencyHistogram publish_latency;          ///< one publish call (a batch, confirms included)
 };
 

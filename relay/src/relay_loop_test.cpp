@@ -16,22 +16,28 @@ using namespace std::chrono_literals;
 // their own tests): rows claimed in id order when due, settled as told.
 class FakeOutbox final : public OutboxReader {
  public:
-  void add(std::string id, std::string body = "b") {
+  void add(std::string id, std::string body = "b", std::string key = "") {
     const std::lock_guard lock(mutex);
     OutboxRow row;
     row.id = static_cast<std::int64_t>(rows.size() + 1);
     row.message.message_id = std::move(id);
     row.message.body = std::move(body);
+    row.message.ordering_key = std::move(key);
     row.created = SystemClock::instance().now();
     rows[row.id] = row;
   }
   StoreResult<std::vector<OutboxRow>> claim(const OutboxClaim& c) override {
     const std::lock_guard lock(mutex);
     if (down) return std::unexpected(StoreError{StoreErrc::unavailable, "outbox down", false});
+    last_dead_rows_pass = c.dead_rows_pass;
     std::vector<OutboxRow> out;
+    std::set<std::string> keys_behind;  // keys with an earlier row not sent (the stores' rule)
     for (auto& [id, row] : rows) {
       if (out.size() >= c.limit) break;
-      if (row.state == OutboxState::pending && row.next_attempt <= c.now) out.push_back(row);
+      const std::string& key = row.message.ordering_key;
+      const bool waits = !key.empty() && keys_behind.count(key) > 0;
+      if (!key.empty() && row.state != OutboxState::sent) keys_behind.insert(key);
+      if (row.state == OutboxState::pending && row.next_attempt <= c.now && !waits) out.push_back(row);
     }
     return out;
   }
@@ -71,6 +77,7 @@ class FakeOutbox final : public OutboxReader {
   }
   std::mutex mutex;
   std::map<std::int64_t, OutboxRow> rows;
+  std::vector<std::string> last_dead_rows_pass;
   bool down = false;
 };
 
@@ -81,6 +88,7 @@ class FakeSink final : public MessageSink {
     const std::lock_guard lock(mutex);
     std::vector<BrokerResult<Done>> out;
     for (const auto& m : messages) {
+      keys[m.message_id] = m.ordering_key;
       if (rejects.count(m.message_id)) {
         out.push_back(std::unexpected(BrokerError{BrokerErrc::rejected, "too large for the sink", false}));
       } else if (failures_left.count(m.message_id) && failures_left[m.message_id] > 0) {
@@ -107,6 +115,7 @@ class FakeSink final : public MessageSink {
     return published;
   }
   std::mutex mutex;
+  std::map<std::string, std::string> keys;  // message id -> the ordering key it was published with
   std::vector<std::string> published;
   std::map<std::string, int> failures_left;
   std::set<std::string> rejects;
@@ -144,6 +153,28 @@ TEST(RelayLoop, PublishesEveryRowInEnqueueOrder) {
   for (int i = 0; i < 35; ++i) EXPECT_EQ(got[i], "m-" + std::to_string(i));
   EXPECT_EQ(outbox.count()->pending, 0u);
   EXPECT_EQ(loop.stats().published.load(), 35u);
+}
+
+TEST(RelayLoop, KeyedRowsGoWithTheirKeyAndAShortBatchOfThemIsNotFollowedByAPollWait) {
+  FakeOutbox outbox;
+  FakeSink sink;
+  // The store hands out one row of a key at a time: 3 keys x 8 rows come in batches of 3, each
+  // short of the batch size. With a poll wait after each, 8 rounds would take 80 s.
+  for (int i = 0; i < 8; ++i) {
+    for (const char* key : {"pay_a", "pay_b", "pay_c"}) outbox.add(std::string(key) + "-" + std::to_string(i), "b", key);
+  }
+  RelayOptions o = fast();
+  o.poll_interval = 10s;
+  o.dead_rows_pass = {"refunds"};
+  RelayLoop loop(outbox, sink, o);
+  run_until(loop, [&] { return sink.got().size() == 24; });
+  std::map<std::string, int> next;
+  for (const std::string& id : sink.got()) {
+    const std::string key = id.substr(0, 5);
+    EXPECT_EQ(id, key + "-" + std::to_string(next[key]++));
+    EXPECT_EQ(sink.keys.at(id), key);
+  }
+  EXPECT_EQ(outbox.last_dead_rows_pass, std::vector<std::string>{"refunds"});
 }
 
 TEST(RelayLoop, AFailedRowHoldsBackTheRowsAfterItAndOnlyItCounts) {

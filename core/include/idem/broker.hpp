@@ -57,6 +57,16 @@ using BrokerResult = std::expected<T, BrokerError>;
 /// Headers of a message, in the producer's order; names as the producer wrote them.
 using MessageHeaders = std::vector<std::pair<std::string, std::string>>;
 
+/// The header (broker message header, stream field, SQS message attribute) that carries a
+/// message's ordering key on every broker, beside what the broker itself groups by.
+inline constexpr std::string_view kOrderingKeyHeader = "ordering_key";
+/// The longest ordering key: SQS's bound on a MessageGroupId.
+inline constexpr std::size_t kMaxOrderingKey = 128;
+
+/// Whether `key` can be an ordering key: 1-128 visible ASCII characters (what an SQS FIFO
+/// MessageGroupId, a Kafka key, a header and an HTTP header value all carry unchanged).
+bool valid_ordering_key(std::string_view key);
+
 /// A message as a producer publishes it.
 struct OutgoingMessage {
   /// The consumers' dedupe key (SPEC §10): stable across every publish of the same message.
@@ -66,6 +76,11 @@ struct OutgoingMessage {
   std::string body;
   /// Where it goes, if not the sink's default: an AMQP routing key, or a stream name.
   std::string destination;
+  /// The ordering key (an aggregate id, such as a payment id; empty: none; 1-128 visible ASCII
+  /// characters, valid_ordering_key): messages of one key are kept in order where the broker
+  /// keeps order by it. The Kafka record key (so it picks the partition), the SQS FIFO
+  /// MessageGroupId, and the `ordering_key` header on every broker (docs/consumers.md).
+  std::string ordering_key;
 };
 
 /// One delivery of a message. Give it back to the source that made it (ack, requeue,
@@ -91,6 +106,10 @@ struct Delivery {
   /// The source's own handle: delivery tag or entry sequence, and the connection it came on.
   std::uint64_t handle = 0;
   std::uint64_t connection = 0;
+  /// The message's ordering key, empty when it has none: the `ordering_key` header, else what
+  /// the broker groups by (the Kafka record key, the SQS MessageGroupId). ConsumeLoop's
+  /// `ordering = key` runs one message of a key at a time, in delivery order.
+  std::string ordering_key;
 };
 
 /// Why a message is dead-lettered, as written beside it in the dead-letter queue or stream.

@@ -36,6 +36,11 @@ struct OutboxMessage {
   std::string content_type = "application/json";
   MessageHeaders headers;
   std::string body;
+  /// The aggregate the event belongs to (a payment id, an order id), empty for none: rows of
+  /// one ordering key are published one at a time, in the order their transactions committed,
+  /// and the key travels with the message (OutgoingMessage::ordering_key). 1-128 visible ASCII
+  /// characters (valid_ordering_key).
+  std::string ordering_key;
 };
 
 /// A row's state in the outbox.
@@ -63,6 +68,9 @@ struct OutboxRow {
   /// into a SQLite outbox (docs/outbox.md). The headers are then empty. A claim makes such a
   /// row dead with this reason and does not return it; list and get show it.
   std::string unreadable;
+  /// The row's place among its ordering key's rows, 0 without a key: larger is later in commit
+  /// order (PostgreSQL: 1, 2, ... a key; SQLite: the id, which its one writer takes in commit order).
+  std::int64_t key_seq = 0;
 };
 
 /// What a relay claims at once.
@@ -74,6 +82,11 @@ struct OutboxClaim {
   Millis lease = std::chrono::seconds(30);
   /// The claiming relay's name (host-pid), recorded on the rows it holds.
   std::string owner;
+  /// Destinations whose dead rows let the later rows of their ordering key go on ("*": every
+  /// destination). Elsewhere a
+  /// dead row holds its key's later rows back until an operator retries or drops it (rows of
+  /// other keys, and rows without a key, are never held by it).
+  std::vector<std::string> dead_rows_pass{};
 };
 
 /// How a row's publish went, for OutboxReader::settle.
@@ -97,6 +110,10 @@ struct OutboxCounts {
   std::uint64_t dead = 0;
   /// created of the oldest pending row; nullopt when none is pending.
   std::optional<TimePoint> oldest_pending;
+  /// Ordering keys whose next row is dead: their later rows wait for an operator (retry or drop).
+  std::uint64_t held_keys = 0;
+  /// created of the oldest row held back that way; nullopt when none is.
+  std::optional<TimePoint> oldest_held;
 };
 
 /// Which rows OutboxReader::list returns: ordered by id, after `after_id`.
@@ -114,6 +131,9 @@ class OutboxReader {
 
   /// Takes up to `limit` pending rows due by `now`, in id order, for this relay. PostgreSQL:
   /// rows another relay holds are skipped (FOR UPDATE SKIP LOCKED, then a lease on each row).
+  /// A row with an ordering key is taken only when every earlier row of its key (key_seq) is
+  /// sent, or dead in a destination of `dead_rows_pass`: so at most one row of a key is in
+  /// flight, on one relay, and the next waits for its confirm.
   virtual StoreResult<std::vector<OutboxRow>> claim(const OutboxClaim& claim) = 0;
 
   /// Records how each claimed row's publish went, in one transaction. A row no longer held by

@@ -31,6 +31,21 @@ std::string storable(std::string_view text) {
   return out;
 }
 
+// A text[] literal: {"a","b"}, each element quoted with its quotes and backslashes escaped.
+std::string text_array(const std::vector<std::string>& items) {
+  std::string out = "{";
+  for (const std::string& item : items) {
+    if (out.size() > 1) out += ',';
+    out += '"';
+    for (const char c : item) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  return out + "}";
+}
+
 std::string hex_bytea(std::string_view bytes) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out = "\\x";
@@ -53,7 +68,7 @@ std::optional<OutboxState> parse_state(std::string_view s) {
 // What decode_row reads, in this order (binary results).
 constexpr std::string_view kColumns =
     "id, message_id, destination, content_type, headers::text, body, state, created_ms, attempts, "
-    "next_attempt_ms, last_error, sent_ms";
+    "next_attempt_ms, last_error, sent_ms, ordering_key, key_seq";
 
 // Row `i` of a result with kColumns, or why it cannot be read.
 std::expected<OutboxRow, std::string> decode_row(const PGresult* r, int i) {
@@ -75,12 +90,20 @@ std::expected<OutboxRow, std::string> decode_row(const PGresult* r, int i) {
   row.next_attempt = from_epoch_ms(in.int8(9));
   if (!in.null(10)) row.last_error = std::string(in.bytes(10));
   if (!in.null(11)) row.sent = from_epoch_ms(in.int8(11));
+  if (!in.null(12)) row.message.ordering_key = std::string(in.bytes(12));
+  if (!in.null(13)) row.key_seq = in.int8(13);
   if (!in.ok()) return std::unexpected(std::string("a column holds a value of an unexpected size"));
   return row;
 }
 
 StoreError unreadable(std::int64_t id, const std::string& why) {
   return StoreError{StoreErrc::corrupt, "postgres: outbox row " + std::to_string(id) + " cannot be read: " + why};
+}
+
+// Pending rows with an ordering key that an earlier dead row of their key holds back.
+std::string held_by_dead(const std::string& t) {
+  return "FROM " + t + " p WHERE p.ordering_key IS NOT NULL AND p.state = 'pending' AND EXISTS (SELECT 1 FROM " + t +
+         " d WHERE d.ordering_key = p.ordering_key AND d.key_seq < p.key_seq AND d.state = 'dead')";
 }
 
 // The reader's statements for one schema.
@@ -96,8 +119,15 @@ struct Sql {
     // lease keeps them from other relays until it runs out. ARRAY(...) runs the subquery
     // exactly once; the outer conditions hold for the locked row versions.
     claim = "UPDATE " + t + " SET lease_owner = $3::text, lease_expires_ms = $4::bigint WHERE id = ANY (ARRAY("
-            "SELECT id FROM " + t + " WHERE state = 'pending' AND next_attempt_ms <= $1::bigint "
+            "SELECT id FROM " + t + " o WHERE state = 'pending' AND next_attempt_ms <= $1::bigint "
             "AND (lease_expires_ms IS NULL OR lease_expires_ms <= $1::bigint) "
+            // A row with an ordering key waits while an earlier row of its key (key_seq: commit
+            // order) is pending, in flight on any relay included, or dead outside the
+            // destinations whose dead rows let the key go on ($5). A row that commits while this
+            // runs is not seen: what is not seen is never taken.
+            "AND (o.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM " + t + " e WHERE e.ordering_key = o.ordering_key "
+            "AND e.key_seq < o.key_seq AND e.state <> 'sent' "
+            "AND (e.state = 'pending' OR (e.destination <> ALL ($5::text[]) AND '*' <> ALL ($5::text[]))))) "
             "ORDER BY id LIMIT $2::bigint FOR UPDATE SKIP LOCKED)) RETURNING " + cols;
     mark_unreadable = "UPDATE " + t + " SET state = 'dead', last_error = $2::text, lease_owner = NULL, "
                       "lease_expires_ms = NULL WHERE id = $1::bigint AND lease_owner = $3::text";
@@ -118,7 +148,9 @@ struct Sql {
             "AND state = 'sent'";
     count = "SELECT (SELECT count(*) FROM " + t + " WHERE state = 'pending'), (SELECT count(*) FROM " + t +
             " WHERE state = 'sent'), (SELECT count(*) FROM " + t + " WHERE state = 'dead'), "
-            "(SELECT min(created_ms) FROM " + t + " WHERE state = 'pending')";
+            "(SELECT min(created_ms) FROM " + t + " WHERE state = 'pending'), "
+            "(SELECT count(DISTINCT p.ordering_key) " + held_by_dead(t) + "), (SELECT min(p.created_ms) " +
+            held_by_dead(t) + ")";
     // The state is written into the SQL so that the planner uses its partial index.
     const auto list = [&](std::string_view state) {
       return "SELECT " + cols + " FROM " + t + " WHERE id > $1::bigint" +
@@ -150,11 +182,13 @@ bool insert_message(PostgresTransaction& tx, const OutboxMessage& message, const
   // sentence says what happened. A concurrent transaction enqueuing the same id makes this one
   // wait for it, then see its row.
   const std::string sql = "INSERT INTO " + pd::quote_ident(tx.schema()) +
-                          ".idem_outbox (message_id, destination, content_type, headers, body, created_ms) "
-                          "VALUES ($1, $2, $3, $4::jsonb, $5::bytea, $6::bigint) "
+                          ".idem_outbox (message_id, destination, content_type, headers, body, created_ms, ordering_key) "
+                          "VALUES ($1, $2, $3, $4::jsonb, $5::bytea, $6::bigint, $7) "
                           "ON CONFLICT (message_id) DO NOTHING RETURNING id";
+  std::optional<std::string> key;
+  if (!message.ordering_key.empty()) key = message.ordering_key;
   auto r = tx.exec(sql, {message.message_id, message.destination, message.content_type, headers_json,
-                         hex_bytea(message.body), std::to_string(to_epoch_ms(now))});
+                         hex_bytea(message.body), std::to_string(to_epoch_ms(now)), key});
   if (!r) {
     error = r.error().message;
     return false;
@@ -218,6 +252,8 @@ class PostgresOutbox::Impl {
     p.int8(limit_to_db(c.limit));
     p.text(c.owner);
     p.int8(to_epoch_ms(c.now + c.lease));
+    const std::string passing = text_array(c.dead_rows_pass);
+    p.text_form(passing.c_str());  // the text form of a text[]
     auto r = run(sql_.claim, p, {"outbox claim", true, true});
     if (!r) return std::unexpected(r.error());
     std::vector<OutboxRow> rows;
@@ -332,6 +368,8 @@ class PostgresOutbox::Impl {
     counts.sent = static_cast<std::uint64_t>(in.int8(1));
     counts.dead = static_cast<std::uint64_t>(in.int8(2));
     if (!in.null(3)) counts.oldest_pending = from_epoch_ms(in.int8(3));
+    counts.held_keys = static_cast<std::uint64_t>(in.int8(4));
+    if (!in.null(5)) counts.oldest_held = from_epoch_ms(in.int8(5));
     if (!in.ok()) return std::unexpected(internal_error("postgres: outbox count returned a malformed row"));
     return counts;
   }

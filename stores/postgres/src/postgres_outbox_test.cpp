@@ -4,9 +4,11 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -356,6 +358,193 @@ TEST_F(PostgresOutboxTest, FourRelaysClaimFiveThousandRowsEachExactlyOnce) {
   EXPECT_EQ(count("idem_outbox", "state = 'sent' AND lease_owner IS NULL"), std::to_string(kRows));
 }
 
+// ---- order per ordering key ----------------------------------------------------------------------
+
+std::vector<std::string> ids_of(const std::vector<OutboxRow>& rows) {
+  std::vector<std::string> ids;
+  for (const auto& r : rows) ids.push_back(r.message.message_id);
+  return ids;
+}
+
+TEST_F(PostgresOutboxTest, AKeysRowsGoInCommitOrderEvenWhenTheLaterCommitHoldsTheLowerId) {
+  const std::string t = qualified(schema, "idem_outbox");
+  // B takes an id first (as an INSERT does before it waits), A inserts and commits, then B's row
+  // goes in with its lower id: A's row is the key's first.
+  RawConn b;
+  const std::string lower = b.exec("SELECT nextval(pg_get_serial_sequence('" + t + "', 'id'))").value();
+  raw.exec("INSERT INTO " + t + " (message_id, body, ordering_key) VALUES ('a-first', 'x', 'pay_1')");
+  b.exec("INSERT INTO " + t + " (id, message_id, body, ordering_key) OVERRIDING SYSTEM VALUE VALUES (" + lower +
+         ", 'b-second', 'x', 'pay_1')");
+  EXPECT_EQ(raw.exec("SELECT key_seq FROM " + t + " WHERE message_id = 'a-first'"), "1");
+  EXPECT_EQ(raw.exec("SELECT key_seq FROM " + t + " WHERE message_id = 'b-second'"), "2");
+  auto reader = open_reader(schema);
+  auto first = reader->claim(claim_of(10)).value();
+  ASSERT_EQ(ids_of(first), (std::vector<std::string>{"a-first"}));
+  EXPECT_EQ(first[0].key_seq, 1);
+  EXPECT_EQ(first[0].message.ordering_key, "pay_1");
+  // In flight on this relay: another relay gets nothing of the key.
+  EXPECT_TRUE(reader->claim(claim_of(10, "relay-b")).value().empty());
+  ASSERT_TRUE(reader->settle({{first[0].id, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-a"));
+  EXPECT_EQ(ids_of(reader->claim(claim_of(10, "relay-b")).value()), (std::vector<std::string>{"b-second"}));
+}
+
+TEST_F(PostgresOutboxTest, TransactionsEnqueuingForOneKeyTakeTurnsUntilCommitAndARollbackGivesItsNumberBack) {
+  const std::string t = qualified(schema, "idem_outbox");
+  RawConn holder;
+  holder.exec("BEGIN; INSERT INTO " + t + " (message_id, body, ordering_key) VALUES ('r-1', 'x', 'pay_9')");
+  holder.exec("ROLLBACK");
+  holder.exec("BEGIN; INSERT INTO " + t + " (message_id, body, ordering_key) VALUES ('h-1', 'x', 'pay_9')");
+  std::atomic<bool> done{false};
+  std::thread waiter([&] {
+    RawConn other;
+    other.exec("INSERT INTO " + t + " (message_id, body, ordering_key) VALUES ('w-2', 'x', 'pay_9')");
+    done.store(true);
+  });
+  // Another key is not held up meanwhile.
+  raw.exec("INSERT INTO " + t + " (message_id, body, ordering_key) VALUES ('o-1', 'x', 'pay_other')");
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(done.load()) << "the second transaction of the key did not wait for the first";
+  holder.exec("COMMIT");
+  waiter.join();
+  EXPECT_EQ(raw.exec("SELECT string_agg(message_id || '=' || key_seq, ',' ORDER BY key_seq) FROM " + t +
+                     " WHERE ordering_key = 'pay_9'"),
+            "h-1=1,w-2=2");
+  EXPECT_EQ(raw.exec("SELECT key_seq FROM " + t + " WHERE message_id = 'o-1'"), "1");
+}
+
+TEST_F(PostgresOutboxTest, ARepeatableReadTransactionThatMissedAnEarlierCommitOfItsKeyFailsInsteadOfReordering) {
+  const std::string t = qualified(schema, "idem_outbox");
+  RawConn rr;
+  rr.exec("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM " + t);  // its snapshot, now
+  raw.exec("INSERT INTO " + t + " (message_id, body, ordering_key) VALUES ('first', 'x', 'pay_rr')");
+  std::string error;
+  try {
+    rr.exec("INSERT INTO " + t + " (message_id, body, ordering_key) VALUES ('second', 'x', 'pay_rr')");
+  } catch (const std::runtime_error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("idem_outbox_key_seq"), std::string::npos) << error;
+  rr.exec("ROLLBACK");
+  EXPECT_EQ(raw.exec("SELECT count(*) FROM " + t + " WHERE ordering_key = 'pay_rr'"), "1");
+}
+
+TEST_F(PostgresOutboxTest, ADeadRowHoldsOnlyItsKeyAndPassesWhereItsDestinationSaysSo) {
+  const std::string t = qualified(schema, "idem_outbox");
+  raw.exec("INSERT INTO " + t + " (message_id, body, ordering_key, destination) VALUES "
+           "('a-1', 'x', 'pay_a', 'payments'), ('a-2', 'x', 'pay_a', 'payments'), ('b-1', 'x', 'pay_b', 'payments'), "
+           "('b-2', 'x', 'pay_b', 'payments'), ('free', 'x', NULL, 'payments')");
+  auto reader = open_reader(schema);
+  auto first = reader->claim(claim_of(10)).value();
+  ASSERT_EQ(ids_of(first), (std::vector<std::string>{"a-1", "b-1", "free"}));
+  ASSERT_TRUE(reader->settle({{first[0].id, OutboxResult::Kind::dead, "refused", {}},
+                              {first[1].id, OutboxResult::Kind::sent, "", {}},
+                              {first[2].id, OutboxResult::Kind::sent, "", {}}},
+                             clock.now(), "relay-a"));
+  auto counts = reader->count().value();
+  EXPECT_EQ(counts.held_keys, 1u);
+  EXPECT_TRUE(counts.oldest_held.has_value());
+  auto second = reader->claim(claim_of(10)).value();
+  ASSERT_EQ(ids_of(second), (std::vector<std::string>{"b-2"}));
+  ASSERT_TRUE(reader->settle({{second[0].id, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-a"));
+  OutboxClaim elsewhere = claim_of(10);
+  elsewhere.dead_rows_pass = {"refunds", "with \"quotes\" and \\"};
+  EXPECT_TRUE(reader->claim(elsewhere).value().empty());
+  OutboxClaim here = claim_of(10);
+  here.dead_rows_pass = {"payments"};
+  EXPECT_EQ(ids_of(reader->claim(here).value()), (std::vector<std::string>{"a-2"}));
+}
+
+TEST_F(PostgresOutboxTest, FourRelaysKeepEachKeysOrderWithOneRowOfAKeyInFlightAtATime) {
+  // 40 keys x 25 rows, each written by its own transaction from 4 writer threads at once (so
+  // commits of a key's rows interleave with other keys' and ids say little); 4 relays claim,
+  // "publish" and settle concurrently, failing a row now and then.
+  constexpr int kKeys = 40, kPerKey = 25, kWriters = 4, kRelays = 4;
+  const std::string t = qualified(schema, "idem_outbox");
+  {
+    std::vector<std::thread> writers;
+    for (int w = 0; w < kWriters; ++w) {
+      writers.emplace_back([&, w] {
+        RawConn conn;
+        for (int seq = 0; seq < kPerKey; ++seq) {
+          for (int k = w; k < kKeys; k += kWriters) {
+            conn.exec("INSERT INTO " + t + " (message_id, body, ordering_key) VALUES ('k" + std::to_string(k) + "-" +
+                      std::to_string(seq) + "', '" + std::to_string(seq) + "', 'k" + std::to_string(k) + "')");
+          }
+        }
+      });
+    }
+    for (auto& w : writers) w.join();
+  }
+  std::mutex mutex;
+  std::map<std::string, std::int64_t> next_seq;  // key -> key_seq it must publish next
+  std::set<std::string> in_flight;
+  std::vector<std::string> errors;
+  std::atomic<int> published{0};
+  std::barrier start(kRelays);
+  std::vector<std::thread> relays;
+  for (int i = 0; i < kRelays; ++i) {
+    relays.emplace_back([&, i] {
+      try {
+        auto reader = open_reader(schema);
+        const std::string owner = "relay-" + std::to_string(i);
+        start.arrive_and_wait();
+        int idle = 0, round = 0;
+        while (published.load() < kKeys * kPerKey && idle < 200) {
+          ++round;
+          auto rows = reader->claim(OutboxClaim{7, SystemClock::instance().now(), 10min, owner});
+          if (!rows) throw std::runtime_error(rows.error().message);
+          if (rows->empty()) {
+            ++idle;
+            std::this_thread::sleep_for(5ms);
+            continue;
+          }
+          idle = 0;
+          std::vector<OutboxResult> results;
+          {
+            const std::lock_guard lock(mutex);
+            for (const OutboxRow& row : *rows) {
+              const std::string& key = row.message.ordering_key;
+              if (!in_flight.insert(key).second) errors.push_back("two rows of " + key + " in flight");
+              auto& next = next_seq.try_emplace(key, 1).first->second;
+              if (row.key_seq != next) {
+                errors.push_back(key + ": got key_seq " + std::to_string(row.key_seq) + ", expected " + std::to_string(next));
+              }
+              // The body is the writer's sequence: key_seq is commit order, and one writer
+              // committed a key's rows in sequence.
+              if (row.message.body != std::to_string(row.key_seq - 1)) errors.push_back(key + ": body " + row.message.body);
+            }
+          }
+          std::this_thread::sleep_for(1ms);  // the publish
+          {
+            const std::lock_guard lock(mutex);
+            for (const OutboxRow& row : *rows) {
+              const bool fail = (row.id + round) % 6 == 0;
+              if (!fail) {
+                ++next_seq[row.message.ordering_key];
+                ++published;
+              }
+              results.push_back(fail ? OutboxResult{row.id, OutboxResult::Kind::retry, "flaky", SystemClock::instance().now()}
+                                     : OutboxResult{row.id, OutboxResult::Kind::sent, "", {}});
+            }
+          }
+          if (auto settled = reader->settle(results, SystemClock::instance().now(), owner); !settled) {
+            throw std::runtime_error(settled.error().message);
+          }
+          const std::lock_guard lock(mutex);
+          for (const OutboxRow& row : *rows) in_flight.erase(row.message.ordering_key);
+        }
+      } catch (const std::exception& e) {
+        const std::lock_guard lock(mutex);
+        errors.push_back(std::string("relay ") + std::to_string(i) + ": " + e.what());
+      }
+    });
+  }
+  for (auto& r : relays) r.join();
+  for (const auto& e : errors) ADD_FAILURE() << e;
+  EXPECT_EQ(published.load(), kKeys * kPerKey);
+  EXPECT_EQ(count("idem_outbox", "state = 'sent'"), std::to_string(kKeys * kPerKey));
+}
+
 // ---- rows written by a service in another language ----------------------------------------------
 
 TEST_F(PostgresOutboxTest, AForeignInsertWithOnlyMessageIdAndBodyGetsTheDefaults) {
@@ -429,6 +618,24 @@ TEST(PostgresOutboxSchema, RelaysStartingAtOnceCreateTheTableInASchemaWithoutASt
   // A store opened there later migrates around the table it finds.
   auto store = pgtest::open_store(options_for(schema));
   EXPECT_TRUE(open_reader(schema, /*relay=*/false)->ping());
+}
+
+TEST(PostgresOutboxSchema, ARelayNewerThanTheStoreAddsOrderingKeysAndTheStoresMigrationFindsThemThere) {
+  const std::string schema = fresh_schema("idem_ob_v3");
+  RawConn raw;
+  ASSERT_TRUE(postgres_detail::migrate(raw.get(), schema, true, 10s, /*target=*/3));
+  raw.exec("INSERT INTO " + qualified(schema, "idem_outbox") + " (message_id, body) VALUES ('old-1', 'x')");
+  auto op = PostgresOutbox::open_reader(reader_options(schema, /*relay=*/false));
+  ASSERT_FALSE(op);  // an operator's tool changes no schema, and says what to do
+  EXPECT_NE(op.error().message.find("predates ordering keys"), std::string::npos) << op.error().message;
+  auto relay = open_reader(schema);
+  raw.exec("INSERT INTO " + qualified(schema, "idem_outbox") + " (message_id, body, ordering_key) VALUES ('new-1', 'x', 'k')");
+  EXPECT_EQ(raw.exec("SELECT key_seq FROM " + qualified(schema, "idem_outbox") + " WHERE message_id = 'new-1'"), "1");
+  auto store = pgtest::open_store(options_for(schema));
+  EXPECT_EQ(raw.exec("SELECT version FROM " + qualified(schema, "idem_schema_version")),
+            std::to_string(PostgresStore::schema_version()));
+  EXPECT_EQ(ids_of(relay->claim(OutboxClaim{10, SystemClock::instance().now(), 30s, "r"}).value()),
+            (std::vector<std::string>{"old-1", "new-1"}));
 }
 
 TEST(PostgresOutboxSchema, AnIdemSchemaNewerThanThisBuildIsRefused) {

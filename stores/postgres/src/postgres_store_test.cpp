@@ -160,7 +160,8 @@ TEST(PostgresMigrations, ASchemaOfVersionTwoGainsAttemptNumbers) {
            " (tenant_id, key, state, request_hash, fencing_token, lease_expires_ms, created_ms, expires_ms) "
            "VALUES ('t', 'key-from-version-2', 'in_progress', 'h1', 7, 0, 1, 99999999999999)");
   auto store = open_store(options_for(schema));
-  EXPECT_EQ(raw.exec("SELECT version FROM " + qualified(schema, "idem_schema_version")), "3");
+  EXPECT_EQ(raw.exec("SELECT version FROM " + qualified(schema, "idem_schema_version")),
+            std::to_string(PostgresStore::schema_version()));
   auto old = BlockingStore(*store).get(RecordId{"t", "key-from-version-2"});
   ASSERT_TRUE(old && *old);
   EXPECT_EQ((*old)->attempt, 1u);

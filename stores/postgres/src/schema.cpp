@@ -62,6 +62,46 @@ CREATE INDEX IF NOT EXISTS idem_outbox_sent ON @S.idem_outbox (sent_ms) WHERE st
 CREATE INDEX IF NOT EXISTS idem_outbox_dead ON @S.idem_outbox (id) WHERE state = 'dead';
 )sql";
 
+// Migration 4, and what ensure_outbox applies to a relay's own table that lacks it: ordering keys
+// (docs/outbox.md, "Order"). Idempotent (IF NOT EXISTS, OR REPLACE), so that a relay newer than
+// the service's store can bring the table forward and the store's migration later finds it done.
+//  - key_seq is a row's place among its key's rows, in commit order: the trigger takes a
+//    transaction-scoped advisory lock on the key before it reads the key's last key_seq, so
+//    transactions enqueuing for one key take turns from that INSERT to their commit (or rollback,
+//    which gives the number back), and a later number is always a later commit. Ids cannot say
+//    that: they are taken at INSERT, and a transaction holding a lower one may commit later.
+//  - The unique index finds the last key_seq, and refuses a duplicate one: a REPEATABLE READ or
+//    SERIALIZABLE transaction, whose snapshot predates the other transaction's commit, fails
+//    there (the application retries it, as after a serialization failure) instead of publishing
+//    out of order.
+//  - The partial index finds, for a row the relay considers, an earlier row of its key that is
+//    not sent yet.
+constexpr const char* kOutboxOrdering = R"sql(
+ALTER TABLE @S.idem_outbox ADD COLUMN IF NOT EXISTS ordering_key text COLLATE "C"
+  CHECK (ordering_key IS NULL OR ordering_key ~ '^[!-~]{1,128}$');
+ALTER TABLE @S.idem_outbox ADD COLUMN IF NOT EXISTS key_seq bigint;
+CREATE UNIQUE INDEX IF NOT EXISTS idem_outbox_key_seq ON @S.idem_outbox (ordering_key, key_seq)
+  WHERE ordering_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS idem_outbox_unsent_by_key ON @S.idem_outbox (ordering_key, key_seq)
+  WHERE ordering_key IS NOT NULL AND state <> 'sent';
+CREATE OR REPLACE FUNCTION @S.idem_outbox_number_key() RETURNS trigger LANGUAGE plpgsql AS $number$
+BEGIN
+  IF NEW.ordering_key IS NULL THEN
+    NEW.key_seq := NULL;
+    RETURN NEW;
+  END IF;
+  PERFORM pg_advisory_xact_lock(hashtextextended('idem.outbox-key:' || TG_TABLE_SCHEMA || ':' || NEW.ordering_key, 0));
+  -- A fresh snapshot (READ COMMITTED): the rows of the transaction we waited for are in it.
+  EXECUTE format('SELECT coalesce(max(key_seq), 0) + 1 FROM %I.idem_outbox WHERE ordering_key = $1', TG_TABLE_SCHEMA)
+    INTO NEW.key_seq USING NEW.ordering_key;
+  RETURN NEW;
+END
+$number$;
+DROP TRIGGER IF EXISTS idem_outbox_number_key ON @S.idem_outbox;
+CREATE TRIGGER idem_outbox_number_key BEFORE INSERT ON @S.idem_outbox
+  FOR EACH ROW EXECUTE FUNCTION @S.idem_outbox_number_key();
+)sql";
+
 // Migration 3: the attempt number (SPEC §12: every takeover counts one more; the gateway tells the
 // upstream) and an "ask" route's lookup (idemctl reconcile reads it). Records from before are
 // first attempts without a lookup. ADD COLUMN with a constant default rewrites no row and checks
@@ -303,6 +343,7 @@ $claim$;
 )sql"},
     {2, kOutbox},
     {3, kAttempts},
+    {4, kOutboxOrdering},
 };
 
 constexpr const char* kVersionTable = R"sql(
@@ -397,6 +438,19 @@ std::expected<bool, Failure> has_outbox(PGconn* conn, const std::string& schema,
   return PQntuples(exists->get()) == 1 && std::string_view(PQgetvalue(exists->get(), 0, 0)) == "t";
 }
 
+// Whether the schema's idem_outbox has the ordering_key column (migration 4).
+std::expected<bool, Failure> has_ordering(PGconn* conn, const std::string& schema, milliseconds silence) {
+  const Exchange ex{"read idem_outbox columns", false, false};
+  Params p;
+  p.text(schema);
+  auto r = exec(conn,
+                "SELECT 1 FROM information_schema.columns WHERE table_schema = $1::text AND table_name = 'idem_outbox' "
+                "AND column_name = 'ordering_key'",
+                p, 0, silence, ex);
+  if (!r) return std::unexpected(r.error());
+  return PQntuples(r->get()) > 0;
+}
+
 }  // namespace
 
 std::expected<Done, Failure> migrate(PGconn* conn, const std::string& schema, bool run_migrations,
@@ -442,7 +496,23 @@ std::expected<Done, Failure> ensure_outbox(PGconn* conn, const std::string& sche
   if (auto ok = check_version(*version, schema); !ok) return ok;
   auto present = has_outbox(conn, schema, silence);
   if (!present) return std::unexpected(present.error());
-  if (*present) return Done{};
+  if (*present) {
+    auto ordering = has_ordering(conn, schema, silence);
+    if (!ordering) return std::unexpected(ordering.error());
+    if (*ordering) return Done{};
+    // A table from before ordering keys: a relay's own (no store migrates it), or an idem store's
+    // not opened by this version yet.
+    if (!create) {
+      return std::unexpected(schema_failure(
+          StoreErrc::internal, "postgres: " + quote_ident(schema) +
+                                   ".idem_outbox predates ordering keys: start idem-relay or open an idem store on it "
+                                   "once, which moves it forward"));
+    }
+    const Exchange ex{"add ordering keys to idem_outbox", true, false};
+    return under_migration_lock(conn, schema, silence, ex, [&]() -> std::expected<Done, Failure> {
+      return exec_script(conn, in_schema(kOutboxOrdering, schema), silence, ex);
+    });
+  }
   if (!create) {
     return std::unexpected(schema_failure(
         StoreErrc::internal, "postgres: schema " + quote_ident(schema) +
@@ -451,7 +521,8 @@ std::expected<Done, Failure> ensure_outbox(PGconn* conn, const std::string& sche
   }
   const Exchange ex{"create idem_outbox", true, false};
   return under_migration_lock(conn, schema, silence, ex, [&]() -> std::expected<Done, Failure> {
-    return exec_script(conn, in_schema(kOutbox, schema), silence, ex);
+    if (auto made = exec_script(conn, in_schema(kOutbox, schema), silence, ex); !made) return made;
+    return exec_script(conn, in_schema(kOutboxOrdering, schema), silence, ex);
   });
 }
 

@@ -226,6 +226,17 @@ constexpr const char* kOutboxScan = R"sql(
   DROP INDEX IF EXISTS idem_outbox_pending;
 )sql";
 
+// Migration 8: ordering keys (docs/outbox.md, "Order"). A row's key is the aggregate it belongs to;
+// the relay publishes a key's rows one at a time, in id order, which is commit order with
+// SQLite's one writer. The index finds, for a candidate row, an earlier row of its key that is not
+// sent yet. ADD COLUMN with a NULL default rewrites no row. ensure_outbox runs it after creating
+// the table too; a relay on a file still at version 7 reads every row as keyless.
+constexpr const char* kOutboxOrdering = R"sql(
+  ALTER TABLE idem_outbox ADD COLUMN ordering_key TEXT
+    CHECK (ordering_key IS NULL OR length(ordering_key) BETWEEN 1 AND 128);
+  CREATE INDEX idem_outbox_ordering ON idem_outbox (ordering_key, id) WHERE ordering_key IS NOT NULL;
+)sql";
+
 // Append only: a released migration is never edited, a change is a new entry.
 constexpr Migration kMigrations[] = {
     {1, R"sql(
@@ -259,6 +270,7 @@ constexpr Migration kMigrations[] = {
     {5, kOutboxLeanChecks},
     {6, kOutboxSettledIndex},
     {7, kOutboxScan},
+    {8, kOutboxOrdering},
 };
 
 }  // namespace
@@ -319,6 +331,15 @@ StoreResult<bool> has_table(sqlite3* db, const char* name) {
   return q->int64(0) > 0;
 }
 
+StoreResult<bool> has_column(sqlite3* db, const char* table, const char* column) {
+  auto q = Statement::prepare(db, "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2");
+  if (!q) return std::unexpected(q.error());
+  q->bind_text(1, table);
+  q->bind_text(2, column);
+  if (const int rc = q->step(); rc != SQLITE_ROW) return std::unexpected(map_error(rc, "read schema", db));
+  return q->int64(0) > 0;
+}
+
 StoreResult<Done> migrate(sqlite3* db, int target) {
   return in_write_transaction(db, "migration", [&]() -> StoreResult<Done> {
     auto current = read_schema_version(db);
@@ -363,7 +384,8 @@ StoreResult<Done> ensure_outbox(sqlite3* db, bool create, std::string_view path)
     if (auto rebuilt = exec(db, kOutboxStateCheck, "create idem_outbox"); !rebuilt) return rebuilt;
     if (auto leaner = exec(db, kOutboxLeanChecks, "create idem_outbox"); !leaner) return leaner;
     if (auto settled = exec(db, kOutboxSettledIndex, "create idem_outbox"); !settled) return settled;
-    return exec(db, kOutboxScan, "create idem_outbox");
+    if (auto scan = exec(db, kOutboxScan, "create idem_outbox"); !scan) return scan;
+    return exec(db, kOutboxOrdering, "create idem_outbox");
   });
 }
 

@@ -25,6 +25,8 @@ StoreResult<Done> ensure_outbox(sqlite3* db, bool create, std::string_view path)
 
 /// Whether the database has a table of that name.
 StoreResult<bool> has_table(sqlite3* db, const char* name);
+/// Whether `table` has a column `column`.
+StoreResult<bool> has_column(sqlite3* db, const char* table, const char* column);
 
 /// Reads the recorded schema version: 0 for a database the store never touched.
 StoreResult<int> read_schema_version(sqlite3* db);

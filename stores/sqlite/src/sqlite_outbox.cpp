@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "connection.hpp"
+#include "idem/error_envelope.hpp"
 #include "relay_lock.hpp"
 #include "schema.hpp"
 #include "writer_transaction.hpp"
@@ -26,6 +27,16 @@ using sqlite_detail::WriterTransaction;
 
 StoreError internal_error(std::string message) { return StoreError{StoreErrc::internal, std::move(message)}; }
 
+// ["a","b"]: the claim's list of destinations, for json_each.
+std::string json_array(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (const std::string& item : items) {
+    if (out.size() > 1) out += ',';
+    append_json_string(out, item);
+  }
+  return out + "]";
+}
+
 std::int64_t to_db(std::size_t n) {
   return static_cast<std::int64_t>(std::min<std::size_t>(n, std::numeric_limits<std::int64_t>::max()));
 }
@@ -36,13 +47,22 @@ std::int64_t to_db(std::size_t n) {
 // keeps its default 0 ("due at once"), so that a relay whose clock is behind the service's still
 // publishes the row now.
 constexpr std::string_view kInsert =
+    "INSERT INTO idem_outbox (message_id, destination, content_type, headers, body, created_ms, ordering_key) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (message_id) DO NOTHING";
+// An outbox made before schema version 8 (by an older relay, in an application's own database)
+// has no ordering_key column: messages without a key still go in.
+constexpr std::string_view kInsertWithoutKey =
     "INSERT INTO idem_outbox (message_id, destination, content_type, headers, body, created_ms) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (message_id) DO NOTHING";
 
-// What decode_row reads, in this order.
-#define IDEM_OUTBOX_COLUMNS                                                                               \
+// What decode_row reads, in this order; a file before schema version 8 has no ordering key.
+#define IDEM_OUTBOX_COLUMNS_BUT_KEY                                                                       \
   "id, message_id, destination, content_type, headers, body, state, created_ms, attempts, next_attempt_ms, " \
-  "last_error, sent_ms"
+  "last_error, sent_ms, "
+std::string columns(bool ordering) {
+  return std::string(IDEM_OUTBOX_COLUMNS_BUT_KEY) + (ordering ? "ordering_key" : "NULL");
+}
+#undef IDEM_OUTBOX_COLUMNS_BUT_KEY
 
 // Where the relay looks for pending rows. From schema version 7 on, by id from the low-water mark
 // in idem_outbox_scan (every row below it is sent or dead; schema.cpp, migration 7), the table
@@ -51,14 +71,22 @@ constexpr std::string_view kInsert =
 #define IDEM_OUTBOX_FROM_SCAN "id >= (SELECT from_id FROM idem_outbox_scan) AND "
 
 // One relay per file (the relay lock), so a lease held by anyone else is a dead relay's: it is
-// recorded for operators, not obeyed.
-#define IDEM_OUTBOX_CLAIM(from)                                                                   \
-  "UPDATE idem_outbox SET lease_owner = ?1, lease_expires_ms = ?2 WHERE id IN "                   \
-  "(SELECT id FROM idem_outbox WHERE " from "state = 'pending' AND next_attempt_ms <= ?3 ORDER BY id LIMIT ?4) " \
-  "RETURNING " IDEM_OUTBOX_COLUMNS
-constexpr std::string_view kClaim = IDEM_OUTBOX_CLAIM(IDEM_OUTBOX_FROM_SCAN);
-constexpr std::string_view kClaimByIndex = IDEM_OUTBOX_CLAIM("");
-#undef IDEM_OUTBOX_CLAIM
+// recorded for operators, not obeyed. A row with an ordering key waits while an earlier row of its
+// key (by id: SQLite commits its one writer's transactions in id order) is pending, in flight
+// included, or dead outside the destinations whose dead rows let the key go on (?5, a JSON
+// array); the ordering index finds those rows.
+std::string claim_sql(bool scan, bool ordering) {
+  std::string sql = "UPDATE idem_outbox SET lease_owner = ?1, lease_expires_ms = ?2 WHERE id IN (SELECT id FROM idem_outbox o WHERE ";
+  if (scan) sql += IDEM_OUTBOX_FROM_SCAN;
+  sql += "state = 'pending' AND next_attempt_ms <= ?3 ";
+  if (ordering) {
+    sql +=
+        "AND (ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM idem_outbox e WHERE e.ordering_key = o.ordering_key "
+        "AND e.id < o.id AND (e.state = 'pending' OR (e.state = 'dead' AND e.destination NOT IN "
+        "(SELECT value FROM json_each(?5)) AND '*' NOT IN (SELECT value FROM json_each(?5)))))) ";
+  }
+  return sql + "ORDER BY id LIMIT ?4) RETURNING " + columns(ordering);
+}
 
 // The low-water mark up to the first pending row, or past the newest row when none is pending
 // (an empty table keeps it). Run at the end of the relay's claim and settle transactions: it
@@ -102,23 +130,28 @@ constexpr std::string_view kPurgeSent =
     "AND id < (SELECT max(id) FROM idem_outbox) LIMIT ?2)";
 
 // Pending rows from the low-water mark (or on their index, before version 7); sent and dead ones
-// on the settled rows' index.
-#define IDEM_OUTBOX_COUNT(from)                                                                 \
-  "SELECT (SELECT count(*) FROM idem_outbox WHERE " from "state = 'pending'), "                \
-  "(SELECT count(*) FROM idem_outbox WHERE state <> 'pending' AND state = 'sent'), "            \
-  "(SELECT count(*) FROM idem_outbox WHERE state <> 'pending' AND state = 'dead'), "            \
-  "(SELECT min(created_ms) FROM idem_outbox WHERE " from "state = 'pending')"
-constexpr std::string_view kCount = IDEM_OUTBOX_COUNT(IDEM_OUTBOX_FROM_SCAN);
-constexpr std::string_view kCountByIndex = IDEM_OUTBOX_COUNT("");
-#undef IDEM_OUTBOX_COUNT
+// on the settled rows' index. From version 8, the ordering keys held by a dead row (one with a
+// pending row of its key after it) and the oldest row so held, off the ordering index.
+std::string count_sql(bool scan, bool ordering) {
+  const std::string from = scan ? IDEM_OUTBOX_FROM_SCAN : "";
+  std::string sql = "SELECT (SELECT count(*) FROM idem_outbox WHERE " + from + "state = 'pending'), "
+                    "(SELECT count(*) FROM idem_outbox WHERE state <> 'pending' AND state = 'sent'), "
+                    "(SELECT count(*) FROM idem_outbox WHERE state <> 'pending' AND state = 'dead'), "
+                    "(SELECT min(created_ms) FROM idem_outbox WHERE " + from + "state = 'pending')";
+  if (!ordering) return sql + ", 0, NULL";
+  const std::string held =
+      "FROM idem_outbox p WHERE p.ordering_key IS NOT NULL AND p.state = 'pending' AND EXISTS (SELECT 1 FROM idem_outbox d "
+      "WHERE d.ordering_key = p.ordering_key AND d.id < p.id AND d.state = 'dead')";
+  return sql + ", (SELECT count(DISTINCT p.ordering_key) " + held + "), (SELECT min(p.created_ms) " + held + ")";
+}
 
 // The state is written into the SQL (not bound) so that SQLite can use a partial index. Pending
 // rows come in id order from the low-water mark (one bound: SQLite seeks to the larger of the two)
 // or, before version 7, off their index. Dead rows are few: the settled rows' index finds them
 // and SQLite sorts them. Sent rows are most of the table, so they are read in id order off the
 // table itself rather than all sorted (no `state <> 'pending'`: the index stays out of it).
-std::string list_sql(std::optional<OutboxState> state, bool scan) {
-  std::string sql = "SELECT " IDEM_OUTBOX_COLUMNS " FROM idem_outbox WHERE ";
+std::string list_sql(std::optional<OutboxState> state, bool scan, bool ordering) {
+  std::string sql = "SELECT " + columns(ordering) + " FROM idem_outbox WHERE ";
   sql += state == OutboxState::pending && scan ? "id >= max(?1 + 1, (SELECT from_id FROM idem_outbox_scan))"
                                                : "id > ?1";
   if (state == OutboxState::dead) sql += " AND state <> 'pending'";
@@ -126,14 +159,13 @@ std::string list_sql(std::optional<OutboxState> state, bool scan) {
   return sql + " ORDER BY id LIMIT ?2";
 }
 
-constexpr std::string_view kGet = "SELECT " IDEM_OUTBOX_COLUMNS " FROM idem_outbox WHERE id = ?1";
+std::string get_sql(bool ordering) { return "SELECT " + columns(ordering) + " FROM idem_outbox WHERE id = ?1"; }
 constexpr std::string_view kRetryDead =
     "UPDATE idem_outbox SET state = 'pending', attempts = 0, next_attempt_ms = ?2, lease_owner = NULL, "
     "lease_expires_ms = NULL WHERE id = ?1 AND state = 'dead'";
 constexpr std::string_view kDropDead = "DELETE FROM idem_outbox WHERE id = ?1 AND state = 'dead'";
 constexpr std::string_view kPing = "SELECT 1 FROM idem_outbox LIMIT 1";
 
-#undef IDEM_OUTBOX_COLUMNS
 #undef IDEM_OUTBOX_FROM_SCAN
 
 std::optional<OutboxState> parse_state(std::string_view s) {
@@ -163,6 +195,10 @@ std::expected<OutboxRow, std::string> decode_row(const Statement& q) {
   row.next_attempt = from_epoch_ms(q.int64(9));
   row.last_error = std::string(q.text(10));
   if (!q.is_null(11)) row.sent = from_epoch_ms(q.int64(11));
+  if (!q.is_null(12)) {
+    row.message.ordering_key = std::string(q.text(12));
+    row.key_seq = row.id;  // ids are commit order here
+  }
   return row;
 }
 
@@ -172,8 +208,10 @@ StoreError unreadable(std::int64_t id, const std::string& why) {
 
 // Every statement a reader runs, prepared once at open. `scan` says whether the file has the
 // low-water mark (schema version 7); without it the mark's three statements stay empty.
+// `ordering` whether it has ordering keys (version 8); without them every row is keyless.
 struct Statements {
   bool scan = false;
+  bool ordering = false;
   Statement begin, commit, rollback;
   Statement claim, mark_unreadable, sent, retry, postpone, dead;
   Statement advance_scan, lower_scan_to, lower_scan_to_newest;
@@ -185,15 +223,20 @@ StoreResult<Statements> prepare_statements(sqlite3* db) {
   auto scan = sqlite_detail::has_table(db, "idem_outbox_scan");
   if (!scan) return std::unexpected(scan.error());
   s.scan = *scan;
-  const std::string all_sql = list_sql(std::nullopt, s.scan), pending_sql = list_sql(OutboxState::pending, s.scan),
-                    sent_sql = list_sql(OutboxState::sent, s.scan), dead_sql = list_sql(OutboxState::dead, s.scan);
+  auto ordering = sqlite_detail::has_column(db, "idem_outbox", "ordering_key");
+  if (!ordering) return std::unexpected(ordering.error());
+  s.ordering = *ordering;
+  const bool o = s.ordering;
+  const std::string all_sql = list_sql(std::nullopt, s.scan, o), pending_sql = list_sql(OutboxState::pending, s.scan, o),
+                    sent_sql = list_sql(OutboxState::sent, s.scan, o), dead_sql = list_sql(OutboxState::dead, s.scan, o),
+                    claim = claim_sql(s.scan, o), count = count_sql(s.scan, o), get = get_sql(o);
   std::vector<std::pair<Statement*, std::string_view>> all = {
       {&s.begin, "BEGIN IMMEDIATE"},  {&s.commit, "COMMIT"},        {&s.rollback, "ROLLBACK"},
-      {&s.claim, s.scan ? kClaim : kClaimByIndex},                  {&s.mark_unreadable, kMarkUnreadable},
+      {&s.claim, claim},              {&s.mark_unreadable, kMarkUnreadable},
       {&s.sent, kSettleSent},         {&s.retry, kSettleRetry},     {&s.postpone, kSettlePostpone},
-      {&s.dead, kSettleDead},         {&s.purge, kPurgeSent},       {&s.count, s.scan ? kCount : kCountByIndex},
+      {&s.dead, kSettleDead},         {&s.purge, kPurgeSent},       {&s.count, count},
       {&s.list_all, all_sql},         {&s.list_pending, pending_sql}, {&s.list_sent, sent_sql},
-      {&s.list_dead, dead_sql},       {&s.get, kGet},               {&s.retry_dead, kRetryDead},
+      {&s.list_dead, dead_sql},       {&s.get, get},               {&s.retry_dead, kRetryDead},
       {&s.drop_dead, kDropDead},      {&s.ping, kPing},
   };
   if (s.scan) {
@@ -238,12 +281,21 @@ bool insert_message(sqlite3* db, const OutboxMessage& message, std::string_view 
   // elsewhere it is prepared for this call.
   Statement* cached = WriterTransaction::outbox_insert_for(db);
   Statement local;
+  bool with_key = true;
   if (cached == nullptr || cached->get() == nullptr) {
     auto prepared = Statement::prepare(db, kInsert);
+    if (!prepared && message.ordering_key.empty() && prepared.error().message.find("ordering_key") != std::string::npos) {
+      prepared = Statement::prepare(db, kInsertWithoutKey);  // an outbox from before schema version 8
+      with_key = false;
+      cached = nullptr;  // the writer's cache holds the statement with the key only
+    }
     if (!prepared) {
       error = prepared.error().message;
       if (error.find("no such table") != std::string::npos) {
         error += " (the outbox table is made by SqliteStore::open or by an outbox reader on this file)";
+      } else if (error.find("ordering_key") != std::string::npos) {
+        error += " (the outbox predates ordering keys: open an idem store on this file once, which moves its schema "
+                 "forward)";
       }
       return false;
     }
@@ -257,6 +309,13 @@ bool insert_message(sqlite3* db, const OutboxMessage& message, std::string_view 
   q.bind_text(4, headers_json);
   q.bind_blob(5, message.body);
   q.bind(6, to_epoch_ms(now));
+  if (with_key) {
+    if (message.ordering_key.empty()) {
+      q.bind_null(7);
+    } else {
+      q.bind_text(7, message.ordering_key);
+    }
+  }
   if (const int rc = q.step(); rc != SQLITE_DONE) {
     error = map_error(rc, "enqueue message \"" + message.message_id + "\"", db).message;
     return false;
@@ -347,6 +406,8 @@ class SqliteOutbox::Impl {
         q.bind(2, to_epoch_ms(c.now + c.lease));
         q.bind(3, to_epoch_ms(c.now));
         q.bind(4, to_db(c.limit));
+        const std::string passing = json_array(c.dead_rows_pass);
+        if (st_.ordering) q.bind_text(5, passing);
         int rc;
         while ((rc = q.step()) == SQLITE_ROW) {
           auto row = decode_row(q);
@@ -416,6 +477,8 @@ class SqliteOutbox::Impl {
     counts.sent = static_cast<std::uint64_t>(q.int64(1));
     counts.dead = static_cast<std::uint64_t>(q.int64(2));
     if (!q.is_null(3)) counts.oldest_pending = from_epoch_ms(q.int64(3));
+    counts.held_keys = static_cast<std::uint64_t>(q.int64(4));
+    if (!q.is_null(5)) counts.oldest_held = from_epoch_ms(q.int64(5));
     return counts;
   }
 

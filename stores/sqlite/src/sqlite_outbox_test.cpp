@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -99,6 +101,19 @@ OutboxMessage message(std::string id, std::string body = "{\"amount\":100}") {
   m.message_id = std::move(id);
   m.body = std::move(body);
   return m;
+}
+
+OutboxMessage keyed(std::string id, std::string key, std::string destination = "") {
+  OutboxMessage m = message(std::move(id));
+  m.ordering_key = std::move(key);
+  m.destination = std::move(destination);
+  return m;
+}
+
+std::vector<std::string> ids_of(const std::vector<OutboxRow>& rows) {
+  std::vector<std::string> ids;
+  for (const auto& r : rows) ids.push_back(r.message.message_id);
+  return ids;
 }
 
 std::unique_ptr<SqliteOutbox> open_reader(const std::string& path, bool relay = true) {
@@ -389,6 +404,140 @@ TEST_F(SqliteOutboxTest, ClaimTakesDueRowsInIdOrderUpToTheLimit) {
   EXPECT_EQ((*third)[0].attempts, 1u);
   EXPECT_EQ((*third)[0].last_error, "broker away");
   EXPECT_TRUE(reader->claim(claim_of(0))->empty());
+}
+
+// ---- order per ordering key ------------------------------------------------------------------
+
+TEST_F(SqliteOutboxTest, AKeysRowsAreClaimedOneAtATimeEachAfterThePreviousIsSent) {
+  enqueue_all({keyed("a-1", "pay_a"), keyed("b-1", "pay_b"), keyed("a-2", "pay_a"), message("free-1"),
+               keyed("a-3", "pay_a"), keyed("b-2", "pay_b")});
+  auto reader = open_reader(path);
+  auto first = reader->claim(claim_of(10)).value();
+  // One row of each key, and every row without a key.
+  EXPECT_EQ(ids_of(first), (std::vector<std::string>{"a-1", "b-1", "free-1"}));
+  EXPECT_EQ(first[0].message.ordering_key, "pay_a");
+  EXPECT_EQ(first[0].key_seq, first[0].id);
+  EXPECT_EQ(first[2].message.ordering_key, "");
+  EXPECT_EQ(first[2].key_seq, 0);
+  // One relay per file: a claim takes again what the last one left unsettled (the relay died
+  // with it), and still no later row of a key.
+  EXPECT_EQ(ids_of(reader->claim(claim_of(10)).value()), (std::vector<std::string>{"a-1", "b-1", "free-1"}));
+  // b-1 fails and goes again in 5 s: b-2 waits behind it; a-1 is sent: a-2 comes.
+  ASSERT_TRUE(reader->settle({{first[0].id, OutboxResult::Kind::sent, "", {}},
+                              {first[1].id, OutboxResult::Kind::retry, "broker away", clock.now() + 5s},
+                              {first[2].id, OutboxResult::Kind::sent, "", {}}},
+                             clock.now(), "relay-a"));
+  auto second = reader->claim(claim_of(10)).value();
+  EXPECT_EQ(ids_of(second), (std::vector<std::string>{"a-2"}));
+  ASSERT_TRUE(reader->settle({{second[0].id, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-a"));
+  clock.advance(5s);
+  auto third = reader->claim(claim_of(10)).value();
+  EXPECT_EQ(ids_of(third), (std::vector<std::string>{"b-1", "a-3"}));
+  ASSERT_TRUE(reader->settle({{third[0].id, OutboxResult::Kind::sent, "", {}}, {third[1].id, OutboxResult::Kind::sent, "", {}}},
+                             clock.now(), "relay-a"));
+  EXPECT_EQ(ids_of(reader->claim(claim_of(10)).value()), (std::vector<std::string>{"b-2"}));
+}
+
+TEST_F(SqliteOutboxTest, ADeadRowHoldsItsKeyOnlyUntilAnOperatorRetriesOrDropsIt) {
+  enqueue_all({keyed("a-1", "pay_a", "payments"), keyed("a-2", "pay_a", "payments"), keyed("a-3", "pay_a", "payments"),
+               keyed("b-1", "pay_b", "payments"), keyed("b-2", "pay_b", "payments")});
+  auto reader = open_reader(path);
+  auto first = reader->claim(claim_of(10)).value();
+  ASSERT_EQ(ids_of(first), (std::vector<std::string>{"a-1", "b-1"}));
+  ASSERT_TRUE(reader->settle({{first[0].id, OutboxResult::Kind::dead, "refused: too large", {}},
+                              {first[1].id, OutboxResult::Kind::sent, "", {}}},
+                             clock.now(), "relay-a"));
+  // pay_a is held: its later rows wait; pay_b goes on.
+  auto b2 = reader->claim(claim_of(10)).value();
+  ASSERT_EQ(ids_of(b2), (std::vector<std::string>{"b-2"}));
+  ASSERT_TRUE(reader->settle({{b2[0].id, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-a"));
+  auto counts = reader->count().value();
+  EXPECT_EQ(counts.held_keys, 1u);
+  ASSERT_TRUE(counts.oldest_held);
+  EXPECT_EQ(*counts.oldest_held, clock.now());
+  EXPECT_TRUE(reader->claim(claim_of(10)).value().empty());
+  // A destination whose dead rows pass (or "*") lets a-2 go; another destination's does not.
+  OutboxClaim other = claim_of(10);
+  other.dead_rows_pass = {"refunds"};
+  EXPECT_TRUE(reader->claim(other).value().empty());
+  // The operator retries a-1: it goes first, then a-2.
+  ASSERT_TRUE(reader->retry_dead(first[0].id, clock.now()).value());
+  EXPECT_EQ(reader->count().value().held_keys, 0u);
+  auto retried = reader->claim(claim_of(10)).value();
+  EXPECT_EQ(ids_of(retried), (std::vector<std::string>{"a-1"}));
+  ASSERT_TRUE(reader->settle({{retried[0].id, OutboxResult::Kind::dead, "refused again", {}}}, clock.now(), "relay-a"));
+  OutboxClaim passing = claim_of(10);
+  passing.dead_rows_pass = {"refunds", "payments"};
+  auto passed = reader->claim(passing).value();
+  EXPECT_EQ(ids_of(passed), (std::vector<std::string>{"a-2"}));
+  ASSERT_TRUE(reader->settle({{passed[0].id, OutboxResult::Kind::sent, "", {}}}, clock.now(), "relay-a"));
+  // Dropping the dead row lets the key go on under the default (hold) too.
+  ASSERT_TRUE(reader->drop_dead(first[0].id).value());
+  EXPECT_EQ(ids_of(reader->claim(claim_of(10)).value()), (std::vector<std::string>{"a-3"}));
+}
+
+TEST_F(SqliteOutboxTest, EveryDestinationPassingLetsAKeyGoOnPastItsDeadRow) {
+  enqueue_all({keyed("a-1", "pay_a", "x"), keyed("a-2", "pay_a", "y")});
+  auto reader = open_reader(path);
+  auto first = reader->claim(claim_of(10)).value();
+  ASSERT_TRUE(reader->settle({{first[0].id, OutboxResult::Kind::dead, "refused", {}}}, clock.now(), "relay-a"));
+  OutboxClaim all = claim_of(10);
+  all.dead_rows_pass = {"*"};
+  EXPECT_EQ(ids_of(reader->claim(all).value()), (std::vector<std::string>{"a-2"}));
+}
+
+TEST_F(SqliteOutboxTest, AnOrderingKeyIsCheckedAtEnqueueAndReadBack) {
+  auto reader = open_reader(path);
+  std::string error;
+  raw->exec("BEGIN");
+  for (const std::string& bad : {std::string("has space"), std::string(129, 'k'), std::string("caf\xc3\xa9")}) {
+    EXPECT_FALSE(SqliteOutbox::enqueue(raw->get(), keyed("bad", bad), clock.now(), error)) << bad;
+    EXPECT_NE(error.find("ordering key"), std::string::npos) << error;
+  }
+  ASSERT_TRUE(SqliteOutbox::enqueue(raw->get(), keyed("good", std::string(128, 'k')), clock.now(), error)) << error;
+  raw->exec("COMMIT");
+  auto rows = reader->list(OutboxQuery{}).value();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].message.ordering_key, std::string(128, 'k'));
+  // A foreign writer's key breaking the length rule is refused by the table.
+  EXPECT_FALSE(raw->try_exec("INSERT INTO idem_outbox (message_id, ordering_key) VALUES ('f', '')").empty());
+}
+
+TEST_F(SqliteOutboxTest, ManyKeysUnderARelayLoopKeepEachKeysOrder) {
+  // 20 keys x 10 rows enqueued in interleaved transactions; a relay that claims in batches of 7
+  // and fails a row now and then: each key's rows leave in enqueue order, one at a time.
+  std::vector<OutboxMessage> all;
+  for (int i = 0; i < 10; ++i) {
+    for (int k = 0; k < 20; ++k) all.push_back(keyed("k" + std::to_string(k) + "-" + std::to_string(i), "k" + std::to_string(k)));
+  }
+  for (std::size_t i = 0; i < all.size(); i += 13) {
+    enqueue_all(std::vector<OutboxMessage>(all.begin() + static_cast<std::ptrdiff_t>(i),
+                                           all.begin() + static_cast<std::ptrdiff_t>(std::min(all.size(), i + 13))));
+  }
+  auto reader = open_reader(path);
+  std::map<std::string, int> next;  // key -> the sequence number it must publish next
+  std::size_t published = 0, round = 0;
+  while (published < all.size() && round < 1000) {
+    ++round;
+    auto rows = reader->claim(claim_of(7)).value();
+    std::set<std::string> keys;
+    std::vector<OutboxResult> results;
+    for (const auto& r : rows) {
+      EXPECT_TRUE(keys.insert(r.message.ordering_key).second) << "two rows of " << r.message.ordering_key << " at once";
+      const auto dash = r.message.message_id.find('-');
+      const int seq = std::stoi(r.message.message_id.substr(dash + 1));
+      if ((round + static_cast<std::size_t>(seq)) % 5 == 0) {
+        results.push_back({r.id, OutboxResult::Kind::retry, "flaky", clock.now()});
+        continue;
+      }
+      EXPECT_EQ(seq, next[r.message.ordering_key]) << r.message.message_id;
+      next[r.message.ordering_key] = seq + 1;
+      results.push_back({r.id, OutboxResult::Kind::sent, "", {}});
+      ++published;
+    }
+    ASSERT_TRUE(reader->settle(results, clock.now(), "relay-a"));
+  }
+  EXPECT_EQ(published, all.size());
 }
 
 TEST_F(SqliteOutboxTest, EachSettleKindRecordsWhatHappened) {
@@ -1127,7 +1276,7 @@ TEST(SqliteOutboxSchema, MigrationSevenDropsThePendingIndexForAScanMarkAtTheFirs
     }
     open_and_close_store(path);
     RawDb raw(path);
-    EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 7);
+    EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), sqlite_detail::latest_schema_version());
     EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'idem_outbox_pending'"), 0) << rows;
     const std::int64_t expected = std::string(rows) == "mixed" ? 4 : std::string(rows) == "settled" ? 5 : 0;
     EXPECT_EQ(raw.scalar("SELECT from_id FROM idem_outbox_scan"), expected) << rows;
@@ -1148,6 +1297,39 @@ TEST(SqliteOutboxSchema, MigrationSevenDropsThePendingIndexForAScanMarkAtTheFirs
   EXPECT_NE(query_plan(raw, "SELECT id FROM idem_outbox WHERE id >= max(0 + 1, (SELECT from_id FROM idem_outbox_scan)) "
                             "AND state = 'pending' ORDER BY id LIMIT 10")
                 .find("USING INTEGER PRIMARY KEY (rowid>?)"),
+            std::string::npos);
+}
+
+TEST(SqliteOutboxSchema, MigrationEightAddsOrderingKeysAndARelayReadsAFileBeforeItAsKeyless) {
+  TempDir dir;
+  const std::string path = dir.file("v7.db");
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(sqlite_detail::migrate(raw.get(), 7));
+    raw.exec("INSERT INTO idem_outbox (message_id, body, created_ms) VALUES ('m-1', 'a', 11), ('m-2', 'b', 12)");
+  }
+  {
+    // A relay newer than the service's store: the file is still at version 7.
+    auto relay = open_reader(path);
+    auto claimed = relay->claim(OutboxClaim{10, from_epoch_ms(100), 30s, "relay-a"}).value();
+    ASSERT_EQ(claimed.size(), 2u);
+    EXPECT_EQ(claimed[0].message.ordering_key, "");
+    EXPECT_EQ(relay->count().value().held_keys, 0u);
+    // The service's enqueue of a message without a key still works there; one with a key says why not.
+    RawDb raw(path);
+    raw.exec("BEGIN");
+    std::string error;
+    EXPECT_TRUE(SqliteOutbox::enqueue(raw.get(), message("m-3"), from_epoch_ms(13), error)) << error;
+    EXPECT_FALSE(SqliteOutbox::enqueue(raw.get(), keyed("m-4", "pay_1"), from_epoch_ms(13), error));
+    EXPECT_NE(error.find("predates ordering keys"), std::string::npos) << error;
+    raw.exec("COMMIT");
+  }
+  open_and_close_store(path);
+  RawDb raw(path);
+  EXPECT_EQ(raw.scalar("SELECT version FROM idem_schema_version"), 8);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idem_outbox WHERE ordering_key IS NULL"), 3);
+  EXPECT_NE(query_plan(raw, "SELECT 1 FROM idem_outbox e WHERE e.ordering_key = 'k' AND e.id < 5 AND e.state = 'pending'")
+                .find("idem_outbox_ordering"),
             std::string::npos);
 }
 

@@ -76,6 +76,9 @@ struct ConsumeLoop::Task {
   std::optional<MessageDisposition> pending;
   // Set when the loop stops before this task ran again: hand it back to the broker.
   bool requeue = false;
+  // ordering = key, and the delivery has a key: it holds the key from when it runs until it is
+  // settled (key_queues_).
+  bool keyed = false;
 };
 
 ConsumeLoop::ConsumeLoop(MessageSource& source, DeliveryProcessor processor, ConsumeLoopOptions options)
@@ -156,10 +159,19 @@ void ConsumeLoop::handle_received(std::vector<Delivery> deliveries) {
       task->ready_at = now;
       if (auto screened = screen(task->delivery)) {
         finished_.emplace_back(std::move(task), std::move(*screened));
-      } else {
-        waiting_.push_back(std::move(task));
-        ++to_run;
+        continue;
       }
+      if (options_.ordering == ConsumeOrdering::key && !task->delivery.ordering_key.empty()) {
+        task->keyed = true;
+        auto [queue, first] = key_queues_.try_emplace(task->delivery.ordering_key);
+        if (!first) {  // an earlier delivery of the key is not settled yet: this one waits for it
+          stats_.waiting_for_key.fetch_add(1, std::memory_order_relaxed);
+          queue->second.push_back(std::move(task));
+          continue;
+        }
+      }
+      waiting_.push_back(std::move(task));
+      ++to_run;
     }
   }
   // As many workers as there are new tasks: waking all eight for one message only has seven go
@@ -169,6 +181,27 @@ void ConsumeLoop::handle_received(std::vector<Delivery> deliveries) {
   } else {
     for (std::size_t i = 0; i < to_run; ++i) work_ready_.notify_one();
   }
+}
+
+std::size_t ConsumeLoop::release_key_locked(const std::string& key) {
+  auto queue = key_queues_.find(key);
+  if (queue == key_queues_.end()) return 0;
+  if (queue->second.empty()) {
+    key_queues_.erase(queue);
+    return 0;
+  }
+  std::unique_ptr<Task> next = std::move(queue->second.front());
+  queue->second.pop_front();
+  stats_.waiting_for_key.fetch_sub(1, std::memory_order_relaxed);
+  if (stopping_.load()) {
+    // Not started once stopping: back to the broker, and the one after it when it is settled.
+    next->requeue = true;
+    finished_.emplace_back(std::move(next), MessageDisposition{});
+    return 0;
+  }
+  next->ready_at = Steady::now();
+  waiting_.push_back(std::move(next));
+  return 1;
 }
 
 void ConsumeLoop::schedule(std::unique_ptr<Task> task, Steady::time_point at) {
@@ -289,6 +322,7 @@ void ConsumeLoop::settle_finished() {
   if (done.empty()) return;
 
   std::size_t settled = 0;
+  std::vector<std::string> released;  // keys whose settled delivery lets the next one run
   std::vector<Delivery> acks;
   std::vector<std::pair<Delivery, std::string>> acked_outcomes;
   auto warn = [&](const std::string& line) {
@@ -304,8 +338,10 @@ void ConsumeLoop::settle_finished() {
       }
       tell(d, "requeued", "the consumer is stopping");
       ++settled;
+      if (task->keyed) released.push_back(d.ordering_key);
       continue;
     }
+    if (task->keyed && disposition.action != MessageDisposition::Action::dead_letter) released.push_back(d.ordering_key);
     switch (disposition.action) {
       case MessageDisposition::Action::ack:
         acks.push_back(d);
@@ -324,10 +360,12 @@ void ConsumeLoop::settle_finished() {
           stats_.count_dead_letter(disposition.reason);
           tell(d, "dead_letter:" + disposition.reason, disposition.detail);
           ++settled;
+          if (task->keyed) released.push_back(d.ordering_key);
         } else if (written.error().code == BrokerErrc::stale) {
           stats_.stale.fetch_add(1, std::memory_order_relaxed);
           tell(d, "stale", "the connection it came on was lost; the broker delivers it again");
           ++settled;
+          if (task->keyed) released.push_back(d.ordering_key);
         } else {
           // Not written: keep holding it and write it again later, without processing it again.
           stats_.broker_errors.fetch_add(1, std::memory_order_relaxed);
@@ -356,6 +394,15 @@ void ConsumeLoop::settle_finished() {
       }
     }
     for (const auto& [d, outcome] : acked_outcomes) tell(d, outcome, {});
+  }
+
+  if (!released.empty()) {
+    std::size_t to_run = 0;
+    {
+      const std::lock_guard lock(mutex_);
+      for (const std::string& key : released) to_run += release_key_locked(key);
+    }
+    for (std::size_t i = 0; i < to_run; ++i) work_ready_.notify_one();
   }
 
   if (settled > 0) {

@@ -18,11 +18,12 @@ using namespace std::chrono_literals;
 // close() gives every held one back, as a broker does when a consumer's connection goes.
 class FakeSource final : public MessageSource {
  public:
-  void publish(std::string id, std::string body, bool with_id = true) {
+  void publish(std::string id, std::string body, bool with_id = true, std::string ordering_key = "") {
     Delivery d;
     d.message_id = std::move(id);
     d.has_message_id = with_id;
     d.body = std::move(body);
+    d.ordering_key = std::move(ordering_key);
     const std::lock_guard lock(mutex_);
     d.handle = ++next_handle_;
     queue_.push_back(std::move(d));
@@ -412,6 +413,128 @@ TEST(ConsumeLoop, StopRequeuesWhatWaitsAndFinishesWhatRuns) {
   EXPECT_EQ(source.acks_, static_cast<std::size_t>(finished.load()));
   EXPECT_EQ(source.held_.size(), 0u);          // nothing left held: the rest went back
   EXPECT_EQ(source.queue_.size() + source.acks_, 6u);
+}
+
+// ---- ordering = key ------------------------------------------------------------------------------
+
+// What ran, per key: (message id, start, end) in start order, and the most that ran at once.
+struct KeyRuns {
+  std::mutex mutex;
+  std::map<std::string, std::vector<std::string>> order;  // key -> ids in the order they ran
+  std::map<std::string, int> running;                     // key -> running now
+  int overlaps = 0;   // a key's second delivery started while its first ran
+  int at_once = 0, most_at_once = 0;
+  void start(const Delivery& d) {
+    const std::lock_guard lock(mutex);
+    if (++running[d.ordering_key] > 1) ++overlaps;
+    order[d.ordering_key].push_back(d.message_id);
+    most_at_once = std::max(most_at_once, ++at_once);
+  }
+  void end(const Delivery& d) {
+    const std::lock_guard lock(mutex);
+    --running[d.ordering_key];
+    --at_once;
+  }
+};
+
+TEST(ConsumeLoop, OrderingByKeyRunsAKeysDeliveriesOneAtATimeInOrderAndKeysSideBySide) {
+  FakeSource source;
+  constexpr int kKeys = 6, kPerKey = 12;
+  for (int i = 0; i < kPerKey; ++i) {
+    for (int k = 0; k < kKeys; ++k) source.publish("k" + std::to_string(k) + "-" + std::to_string(i), "b", true, "k" + std::to_string(k));
+  }
+  KeyRuns runs;
+  auto options = fast_options();
+  options.ordering = ConsumeOrdering::key;
+  ConsumeLoop loop(source, [&](const Delivery& d, const DeliveryAttempt&) {
+    runs.start(d);
+    std::this_thread::sleep_for(2ms);
+    runs.end(d);
+    return MessageDisposition::ack_it("processed");
+  }, options);
+  ASSERT_TRUE(run_until(loop, [&] { return source.acks_ == static_cast<std::size_t>(kKeys * kPerKey); }));
+  EXPECT_EQ(runs.overlaps, 0);
+  EXPECT_GT(runs.most_at_once, 1) << "different keys should run side by side";
+  for (int k = 0; k < kKeys; ++k) {
+    const std::string key = "k" + std::to_string(k);
+    ASSERT_EQ(runs.order[key].size(), static_cast<std::size_t>(kPerKey)) << key;
+    for (int i = 0; i < kPerKey; ++i) EXPECT_EQ(runs.order[key][static_cast<std::size_t>(i)], key + "-" + std::to_string(i));
+  }
+  EXPECT_EQ(loop.stats().waiting_for_key.load(), 0);
+}
+
+TEST(ConsumeLoop, WithoutOrderingAKeysDeliveriesRunSideBySide) {
+  FakeSource source;
+  for (int i = 0; i < 8; ++i) source.publish("m-" + std::to_string(i), "b", true, "same");
+  KeyRuns runs;
+  ConsumeLoop loop(source, [&](const Delivery& d, const DeliveryAttempt&) {
+    runs.start(d);
+    std::this_thread::sleep_for(20ms);
+    runs.end(d);
+    return MessageDisposition::ack_it("processed");
+  }, fast_options());
+  ASSERT_TRUE(run_until(loop, [&] { return source.acks_ == 8u; }));
+  EXPECT_GT(runs.overlaps, 0);
+}
+
+TEST(ConsumeLoop, OrderingByKeyHoldsAKeyBehindARetryAndLetsItGoOnAfterADeadLetter) {
+  FakeSource source;
+  source.publish("a-1", "fails twice", true, "a");
+  source.publish("a-2", "poison", true, "a");
+  source.publish("a-3", "ok", true, "a");
+  source.publish("b-1", "ok", true, "b");
+  std::mutex mutex;
+  std::vector<std::string> ran;  // successful runs, in order
+  std::atomic<int> a1_tries{0};
+  auto options = fast_options();
+  options.ordering = ConsumeOrdering::key;
+  options.max_attempts = 3;
+  options.retry_min = 30ms;
+  options.retry_max = 30ms;
+  ConsumeLoop loop(source, [&](const Delivery& d, const DeliveryAttempt&) {
+    if (d.message_id == "a-1" && ++a1_tries <= 2) return MessageDisposition::retry_it("handler_failed", "boom", true);
+    if (d.message_id == "a-2") return MessageDisposition::retry_it("handler_failed", "always", true);
+    const std::lock_guard lock(mutex);
+    ran.push_back(d.message_id);
+    return MessageDisposition::ack_it("processed");
+  }, options);
+  ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  // b-1 did not wait for key a; a-2 was dead-lettered after its tries, and only then a-3 ran.
+  ASSERT_EQ(ran.size(), 3u);
+  EXPECT_EQ(ran[0], "b-1");
+  EXPECT_EQ(ran[1], "a-1");
+  EXPECT_EQ(ran[2], "a-3");
+  ASSERT_EQ(source.dead_.size(), 1u);
+  EXPECT_EQ(source.dead_[0].first.message_id, "a-2");
+  EXPECT_EQ(source.dead_[0].second.reason, "poison");
+}
+
+TEST(ConsumeLoop, OrderingByKeyStopRequeuesAKeysWaitingDeliveriesInOrder) {
+  FakeSource source;
+  for (int i = 0; i < 5; ++i) source.publish("a-" + std::to_string(i), "b", true, "a");
+  std::atomic<int> started{0};
+  auto options = fast_options();
+  options.ordering = ConsumeOrdering::key;
+  ConsumeLoop loop(source, [&](const Delivery&, const DeliveryAttempt&) {
+    ++started;
+    std::this_thread::sleep_for(200ms);
+    return MessageDisposition::ack_it("processed");
+  }, options);
+  BrokerResult<Done> result;
+  std::thread runner([&] { result = loop.run(); });
+  while (started.load() < 1) std::this_thread::sleep_for(1ms);
+  loop.stop();
+  runner.join();
+  ASSERT_TRUE(result);
+  EXPECT_TRUE(loop.drained());
+  EXPECT_EQ(started.load(), 1);
+  EXPECT_EQ(source.acks_, 1u);
+  EXPECT_EQ(source.held_.size(), 0u);
+  // The four that waited went back; the fake source puts each requeued one at the front, so the
+  // last requeued is first: they were requeued in order a-1 .. a-4.
+  ASSERT_EQ(source.queue_.size(), 4u);
+  EXPECT_EQ(source.queue_.front().message_id, "a-4");
+  EXPECT_EQ(source.queue_.back().message_id, "a-1");
 }
 
 TEST(ConsumeLoop, RefusedAtTheStartIsReturned) {

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -24,6 +25,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "idem/broker.hpp"
@@ -93,6 +95,8 @@ struct ConsumeStats {
   std::atomic<std::uint64_t> stale{0};             ///< deliveries of a lost connection, left to the broker
   std::atomic<std::uint64_t> broker_errors{0};
   std::atomic<std::int64_t> in_flight{0};          ///< held: received, not yet acked or dead-lettered
+  /// ordering = key: deliveries held that wait for an earlier one of their key to be settled.
+  std::atomic<std::int64_t> waiting_for_key{0};
   /// How long each try of the processor took.
   LatencyHistogram latency;
   /// Dead letters by reason ("missing_id", "poison", ...), under its own lock.
@@ -105,12 +109,26 @@ struct ConsumeStats {
   std::map<std::string, std::uint64_t> reasons_;
 };
 
+/// Which deliveries the loop runs one after the other.
+enum class ConsumeOrdering : std::uint8_t {
+  none,  ///< any delivery may run beside any other (up to workers)
+  /// Deliveries with the same ordering key (Delivery::ordering_key) run one at a time, in the
+  /// order the source delivered them: the next starts once the previous is settled (acked, or
+  /// dead-lettered), and a retry of one holds the key's later ones back. Deliveries without a
+  /// key, and of different keys, run side by side as with `none`.
+  key,
+};
+
 /// How the loop runs; defaults suit handlers that take milliseconds to seconds.
 struct ConsumeLoopOptions {
   /// Threads running the processor. Deliveries beyond them wait (up to the source's prefetch).
   std::size_t workers = 8;
   /// Most deliveries held at once (received, not yet acked); at most the source's prefetch.
+  /// With ordering = key, deliveries waiting for their key count too.
   std::size_t max_in_flight = 64;
+  /// ConsumeOrdering. After a delivery of a key is dead-lettered, the key's later deliveries
+  /// run (the broker's dead-letter queue holds the one that failed; docs/consumers.md).
+  ConsumeOrdering ordering = ConsumeOrdering::none;
   /// A message body larger than this is dead-lettered ("too_large") without being processed.
   std::size_t max_message_bytes = 1024 * 1024;
   /// Tries before a failing message is dead-lettered ("poison") with its last error; the
@@ -179,6 +197,9 @@ class ConsumeLoop {
   void finish(std::unique_ptr<Task> task, MessageDisposition disposition);
   void tell(const Delivery& d, std::string_view outcome, std::string_view detail) const;
   void schedule(std::unique_ptr<Task> task, std::chrono::steady_clock::time_point at);
+  // ordering = key: a settled task's key lets its next delivery run (or, stopping, go back to
+  // the broker). Under mutex_; how many workers to wake.
+  std::size_t release_key_locked(const std::string& key);
   std::size_t settle_batch() const;  // finished tasks that wake a receiving thread waiting for room
   Millis backoff(std::uint32_t failures);
 
@@ -198,6 +219,9 @@ class ConsumeLoop {
   std::vector<std::pair<std::unique_ptr<Task>, MessageDisposition>> finished_;
   std::size_t held_ = 0;     // deliveries received and not yet settled
   std::size_t running_ = 0;  // tasks a worker is processing now
+  // ordering = key: for each key with a delivery waiting, running or unsettled, the key's later
+  // deliveries, in delivery order.
+  std::unordered_map<std::string, std::deque<std::unique_ptr<Task>>> key_queues_;
   bool workers_stop_ = false;
   std::vector<std::thread> workers_;
 };

@@ -24,6 +24,9 @@ void bind(sidecar::Settings& s, Config& c) {
   s.choice("on_lease_expiry", {"reexecute", "unknown"}, [&c](const std::string& v) {
     c.on_lease_expiry = v == "unknown" ? LeaseExpiry::unknown : LeaseExpiry::reexecute;
   });
+  s.choice("ordering", {"none", "key"}, [&c](const std::string& v) {
+    c.ordering = v == "key" ? ConsumeOrdering::key : ConsumeOrdering::none;
+  });
   s.duration("retry_min", c.retry_min);
   s.duration("retry_max", c.retry_max);
   s.duration("drain_timeout", c.drain_timeout, /*allow_zero=*/true);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "idem/consume_loop.hpp"
 #include "idem/record.hpp"
 #include "idem/sidecar/settings.hpp"
 
@@ -28,6 +29,9 @@ struct Config {
 
   std::size_t workers = 8;               ///< deliveries to the handler at once
   std::size_t prefetch = 64;             ///< deliveries held unacknowledged at once
+  /// "key": deliveries with the same ordering key go to the handler one at a time, in delivery
+  /// order (ConsumeOrdering::key); "none": side by side.
+  ConsumeOrdering ordering = ConsumeOrdering::none;
   std::uint32_t max_attempts = 5;        ///< tries (the broker's deliveries included) before "poison"
   std::size_t max_message_bytes = 1024 * 1024;
   Millis handler_timeout = 30s;          ///< one POST to the handler, sent to answered

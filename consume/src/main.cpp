@@ -161,6 +161,7 @@ int run(int argc, char** argv) {
   ConsumeLoopOptions loop_options;
   loop_options.workers = config.workers;
   loop_options.max_in_flight = config.prefetch;
+  loop_options.ordering = config.ordering;
   loop_options.max_message_bytes = config.max_message_bytes;
   loop_options.max_attempts = config.max_attempts;
   loop_options.retry_min = config.retry_min;

@@ -31,6 +31,9 @@ std::string render_metrics(const ConsumeStats& s, const MetricsExtras& extras) {
   counter("idem_consume_reconnects_total", "Broker connections replaced.", extras.reconnects);
   append_family(out, "idem_consume_in_flight", "gauge", "Deliveries held: received, not yet acked or dead-lettered.");
   append_sample(out, "idem_consume_in_flight", "", static_cast<double>(s.in_flight.load()));
+  append_family(out, "idem_consume_waiting_for_key", "gauge",
+                "Deliveries held that wait for an earlier delivery of their ordering key (ordering = key).");
+  append_sample(out, "idem_consume_waiting_for_key", "", static_cast<double>(s.waiting_for_key.load()));
   append_family(out, "idem_consume_ready", "gauge", "1 while the broker answers.");
   append_sample(out, "idem_consume_ready", "", extras.ready ? 1 : 0);
 

@@ -14,6 +14,7 @@ void bind(sidecar::Settings& s, Config& c) {
   s.text("store", c.store, /*secret=*/true);
   s.listen("admin_listen", c.admin_listen);
   s.text("name", c.name);
+  s.text("consumer", c.consumer);
   s.integer("workers", 1, 1024, [&c](std::int64_t v) { c.workers = static_cast<std::size_t>(v); });
   s.integer("prefetch", 1, 65535, [&c](std::int64_t v) { c.prefetch = static_cast<std::size_t>(v); });
   s.integer("max_attempts", 1, 1000, [&c](std::int64_t v) { c.max_attempts = static_cast<std::uint32_t>(v); });

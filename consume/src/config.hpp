@@ -26,6 +26,10 @@ struct Config {
   /// The consumer's name: records live under tenant "consumer NAME". Default: the source's queue,
   /// or STREAM/GROUP.
   std::string name;
+  /// This replica's name at the broker (stream consumer, AMQP consumer tag, Kafka client id).
+  /// Default HOSTNAME-PID. A stable one lets a restarted replica take its own unacknowledged
+  /// stream entries first (before new ones: what ordering = "key" needs on Redis Streams).
+  std::string consumer;
 
   std::size_t workers = 8;               ///< deliveries to the handler at once
   std::size_t prefetch = 64;             ///< deliveries held unacknowledged at once

@@ -21,9 +21,12 @@ HttpDelivery::HttpDelivery(Consumer& consumer, client::Transport& transport, Htt
 client::HttpRequest HttpDelivery::request_for(const Delivery& d, const DeliveryAttempt& attempt) const {
   client::HttpRequest request = sidecar::message_post(options_.url, d.message_id, d.content_type, d.headers, d.body);
   // The delivery's own facts go after Content-Type, before the message's headers.
-  const Headers facts = {{std::string(kSourceHeader), options_.source_name},
-                                 {std::string(kAttemptHeader), std::to_string(attempt.number)},
-                                 {std::string(kRedeliveredHeader), d.redelivered ? "true" : "false"}};
+  Headers facts = {{std::string(kSourceHeader), options_.source_name},
+                   {std::string(kAttemptHeader), std::to_string(attempt.number)},
+                   {std::string(kRedeliveredHeader), d.redelivered ? "true" : "false"}};
+  // The brokers' sources hand out only valid keys; another MessageSource might not, and a header
+  // carries only a valid one unchanged.
+  if (valid_ordering_key(d.ordering_key)) facts.push_back({std::string(kOrderingKeyHttpHeader), d.ordering_key});
   request.headers.insert(request.headers.begin() + 2, facts.begin(), facts.end());
   return request;
 }

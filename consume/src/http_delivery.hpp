@@ -9,7 +9,8 @@
 //   any other status                      dead-lettered at once ("rejected"), with the answer
 //
 // The request carries Idempotency-Key: <message id>, so that a handler can dedupe in its own
-// database the one delivery no sidecar can: one whose 2xx came back just before the sidecar died.
+// database the one delivery no sidecar can: one whose 2xx came back just before the sidecar died;
+// and Idem-Ordering-Key: <ordering key> when the message has one.
 
 #include <string>
 
@@ -23,6 +24,8 @@ namespace idem::consume {
 inline constexpr std::string_view kSourceHeader = "Idem-Source";
 inline constexpr std::string_view kAttemptHeader = "Idem-Delivery-Attempt";
 inline constexpr std::string_view kRedeliveredHeader = "Idem-Redelivered";
+/// Sent only when the delivery has an ordering key (Delivery::ordering_key).
+inline constexpr std::string_view kOrderingKeyHttpHeader = "Idem-Ordering-Key";
 
 /// Where and how messages are delivered.
 struct HttpDeliveryOptions {

@@ -61,7 +61,26 @@ TEST_F(Fixture, TheHandlerGetsTheMessageWithItsKeyAndTheDeliveryHeaders) {
   EXPECT_EQ(client::find_header(r.headers, "Idem-Redelivered"), "true");
   EXPECT_EQ(client::find_header(r.headers, "Idem-Header-event-type"), "payment.succeeded");
   EXPECT_FALSE(client::find_header(r.headers, "Idem-Header-ok"));  // a value HTTP cannot carry
+  EXPECT_FALSE(client::find_header(r.headers, "Idem-Ordering-Key"));  // the delivery has none
   EXPECT_EQ(r.headers.size(), 6u);
+}
+
+TEST_F(Fixture, TheOrderingKeyGoesWithTheDeliveryHeadersWhenThereIsOne) {
+  auto d = delivery("evt-2");
+  d.ordering_key = "pay_7";
+  const auto r = http.request_for(d, DeliveryAttempt{1, ""});
+  EXPECT_EQ(client::find_header(r.headers, "Idem-Ordering-Key"), "pay_7");
+  ASSERT_EQ(r.headers.size(), 7u);
+  // After the delivery's other facts, before the message's own headers.
+  EXPECT_EQ(r.headers[4].name, "Idem-Redelivered");
+  EXPECT_EQ(r.headers[5], (Header{"Idem-Ordering-Key", "pay_7"}));
+  EXPECT_EQ(r.headers[6].name, "Idem-Header-event-type");
+  EXPECT_EQ(http(d, DeliveryAttempt{1, ""}).action, MessageDisposition::Action::ack);
+  ASSERT_EQ(handler.requests.size(), 1u);
+  EXPECT_EQ(client::find_header(handler.requests[0].headers, "Idem-Ordering-Key"), "pay_7");
+
+  d.ordering_key = "line\nbreak";  // no source hands this out; never sent as it is
+  EXPECT_FALSE(client::find_header(http.request_for(d, DeliveryAttempt{1, ""}).headers, "Idem-Ordering-Key"));
 }
 
 TEST_F(Fixture, AProcessedMessageIsNeverPostedAgain) {

@@ -145,6 +145,7 @@ int run(int argc, char** argv) {
 
   SourceSettings source_settings;
   source_settings.prefetch = config.prefetch;
+  source_settings.consumer = config.consumer;
   source_settings.claim_idle = config.claim_idle;
   source_settings.connect_timeout = config.connect_timeout;
   auto source = open_source_patiently(config, source_settings, stop);

@@ -1,5 +1,8 @@
 #include "webhook_sink.hpp"
 
+#include <algorithm>
+#include <iterator>
+
 #include "idem/client/retry.hpp"
 #include "idem/redact.hpp"
 #include "idem/sidecar/message_http.hpp"
@@ -16,13 +19,30 @@ BrokerResult<Done> WebhookSink::ping() {
   return Done{};
 }
 
+client::HttpRequest WebhookSink::request_for(const OutgoingMessage& m) const {
+  MessageHeaders own;
+  own.reserve(m.headers.size());
+  std::copy_if(m.headers.begin(), m.headers.end(), std::back_inserter(own), [](const auto& h) { return h.first != kOrderingKeyHeader; });
+  client::HttpRequest request = sidecar::message_post(url_, m.message_id, m.content_type, own, m.body);
+  if (!m.ordering_key.empty()) {
+    // After Idempotency-Key and Content-Type, before the message's own headers.
+    request.headers.insert(request.headers.begin() + 2, Header{std::string(kOrderingKeyHttpHeader), m.ordering_key});
+  }
+  return request;
+}
+
 std::optional<Millis> WebhookSink::take_retry_after() { return std::exchange(retry_after_, std::nullopt); }
 
 std::vector<BrokerResult<Done>> WebhookSink::publish(std::span<const OutgoingMessage> messages) {
   std::vector<BrokerResult<Done>> results;
   results.reserve(messages.size());
   for (const OutgoingMessage& m : messages) {
-    auto response = transport_.perform(sidecar::message_post(url_, m.message_id, m.content_type, m.headers, m.body), timeout_);
+    if (!m.ordering_key.empty() && !valid_ordering_key(m.ordering_key)) {
+      results.push_back(std::unexpected(
+          BrokerError{BrokerErrc::rejected, "the message's ordering key is not 1-128 visible ASCII characters", false}));
+      continue;
+    }
+    auto response = transport_.perform(request_for(m), timeout_);
     if (!response) {
       // Not sent: the endpoint may or may not have taken it (in doubt unless it never connected).
       away_ = "the webhook did not answer: " + response.error().message;

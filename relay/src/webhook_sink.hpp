@@ -2,7 +2,8 @@
 
 // The webhook sink of idem-relay: each message is POSTed to an HTTP endpoint as idem-consume
 // delivers one (sidecar/message_http.hpp), with Idempotency-Key: <message id>, so that the endpoint (idem-gateway in front of a service, or a
-// handler deduping by key) runs it once however often it arrives.
+// handler deduping by key) runs it once however often it arrives; and Idem-Ordering-Key: <its
+// ordering key> when it has one.
 //
 //   2xx                                 sent
 //   408, 409, 425, 429, 5xx, no answer  unavailable: published again later (Retry-After kept)
@@ -10,13 +11,20 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "idem/broker.hpp"
 #include "idem/client/transport.hpp"
 
 namespace idem::relay {
 
-/// A MessageSink that POSTs each message to one URL.
+/// The HTTP header carrying a message's ordering key (as idem-consume sends it).
+inline constexpr std::string_view kOrderingKeyHttpHeader = "Idem-Ordering-Key";
+
+/// A MessageSink that POSTs each message to one URL. A message's ordering key goes as
+/// Idem-Ordering-Key, after Content-Type; a header of the message's own named ordering_key is
+/// not sent (as Idem-Header-ordering_key it would be a second value, or pose as one when the
+/// message has none). A message whose ordering key is no valid_ordering_key is rejected, unsent.
 class WebhookSink final : public MessageSink {
  public:
   WebhookSink(std::string url, client::Transport& transport, Millis timeout);
@@ -30,6 +38,9 @@ class WebhookSink final : public MessageSink {
 
   /// The wait the last answer's Retry-After asked for, if any (then cleared).
   std::optional<Millis> take_retry_after();
+
+  /// The POST of one message.
+  client::HttpRequest request_for(const OutgoingMessage& message) const;
 
  private:
   std::string url_;

@@ -41,6 +41,35 @@ TEST(WebhookSink, PostsEachMessageWithItsKeyAndHeaders) {
   EXPECT_EQ(client::find_header(endpoint.requests[1].headers, "Idem-Header-event"), "payment.succeeded");
 }
 
+TEST(WebhookSink, TheOrderingKeyGoesAsIdemOrderingKeyOnce) {
+  FakeEndpoint endpoint;
+  WebhookSink sink("http://127.0.0.1:9/receipts", endpoint, Millis(1000));
+  OutgoingMessage keyed = message("a");
+  keyed.ordering_key = "pay_7";
+  keyed.headers.emplace_back("ordering_key", "a user's");
+  OutgoingMessage plain = message("b");
+  plain.headers.emplace_back("ordering_key", "a user's");
+  OutgoingMessage bad = message("c");
+  bad.ordering_key = "has a space";
+  const std::vector<OutgoingMessage> batch = {keyed, plain, bad};
+  const auto results = sink.publish(batch);
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0] && results[1]);
+  ASSERT_FALSE(results[2]);
+  EXPECT_EQ(results[2].error().code, BrokerErrc::rejected);
+  EXPECT_NE(results[2].error().message.find("ordering key"), std::string::npos);
+  ASSERT_EQ(endpoint.requests.size(), 2u) << "the invalid key is never sent";
+  const Headers& first = endpoint.requests[0].headers;
+  EXPECT_EQ(first, (Headers{{"Idempotency-Key", "a"},
+                            {"Content-Type", "application/json"},
+                            {"Idem-Ordering-Key", "pay_7"},
+                            {"Idem-Header-event", "payment.succeeded"}}));
+  // Without one: no Idem-Ordering-Key, and the message's header of that name is not sent either.
+  EXPECT_EQ(endpoint.requests[1].headers, (Headers{{"Idempotency-Key", "b"},
+                                                   {"Content-Type", "application/json"},
+                                                   {"Idem-Header-event", "payment.succeeded"}}));
+}
+
 TEST(WebhookSink, AnswersDecideRetryOrRefusal) {
   FakeEndpoint endpoint;
   endpoint.answers = {client::HttpResponse{503, {{"Retry-After", "3"}}, "down"},

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <future>
+#include <map>
 #include <thread>
 
 #include "amqp_test_support.hpp"
@@ -95,6 +96,51 @@ TEST(AmqpLive, PublishWithConfirmsThenConsumeRoundTripsEveryProperty) {
   EXPECT_EQ(kept->message_id, "id-2");
 }
 
+TEST(AmqpLive, TheOrderingKeyTravelsAsAHeaderOfItsOwn) {
+  TestQueue q("ordering");
+  auto sink = open_sink(q.sink_url());
+  OutgoingMessage keyed = message("ok-1", "keyed", {{"ordering_key", "a user's"}, {"tenant", "acme"}});
+  keyed.ordering_key = "pay_7";
+  OutgoingMessage bad = message("ok-bad", "bad");
+  bad.ordering_key = "has a space";
+  const auto results = sink->publish(std::vector<OutgoingMessage>{keyed, message("ok-2", "plain"), bad});
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0]) << results[0].error().message;
+  EXPECT_TRUE(results[1]) << results[1].error().message;
+  ASSERT_FALSE(results[2]);
+  EXPECT_EQ(results[2].error().code, BrokerErrc::rejected);
+  EXPECT_FALSE(results[2].error().in_doubt);
+  EXPECT_NE(results[2].error().message.find("ordering key"), std::string::npos) << results[2].error().message;
+  ASSERT_TRUE(wait_ready(q.queue, 2)) << "the invalid one was never sent";
+
+  auto source = open_source(q.source_url(), test_settings());
+  auto got = receive_n(*source, 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].message_id, "ok-1");
+  EXPECT_EQ(got[0].ordering_key, "pay_7");
+  EXPECT_EQ(got[0].headers, (MessageHeaders{{"tenant", "acme"}})) << "the header is the delivery's ordering key";
+  EXPECT_EQ(got[1].message_id, "ok-2");
+  EXPECT_EQ(got[1].ordering_key, "") << "published without one";
+
+  // The dead-letter copy keeps it, as the header other clients read.
+  ASSERT_TRUE(source->dead_letter(got[0], DeadLetterReason{"poison", "failed", "", 3}));
+  ASSERT_TRUE(source->ack(std::vector<Delivery>{got[1]}));
+  RawAmqp raw;
+  const auto copy = raw.get(q.dead_letter_queue);
+  ASSERT_TRUE(copy);
+  EXPECT_EQ(copy->message_id, "ok-1");
+  EXPECT_EQ(copy->string_headers.at("ordering_key"), "pay_7");
+  EXPECT_EQ(copy->string_headers.at("tenant"), "acme");
+  source.reset();
+  EXPECT_TRUE(wait_ready(q.queue, 0));
+
+  // As the broker keeps a message: one ordering_key header, the message's.
+  publish_ok(*sink, {keyed});
+  const auto kept = raw.get(q.queue);
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->string_headers, (std::map<std::string, std::string>{{"ordering_key", "pay_7"}, {"tenant", "acme"}}));
+}
+
 TEST(AmqpLive, HeadersOfOtherTypesArriveAsText) {
   TestQueue q("typed");
   RawAmqp raw;
@@ -149,6 +195,27 @@ TEST(AmqpLive, AnUnackedDeliveryComesBackAfterTheSourceIsGone) {
   EXPECT_TRUE(again[0].redelivered);
   EXPECT_EQ(again[0].delivery_count, 2u);
   ASSERT_TRUE(source->ack(again));
+}
+
+TEST(AmqpLive, ASingleActiveConsumerQueueDeliversToOneSourceAndHandsOverInOrder) {
+  TestQueue q("single-active");
+  auto first = open_source(q.source_url("&single_active_consumer=true"), test_settings());
+  auto second = open_source(q.source_url("&single_active_consumer=true"), test_settings());
+  auto sink = open_sink(q.sink_url());
+  std::vector<OutgoingMessage> messages;
+  for (int i = 0; i < 6; ++i) messages.push_back(message("sac-" + std::to_string(i), "x"));
+  publish_ok(*sink, messages);
+  auto got = receive_n(*first, 6);
+  ASSERT_EQ(got.size(), 6u);
+  auto idle = second->receive(10, 1s);
+  ASSERT_TRUE(idle) << idle.error().message;
+  EXPECT_TRUE(idle->empty()) << "the second consumer got deliveries while the first was active";
+  ASSERT_TRUE(first->ack(std::span(got).first(2)));
+  first.reset();  // the active consumer goes: its four unacked come back to the next one, in order
+  auto handed = receive_n(*second, 4);
+  ASSERT_EQ(handed.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(handed[static_cast<std::size_t>(i)].message_id, "sac-" + std::to_string(i + 2));
+  ASSERT_TRUE(second->ack(handed));
 }
 
 TEST(AmqpLive, PrefetchBoundsWhatIsHeldUnacked) {

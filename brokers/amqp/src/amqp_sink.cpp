@@ -36,6 +36,7 @@ class AmqpSink final : public MessageSink {
       }
       o.message_id = m.message_id;
       o.content_type = m.content_type;
+      o.ordering_key = m.ordering_key;
       o.body = m.body;
       o.headers.reserve(m.headers.size());
       for (const auto& [name, value] : m.headers) o.headers.push_back({name, value, std::nullopt});

@@ -63,7 +63,7 @@ class AmqpSource final : public MessageSource {
       if (auto r = conn->ensure_exchange(url_.dead_letter_exchange); !r) return fail(r.error());
       if (auto r = conn->ensure_queue(url_.dead_letter_queue); !r) return fail(r.error());
       if (auto r = conn->bind(url_.dead_letter_queue, url_.dead_letter_exchange, url_.queue); !r) return fail(r.error());
-      if (auto r = conn->ensure_queue(url_.queue); !r) return fail(r.error());
+      if (auto r = conn->ensure_queue(url_.queue, url_.single_active_consumer); !r) return fail(r.error());
     }
     if (auto r = conn->qos(static_cast<std::uint16_t>(settings_.prefetch)); !r) return fail(r.error());
     if (auto r = conn->consume(url_.queue, settings_.consumer); !r) return fail(r.error());
@@ -153,6 +153,7 @@ class AmqpSource final : public MessageSource {
     copy.routing_key = url_.queue;
     copy.message_id = d.has_message_id ? std::string_view(d.message_id) : std::string_view();
     copy.content_type = d.content_type;
+    copy.ordering_key = d.ordering_key;
     copy.body = d.body;
     for (const auto& [name, value] : d.headers) {
       // A message dead-lettered before (and moved back by an operator) carries our old ones.
@@ -338,6 +339,7 @@ class AmqpSource final : public MessageSource {
     d.message_id = std::move(in.message_id);
     d.has_message_id = in.has_message_id;
     d.content_type = std::move(in.content_type);
+    d.ordering_key = std::move(in.ordering_key);
     d.headers = std::move(in.headers);
     d.body = std::move(in.body);
     d.redelivered = in.redelivered;

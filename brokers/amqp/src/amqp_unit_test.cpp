@@ -84,6 +84,9 @@ TEST(AmqpUrl, SourceParameters) {
   EXPECT_FALSE(u.declare);
   EXPECT_EQ(u.heartbeat, std::chrono::seconds(5));
   EXPECT_EQ(source("amqp://h?queue=q&heartbeat=0").heartbeat, std::chrono::seconds(0));
+  EXPECT_FALSE(u.single_active_consumer);
+  EXPECT_TRUE(source("amqp://h?queue=q&single_active_consumer=true").single_active_consumer);
+  EXPECT_FALSE(parse_amqp_url("amqp://h?exchange=e&single_active_consumer=true", AmqpUrlRole::sink));
 }
 
 TEST(AmqpUrl, SinkParameters) {
@@ -432,6 +435,48 @@ TEST(AmqpAssembler, PutsADeliveryBackTogether) {
   EXPECT_EQ(a.feed(method_frame(AMQP_BASIC_ACK_METHOD, &ack)), Step::other);
 }
 
+// The ordering_key header of the delivery `entries` make up, and what is left of its headers.
+amqp_detail::Incoming delivered_with(amqp_table_t headers) {
+  amqp_detail::Assembler a;
+  amqp_basic_deliver_t deliver{};
+  amqp_basic_properties_t props{};
+  props._flags = AMQP_BASIC_HEADERS_FLAG;
+  props.headers = headers;
+  EXPECT_EQ(a.feed(method_frame(AMQP_BASIC_DELIVER_METHOD, &deliver)), amqp_detail::Assembler::Step::more);
+  EXPECT_EQ(a.feed(header_frame(&props, 0)), amqp_detail::Assembler::Step::complete);
+  return a.take();
+}
+
+TEST(AmqpAssembler, TheOrderingKeyHeaderIsTakenOutOfTheHeaders) {
+  amqp_table_entry_t h[3]{};
+  h[0].key = amqp_cstring_bytes("tenant");
+  h[0].value = utf8("acme");
+  h[1].key = amqp_cstring_bytes("ordering_key");
+  h[1].value = utf8("pay_7");
+  h[2].key = amqp_cstring_bytes("ordering_key");
+  h[2].value = utf8("second");
+  auto in = delivered_with(amqp_table_t{3, h});
+  EXPECT_EQ(in.ordering_key, "pay_7");
+  EXPECT_EQ(in.headers, (MessageHeaders{{"tenant", "acme"}}));
+
+  // A foreign producer's numeric aggregate id is a key, as text.
+  h[1].value.kind = AMQP_FIELD_KIND_I64;
+  h[1].value.value.i64 = 42;
+  EXPECT_EQ(delivered_with(amqp_table_t{2, h}).ordering_key, "42");
+
+  // A value that is no ordering key is ignored (and still not a header of the message's).
+  for (const char* bad : {"", "has space", "caf\xc3\xa9"}) {
+    h[1].value = utf8(bad);
+    in = delivered_with(amqp_table_t{2, h});
+    EXPECT_EQ(in.ordering_key, "") << bad;
+    EXPECT_EQ(in.headers, (MessageHeaders{{"tenant", "acme"}})) << bad;
+  }
+  const std::string too_long(kMaxOrderingKey + 1, 'k');
+  h[1].value = utf8(too_long.c_str());
+  EXPECT_EQ(delivered_with(amqp_table_t{2, h}).ordering_key, "");
+  EXPECT_EQ(delivered_with(amqp_table_t{1, h}).ordering_key, "");  // none at all
+}
+
 TEST(AmqpAssembler, FramesOutOfOrderAreProtocolErrors) {
   amqp_detail::Assembler a;
   amqp_basic_properties_t props{};
@@ -467,6 +512,21 @@ TEST(AmqpOutgoing, WhatCannotBePublishedIsSaidBeforeSending) {
   const auto why = amqp_detail::unpublishable(m, 131072);
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("one AMQP frame"), std::string::npos);
+
+  m.headers.clear();
+  m.message_id = "id-1";
+  EXPECT_FALSE(amqp_detail::unpublishable(m, 150));
+  const std::string longest(kMaxOrderingKey, 'k');
+  m.ordering_key = longest;
+  EXPECT_FALSE(amqp_detail::unpublishable(m, 131072));
+  EXPECT_TRUE(amqp_detail::unpublishable(m, 150)) << "the ordering key's header counts in the frame";
+  const std::string too_long(kMaxOrderingKey + 1, 'k');
+  for (const std::string& bad : {std::string("has space"), too_long, std::string("caf\xc3\xa9")}) {
+    m.ordering_key = bad;
+    const auto refused = amqp_detail::unpublishable(m, 131072);
+    ASSERT_TRUE(refused) << bad;
+    EXPECT_NE(refused->find("ordering key"), std::string::npos) << *refused;
+  }
 }
 
 TEST(AmqpOutgoing, PropertiesArePersistentAndCarryLongIdsInAHeader) {
@@ -495,6 +555,25 @@ TEST(AmqpOutgoing, PropertiesArePersistentAndCarryLongIdsInAHeader) {
   EXPECT_EQ(amqp_detail::string_of(p.get()->headers.entries[2].value.value.bytes), long_id);
   m.message_id = "";
   EXPECT_FALSE(amqp_detail::Properties(m).get()->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) << "no id: no property";
+}
+
+TEST(AmqpOutgoing, TheOrderingKeyIsAHeaderNoneOfTheMessagesOwnDuplicates) {
+  amqp_detail::Outgoing m;
+  m.message_id = "evt-1";
+  m.ordering_key = "pay_7";
+  m.headers.push_back({"ordering_key", "a user's", std::nullopt});
+  m.headers.push_back({"a", "1", std::nullopt});
+  const auto table = [](const amqp_detail::Properties& p) {
+    MessageHeaders out;
+    for (int i = 0; i < p.get()->headers.num_entries; ++i) {
+      const auto& e = p.get()->headers.entries[i];
+      out.emplace_back(amqp_detail::string_of(e.key), amqp_detail::string_of(e.value.value.bytes));
+    }
+    return out;
+  };
+  EXPECT_EQ(table(amqp_detail::Properties(m)), (MessageHeaders{{"a", "1"}, {"ordering_key", "pay_7"}}));
+  m.ordering_key = "";  // none: a header of the name is still not written (it would pose as one)
+  EXPECT_EQ(table(amqp_detail::Properties(m)), (MessageHeaders{{"a", "1"}}));
 }
 
 }  // namespace

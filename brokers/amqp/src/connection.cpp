@@ -204,14 +204,19 @@ std::expected<void, Failure> Connection::ensure_exchange(std::string_view name) 
   return rpc_result("declaring " + what);
 }
 
-std::expected<void, Failure> Connection::ensure_queue(std::string_view name) {
+std::expected<void, Failure> Connection::ensure_queue(std::string_view name, bool single_active_consumer) {
   if (auto a = alive("declaring a queue"); !a) return a;
   const std::string what = "queue \"" + std::string(name) + "\"";
   amqp_queue_declare(state_, kChannel, bytes_of(name), 1, 0, 0, 0, amqp_empty_table);
   auto found = rpc_result("checking " + what);
   if (found || found.error().kind != Failure::Kind::channel_close || found.error().reply_code != AMQP_NOT_FOUND) return found;
   if (auto r = reopen_channel(); !r) return r;
-  amqp_queue_declare(state_, kChannel, bytes_of(name), 0, 1, 0, 0, amqp_empty_table);
+  amqp_table_entry_t single{};
+  single.key = amqp_cstring_bytes("x-single-active-consumer");
+  single.value.kind = AMQP_FIELD_KIND_BOOLEAN;
+  single.value.value.boolean = 1;
+  const amqp_table_t arguments = single_active_consumer ? amqp_table_t{1, &single} : amqp_empty_table;
+  amqp_queue_declare(state_, kChannel, bytes_of(name), 0, 1, 0, 0, arguments);
   return rpc_result("declaring " + what);
 }
 

@@ -101,7 +101,7 @@ class Connection {
   /// Declares a durable direct exchange unless one of that name exists.
   std::expected<void, Failure> ensure_exchange(std::string_view name);
   /// Declares a durable queue unless one of that name exists (whatever its arguments).
-  std::expected<void, Failure> ensure_queue(std::string_view name);
+  std::expected<void, Failure> ensure_queue(std::string_view name, bool single_active_consumer = false);
   /// Binds a queue to an exchange for a routing key (idempotent).
   std::expected<void, Failure> bind(std::string_view queue, std::string_view exchange, std::string_view key);
   /// basic.qos: at most `prefetch` unacknowledged deliveries on the channel. Also a cheap round

@@ -179,8 +179,16 @@ std::expected<Assembler::Step, Failure> Assembler::feed(const amqp_frame_t& fram
             current_.has_message_id = true;
           }
         }
-        // Our transport header is not the producer's: the Delivery carries the id itself.
-        std::erase_if(current_.headers, [](const auto& h) { return h.first == kLongMessageIdHeader; });
+        // Our transport headers are not the producer's: the Delivery carries the id and the
+        // ordering key itself. The ordering key as text, whatever its type (a foreign producer's
+        // numeric aggregate id is a key too); one that is no valid key is none.
+        for (const auto& [name, value] : current_.headers) {
+          if (name != kOrderingKeyHeader) continue;
+          if (valid_ordering_key(value)) current_.ordering_key = value;
+          break;
+        }
+        std::erase_if(current_.headers,
+                      [](const auto& h) { return h.first == kLongMessageIdHeader || h.first == kOrderingKeyHeader; });
       }
       body_size_ = frame.payload.properties.body_size;
       // Reserve what was announced, up to a bound: a broker's word is not a reason to allocate
@@ -211,6 +219,9 @@ std::optional<std::string> unpublishable(const Outgoing& m, std::uint32_t frame_
   if (m.exchange.size() > kMaxShortString) return "the exchange name is longer than AMQP's 255 bytes";
   if (m.routing_key.size() > kMaxShortString) return "the routing key is longer than AMQP's 255 bytes";
   if (m.content_type.size() > kMaxShortString) return "the content type is longer than AMQP's 255 bytes";
+  if (!m.ordering_key.empty() && !valid_ordering_key(m.ordering_key)) {
+    return "the ordering key is not 1-128 visible ASCII characters";
+  }
   // The content header frame: class, weight, body size, flags (14 bytes), the properties, and
   // the frame's own 8 bytes, all within frame_max.
   std::size_t size = 8 + 14 + 1 /*delivery mode*/ + 1 + m.content_type.size() + 1 + std::min(m.message_id.size(), kMaxShortString) + 4;
@@ -218,6 +229,7 @@ std::optional<std::string> unpublishable(const Outgoing& m, std::uint32_t frame_
     if (h.name.size() > kMaxShortString) return "a header name is longer than AMQP's 255 bytes";
     size += 1 + h.name.size() + 1 + (h.integer ? 8 : 4 + h.text.size());
   }
+  if (!m.ordering_key.empty()) size += 1 + kOrderingKeyHeader.size() + 1 + 4 + m.ordering_key.size();
   if (m.message_id.size() > kMaxShortString) size += 1 + kLongMessageIdHeader.size() + 1 + 4 + m.message_id.size();
   if (frame_max != 0 && size > frame_max) {
     return "its headers take " + std::to_string(size) + " bytes, more than fit in one AMQP frame (" + std::to_string(frame_max) + ")";
@@ -237,9 +249,10 @@ Properties::Properties(const Outgoing& m) {
     props_._flags |= AMQP_BASIC_CONTENT_TYPE_FLAG;
     props_.content_type = bytes_of(m.content_type);
   }
-  entries_.reserve(m.headers.size() + 1);
+  entries_.reserve(m.headers.size() + 2);
   for (const auto& h : m.headers) {
     if (long_id && h.name == kLongMessageIdHeader) continue;  // ours, set below
+    if (h.name == kOrderingKeyHeader) continue;                // the message's own, set below
     amqp_table_entry_t e{};
     e.key = bytes_of(h.name);
     if (h.integer) {
@@ -249,6 +262,13 @@ Properties::Properties(const Outgoing& m) {
       e.value.kind = AMQP_FIELD_KIND_UTF8;
       e.value.value.bytes = bytes_of(h.text);
     }
+    entries_.push_back(e);
+  }
+  if (!m.ordering_key.empty()) {
+    amqp_table_entry_t e{};
+    e.key = bytes_of(kOrderingKeyHeader);
+    e.value.kind = AMQP_FIELD_KIND_UTF8;
+    e.value.value.bytes = bytes_of(m.ordering_key);
     entries_.push_back(e);
   }
   if (long_id) {

@@ -46,6 +46,9 @@ struct Incoming {
   std::string message_id;
   bool has_message_id = false;
   std::string content_type;
+  /// The `ordering_key` header's value (as text, whatever its AMQP type), taken out of the
+  /// headers; empty when there is none or it is no valid_ordering_key.
+  std::string ordering_key;
   MessageHeaders headers;
   /// Quorum queues count earlier deliveries in x-delivery-count.
   std::optional<std::int64_t> x_delivery_count;
@@ -90,13 +93,18 @@ struct Outgoing {
   std::string_view routing_key;
   std::string_view message_id;  ///< empty: none (an empty id is not carried)
   std::string_view content_type;
+  /// Empty: none. Else the `ordering_key` header, which no header of `headers` duplicates: one of
+  /// that name there is dropped (the message's ordering key wins, and without one a header of
+  /// that name would pose as it).
+  std::string_view ordering_key;
   std::vector<OutgoingHeader> headers;
   std::string_view body;
 };
 
 /// Why `message` cannot be published as it is (a name past 255 bytes, headers past one frame of
-/// `frame_max` bytes), or nothing. Checked before sending: librabbitmq would fail after the
-/// method frame went out, leaving the channel mid-message.
+/// `frame_max` bytes, an ordering key that is no valid_ordering_key), or nothing. Checked before
+/// sending: librabbitmq would fail after the method frame went out, leaving the channel
+/// mid-message.
 std::optional<std::string> unpublishable(const Outgoing& message, std::uint32_t frame_max);
 
 /// The basic properties of a publish, persistent, and the table they point into.

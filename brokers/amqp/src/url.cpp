@@ -130,7 +130,8 @@ std::expected<AmqpUrl, std::string> parse(std::string_view url, AmqpUrlRole role
     const bool source = role == AmqpUrlRole::source;
     const auto not_here = [&](std::string_view kind) -> std::unexpected<std::string> {
       return std::unexpected("parameter " + name + " is for " + std::string(kind) + " URLs; a " +
-                             (source ? "source takes queue, dead_letter_exchange, dead_letter_queue, declare and heartbeat"
+                             (source ? "source takes queue, dead_letter_exchange, dead_letter_queue, declare, single_active_consumer and "
+                                              "heartbeat"
                                      : "sink takes exchange, routing_key, declare and heartbeat"));
     };
     auto name_value = [&](std::string& into) -> std::expected<void, std::string> {
@@ -159,6 +160,11 @@ std::expected<AmqpUrl, std::string> parse(std::string_view url, AmqpUrlRole role
       auto b = parse_bool(name, value);
       if (!b) return std::unexpected(b.error());
       out.declare = *b;
+    } else if (name == "single_active_consumer") {
+      if (!source) return not_here("source");
+      auto b = parse_bool(name, value);
+      if (!b) return std::unexpected(b.error());
+      out.single_active_consumer = *b;
     } else if (name == "heartbeat") {
       unsigned seconds = 0;
       auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);

@@ -119,8 +119,10 @@ TEST(KafkaLive, RecordsFromKcatAreConsumedWithTheirIdHeadersAndKey) {
   EXPECT_EQ(got[0].delivery_count, 1u);
   EXPECT_FALSE(got[0].redelivered);
   EXPECT_EQ(got[0].broker_ref, topic.name + "/0/0");
+  EXPECT_EQ(got[0].ordering_key, "");  // no key, no ordering_key header
   EXPECT_FALSE(got[1].has_message_id);  // kcat gave it a key, not the header
   EXPECT_EQ(got[1].body, "no id header");
+  EXPECT_EQ(got[1].ordering_key, "kc-key-2");  // a keyed record without the header: the key orders
   ASSERT_TRUE(by_header->ack(got));
   by_header.reset();
   EXPECT_EQ(topic.uncommitted(), 0u);
@@ -135,6 +137,87 @@ TEST(KafkaLive, RecordsFromKcatAreConsumedWithTheirIdHeadersAndKey) {
   EXPECT_EQ(keyed[0].headers, (MessageHeaders{{"message_id", "kc-1"}, {"tenant", "acme"}}));
   EXPECT_TRUE(keyed[1].has_message_id);
   EXPECT_EQ(keyed[1].message_id, "kc-key-2");
+  EXPECT_EQ(keyed[1].ordering_key, "") << "with id_from=key the key is the id, not an ordering key";
+}
+
+TEST(KafkaLive, TheOrderingKeyTravelsAsTheRecordKeyAndAHeader) {
+  Topic topic(3);
+  auto sink = topic.sink();
+  ASSERT_TRUE(sink);
+  OutgoingMessage keyed = message("evt-1", R"({"a":1})", {{"ordering_key", "a user's"}, {"tenant", "acme"}});
+  keyed.ordering_key = "pay_7";
+  OutgoingMessage second = message("evt-2", R"({"a":2})");
+  second.ordering_key = "pay_7";
+  publish(*sink, {keyed, message("evt-3"), second});
+
+  // As other clients read them: the ordering key is the key (one partition for the key) and the
+  // header, once; without one, the id is the key and there is no header.
+  const auto records = kafka_test::read_topic(topic.cluster.bootstrap(), topic.name);
+  ASSERT_EQ(records.size(), 3u);
+  std::map<std::string, kafka_test::RawRecord> by_id;
+  for (const auto& r : records) by_id[r.headers.at("message_id")] = r;
+  EXPECT_EQ(by_id.at("evt-1").key, "pay_7");
+  EXPECT_EQ(by_id.at("evt-1").headers, (std::map<std::string, std::string>{{"message_id", "evt-1"},
+                                                                            {"content_type", "application/json"},
+                                                                            {"ordering_key", "pay_7"},
+                                                                            {"tenant", "acme"}}));
+  EXPECT_EQ(by_id.at("evt-2").key, "pay_7");
+  EXPECT_EQ(by_id.at("evt-2").partition, by_id.at("evt-1").partition);
+  EXPECT_LT(by_id.at("evt-1").offset, by_id.at("evt-2").offset);
+  EXPECT_EQ(by_id.at("evt-3").key, "evt-3");
+  EXPECT_FALSE(by_id.at("evt-3").headers.contains("ordering_key"));
+
+  // A record of a foreign producer with both: the header is the ordering key.
+  kafka_test::kcat_produce(topic.cluster.bootstrap(), topic.name, "foreign", {{"message_id", "evt-4"}, {"ordering_key", "acct_1"}},
+                           std::string("some-key"));
+
+  auto source = topic.source();
+  ASSERT_TRUE(source);
+  auto got = receive_n(*source, 4);
+  ASSERT_EQ(got.size(), 4u);
+  std::map<std::string, Delivery> delivered;
+  for (auto& d : got) delivered[d.message_id] = d;
+  EXPECT_EQ(delivered.at("evt-1").ordering_key, "pay_7");
+  EXPECT_EQ(delivered.at("evt-1").headers, (MessageHeaders{{"tenant", "acme"}})) << "the header is the delivery's ordering key";
+  EXPECT_EQ(delivered.at("evt-2").ordering_key, "pay_7");
+  EXPECT_EQ(delivered.at("evt-3").ordering_key, "") << "a message published without an ordering key has none";
+  EXPECT_EQ(delivered.at("evt-4").ordering_key, "acct_1");
+  EXPECT_TRUE(delivered.at("evt-4").headers.empty());
+
+  // The dead-letter copy keeps it (its key stays the message id, as before).
+  ASSERT_TRUE(source->dead_letter(delivered.at("evt-1"), DeadLetterReason{"poison", "failed", "", 3}));
+  ASSERT_TRUE(source->ack(std::vector<Delivery>{delivered.at("evt-2"), delivered.at("evt-3"), delivered.at("evt-4")}));
+  source.reset();
+  const auto dead = kafka_test::read_topic(topic.cluster.bootstrap(), topic.name + ".dead-letter");
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].key, "evt-1");
+  EXPECT_EQ(dead[0].headers.at("ordering_key"), "pay_7");
+}
+
+TEST(KafkaLive, AMessageWithAnInvalidOrderingKeyIsRejectedAndTheOthersGo) {
+  Topic topic(1);
+  auto sink = topic.sink();
+  ASSERT_TRUE(sink);
+  OutgoingMessage bad = message("bad-1");
+  bad.ordering_key = "has a space";
+  OutgoingMessage too_long = message("bad-2");
+  too_long.ordering_key = std::string(kMaxOrderingKey + 1, 'k');
+  OutgoingMessage longest = message("ok-2");
+  longest.ordering_key = std::string(kMaxOrderingKey, 'k');
+  const auto results = sink->publish(std::vector<OutgoingMessage>{message("ok-1"), bad, too_long, longest});
+  ASSERT_EQ(results.size(), 4u);
+  EXPECT_TRUE(results[0]);
+  ASSERT_FALSE(results[1]);
+  EXPECT_EQ(results[1].error().code, BrokerErrc::rejected);
+  EXPECT_FALSE(results[1].error().in_doubt);
+  EXPECT_NE(results[1].error().message.find("ordering key"), std::string::npos) << results[1].error().message;
+  ASSERT_FALSE(results[2]);
+  EXPECT_EQ(results[2].error().code, BrokerErrc::rejected);
+  EXPECT_TRUE(results[3]) << results[3].error().message;
+  const auto records = kafka_test::read_topic(topic.cluster.bootstrap(), topic.name);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].key, "ok-1");
+  EXPECT_EQ(records[1].key, std::string(kMaxOrderingKey, 'k'));
 }
 
 TEST(KafkaLive, ASinkWritesTheIdAsKeyAndHeaderForOtherClients) {

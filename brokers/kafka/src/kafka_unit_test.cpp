@@ -460,6 +460,76 @@ TEST(KafkaRecords, OutgoingHeadersCarryTheIdAndContentTypeFirst) {
   EXPECT_TRUE(kafka_detail::outgoing_headers(none, "message_id").empty());  // no id: no id header
 }
 
+TEST(KafkaRecords, TheOrderingKeyIsTheRecordKeyAndAHeaderThatNoOtherHeaderDuplicates) {
+  OutgoingMessage m;
+  m.message_id = "evt-1";
+  m.content_type = "application/json";
+  m.ordering_key = "pay_7";
+  m.headers = {{"ordering_key", "forged"}, {"tenant", "acme"}};
+  const auto h = kafka_detail::outgoing_headers(m, "message_id");
+  using Header = std::pair<std::string_view, std::string_view>;
+  EXPECT_EQ(h, (std::vector<Header>{{"message_id", "evt-1"}, {"content_type", "application/json"}, {"ordering_key", "pay_7"},
+                                    {"tenant", "acme"}}));
+  EXPECT_EQ(kafka_detail::record_key(m), "pay_7");
+
+  // Without an ordering key: the id is the key, and a header of the name is still not written
+  // (the record key would not be it).
+  m.ordering_key.clear();
+  EXPECT_EQ(kafka_detail::record_key(m), "evt-1");
+  EXPECT_EQ(kafka_detail::outgoing_headers(m, "message_id"),
+            (std::vector<Header>{{"message_id", "evt-1"}, {"content_type", "application/json"}, {"tenant", "acme"}}));
+  m.message_id.clear();
+  EXPECT_FALSE(kafka_detail::record_key(m));
+}
+
+TEST(KafkaRecords, DecodingTakesTheOrderingKeyFromTheHeaderElseTheRecordKey) {
+  kafka_detail::IncomingRecord r;
+  r.key = "key-1";
+  r.headers = {{"ordering_key", std::nullopt}, {"message_id", "m-1"}, {"ordering_key", "pay_7"}, {"ordering_key", "again"}};
+  Delivery d;
+  kafka_detail::decode_record(r, "message_id", KafkaIdFrom::header, d);
+  EXPECT_EQ(d.ordering_key, "pay_7");  // the first with a value, taken out of the headers like the id
+  EXPECT_EQ(d.headers, (MessageHeaders{{"ordering_key", ""}, {"ordering_key", "again"}}));
+  kafka_detail::decode_record(r, "message_id", KafkaIdFrom::key, d);
+  EXPECT_EQ(d.ordering_key, "pay_7");
+
+  // No header: the record key (a foreign producer keying by aggregate), unless the key is the id.
+  kafka_detail::IncomingRecord keyed;
+  keyed.key = "order-42";
+  keyed.headers = {{"message_id", "evt-9"}};
+  kafka_detail::decode_record(keyed, "message_id", KafkaIdFrom::header, d);
+  EXPECT_EQ(d.ordering_key, "order-42");
+  EXPECT_TRUE(d.headers.empty());
+  kafka_detail::decode_record(keyed, "message_id", KafkaIdFrom::key, d);
+  EXPECT_EQ(d.message_id, "order-42");
+  EXPECT_EQ(d.ordering_key, "");  // the key is the id there
+  keyed.key = "evt-9";             // what idem's sink writes for a message without an ordering key
+  kafka_detail::decode_record(keyed, "message_id", KafkaIdFrom::header, d);
+  EXPECT_EQ(d.ordering_key, "");
+  keyed.headers.clear();  // no id at all: the key orders
+  kafka_detail::decode_record(keyed, "message_id", KafkaIdFrom::header, d);
+  EXPECT_EQ(d.ordering_key, "evt-9");
+
+  // A value that cannot be an ordering key is ignored, never an error; the header still decides.
+  for (const std::string& bad : {std::string(), std::string("has space"), std::string(129, 'k'), std::string("caf\xc3\xa9")}) {
+    kafka_detail::IncomingRecord odd;
+    odd.key = "key-1";
+    odd.headers = {{"ordering_key", bad}};
+    kafka_detail::decode_record(odd, "message_id", KafkaIdFrom::header, d);
+    EXPECT_EQ(d.ordering_key, "") << bad;
+    EXPECT_TRUE(d.headers.empty()) << bad;
+    odd.headers.clear();
+    odd.key = bad;
+    kafka_detail::decode_record(odd, "message_id", KafkaIdFrom::header, d);
+    EXPECT_EQ(d.ordering_key, "") << bad;
+  }
+  const std::string longest_key(kMaxOrderingKey, 'k');
+  kafka_detail::IncomingRecord longest;
+  longest.key = longest_key;
+  kafka_detail::decode_record(longest, "message_id", KafkaIdFrom::header, d);
+  EXPECT_EQ(d.ordering_key, longest_key);
+}
+
 TEST(KafkaRecords, DecodingReadsTheIdFromTheHeaderOrTheKey) {
   kafka_detail::IncomingRecord r;
   r.key = "key-1";
@@ -497,14 +567,15 @@ TEST(KafkaRecords, ADeadLetterCarriesWhyAndDropsOldReasons) {
   d.message_id = "pay-1";
   d.has_message_id = true;
   d.content_type = "application/json";
-  d.headers = {{"tenant", "acme"}, {"x-idem-reason", "an old one"}};
+  d.ordering_key = "acct_9";
+  d.headers = {{"tenant", "acme"}, {"x-idem-reason", "an old one"}, {"ordering_key", "stale"}};
   const auto h = kafka_detail::dead_letter_headers(d, DeadLetterReason{"poison", "failed 3 times", "handler said no", 3},
                                                    "message_id", {"orders", 2, 41});
   const std::vector<std::pair<std::string, std::string>> expected = {
-      {"message_id", "pay-1"},        {"content_type", "application/json"}, {"tenant", "acme"},
-      {"x-idem-reason", "poison"},    {"x-idem-detail", "failed 3 times"},  {"x-idem-last-error", "handler said no"},
-      {"x-idem-attempts", "3"},       {"x-idem-source", "orders"},          {"x-idem-partition", "2"},
-      {"x-idem-offset", "41"}};
+      {"message_id", "pay-1"},        {"content_type", "application/json"}, {"ordering_key", "acct_9"},
+      {"tenant", "acme"},             {"x-idem-reason", "poison"},          {"x-idem-detail", "failed 3 times"},
+      {"x-idem-last-error", "handler said no"}, {"x-idem-attempts", "3"},   {"x-idem-source", "orders"},
+      {"x-idem-partition", "2"},      {"x-idem-offset", "41"}};
   EXPECT_EQ(h, expected);
 }
 

@@ -23,17 +23,30 @@ class KafkaSink final : public MessageSink {
       if (!reopened) return std::vector<BrokerResult<Done>>(messages.size(), std::unexpected(reopened.error()));
       producer_ = std::move(*reopened);
     }
+    std::vector<BrokerResult<Done>> results(messages.size(), Done{});
     std::vector<Record> records;
+    std::vector<std::size_t> index;  // records[k] is messages[index[k]]
     records.reserve(messages.size());
-    for (const OutgoingMessage& m : messages) {
+    index.reserve(messages.size());
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      const OutgoingMessage& m = messages[i];
+      if (!m.ordering_key.empty() && !valid_ordering_key(m.ordering_key)) {
+        results[i] = std::unexpected(BrokerError{
+            BrokerErrc::rejected, name_ + ": the message's ordering key is not 1-128 visible ASCII characters", false});
+        continue;
+      }
       Record r;
       r.topic = m.destination.empty() ? std::string_view(url_.topic) : std::string_view(m.destination);
-      r.key = partition_key(m);
+      r.key = record_key(m);
       r.headers = outgoing_headers(m, url_.id_header);
       r.value = m.body;
       records.push_back(std::move(r));
+      index.push_back(i);
     }
-    return producer_->produce(records);
+    if (records.empty()) return results;
+    auto produced = producer_->produce(records);
+    for (std::size_t k = 0; k < produced.size(); ++k) results[index[k]] = std::move(produced[k]);
+    return results;
   }
 
   BrokerResult<Done> ping() override {
@@ -55,14 +68,6 @@ class KafkaSink final : public MessageSink {
   }
 
  private:
-  // The record's key decides its partition, so it is the ordering key; OutgoingMessage carries
-  // none yet, so every record of one message id lands in one partition. The one place to change
-  // when OutgoingMessage gains an ordering key: return it here when set, else the id.
-  static std::optional<std::string_view> partition_key(const OutgoingMessage& m) {
-    if (m.message_id.empty()) return std::nullopt;  // no id, no key: spread by the partitioner
-    return std::string_view(m.message_id);
-  }
-
   KafkaUrl url_;
   std::string name_;
   SinkSettings settings_;

@@ -8,13 +8,20 @@ namespace {
 
 using redis_detail::Reply;
 
-void append_common(std::string_view content_type, const MessageHeaders& headers, std::string_view body,
-                   std::vector<std::string>& args) {
+void append_common(std::string_view content_type, std::string_view ordering_key, const MessageHeaders& headers,
+                   std::string_view body, std::vector<std::string>& args) {
   if (!content_type.empty()) {
     args.emplace_back(kContentTypeField);
     args.emplace_back(content_type);
   }
+  if (!ordering_key.empty()) {
+    args.emplace_back(kOrderingKeyField);
+    args.emplace_back(ordering_key);
+  }
   for (const auto& [name, value] : headers) {
+    // The message's ordering key is the one: a header of that name (h:ordering_key) would come
+    // back beside it as a second value, or pose as one when the message has none.
+    if (name == kOrderingKeyField) continue;
     std::string field;
     field.reserve(kHeaderPrefix.size() + name.size());
     field.append(kHeaderPrefix).append(name);
@@ -39,7 +46,7 @@ void append_fields(const OutgoingMessage& message, std::vector<std::string>& arg
     args.emplace_back(kMessageIdField);
     args.push_back(message.message_id);
   }
-  append_common(message.content_type, message.headers, message.body, args);
+  append_common(message.content_type, message.ordering_key, message.headers, message.body, args);
 }
 
 void append_fields(const Delivery& delivery, std::vector<std::string>& args) {
@@ -47,16 +54,18 @@ void append_fields(const Delivery& delivery, std::vector<std::string>& args) {
     args.emplace_back(kMessageIdField);
     args.push_back(delivery.message_id);
   }
-  append_common(delivery.content_type, delivery.headers, delivery.body, args);
+  append_common(delivery.content_type, delivery.ordering_key, delivery.headers, delivery.body, args);
 }
 
 std::expected<void, std::string> decode_fields(const std::vector<Reply>& fields, Delivery& out) {
   if (fields.size() % 2 != 0) return std::unexpected("an entry with an odd number of field names and values");
   bool have_content_type = false;
+  bool have_ordering_key = false;
   bool have_body = false;
   out.message_id.clear();
   out.has_message_id = false;
   out.content_type.clear();
+  out.ordering_key.clear();
   out.headers.clear();
   out.body.clear();
   for (std::size_t i = 0; i < fields.size(); i += 2) {
@@ -73,6 +82,9 @@ std::expected<void, std::string> decode_fields(const std::vector<Reply>& fields,
     } else if (name.str == kContentTypeField && !have_content_type) {
       out.content_type = value.str;
       have_content_type = true;
+    } else if (name.str == kOrderingKeyField && !have_ordering_key) {
+      if (valid_ordering_key(value.str)) out.ordering_key = value.str;
+      have_ordering_key = true;
     } else if (name.str == kBodyField && !have_body) {
       out.body = value.str;
       have_body = true;

@@ -18,6 +18,7 @@ namespace idem::redis_streams {
 /// Field names of the encoding.
 inline constexpr std::string_view kMessageIdField = "message_id";
 inline constexpr std::string_view kContentTypeField = "content_type";
+inline constexpr std::string_view kOrderingKeyField = kOrderingKeyHeader;
 inline constexpr std::string_view kBodyField = "body";
 inline constexpr std::string_view kHeaderPrefix = "h:";
 
@@ -27,9 +28,9 @@ void append_fields(const OutgoingMessage& message, std::vector<std::string>& arg
 /// The same for a delivery being copied elsewhere (a dead letter): its id only if it had one.
 void append_fields(const Delivery& delivery, std::vector<std::string>& args);
 
-/// Fills the message parts of `out` (message_id, has_message_id, content_type, headers, body)
-/// from an entry's flat field list [f1, v1, f2, v2, ...]; an error for a list that is not pairs
-/// of strings.
+/// Fills the message parts of `out` (message_id, has_message_id, content_type, ordering_key,
+/// headers, body) from an entry's flat field list [f1, v1, f2, v2, ...]; an error for a list that
+/// is not pairs of strings. An ordering_key field that is no valid_ordering_key is ignored.
 std::expected<void, std::string> decode_fields(const std::vector<redis_detail::Reply>& fields, Delivery& out);
 
 /// A stream entry id "MS-SEQ".

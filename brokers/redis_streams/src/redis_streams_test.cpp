@@ -179,6 +179,52 @@ TEST_F(StreamTest, EveryFieldRoundTripsThroughTheStream) {
   EXPECT_TRUE(out->ping());
 }
 
+TEST_F(StreamTest, TheOrderingKeyRoundTripsAsAFieldOfItsOwn) {
+  OutgoingMessage keyed = message("evt-1", "{}");
+  keyed.ordering_key = "pay_7";
+  keyed.headers = {{"ordering_key", "a user's"}, {"tenant", "acme"}};
+  OutgoingMessage bad = message("evt-bad");
+  bad.ordering_key = "has a space";
+  auto out = sink();
+  const auto results = out->publish(std::vector<OutgoingMessage>{keyed, message("evt-2"), bad});
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0]) << results[0].error().message;
+  EXPECT_TRUE(results[1]) << results[1].error().message;
+  ASSERT_FALSE(results[2]);
+  EXPECT_EQ(results[2].error().code, BrokerErrc::rejected);
+  EXPECT_FALSE(results[2].error().in_doubt);
+  EXPECT_NE(results[2].error().message.find("ordering key"), std::string::npos) << results[2].error().message;
+  // A foreign producer's entry with the field.
+  raw_->call({"XADD", stream_, "*", "message_id", "evt-3", "ordering_key", "acct_1", "body", "foreign"});
+
+  auto in = source();
+  auto got = receive_n(*in, 3);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].message_id, "evt-1");
+  EXPECT_EQ(got[0].ordering_key, "pay_7");
+  EXPECT_EQ(got[0].headers, (MessageHeaders{{"tenant", "acme"}})) << "the ordering key is the delivery's, not a header";
+  EXPECT_EQ(got[1].message_id, "evt-2");
+  EXPECT_EQ(got[1].ordering_key, "") << "published without one";
+  EXPECT_EQ(got[2].message_id, "evt-3");
+  EXPECT_EQ(got[2].ordering_key, "acct_1");
+
+  // As redis-cli sees it: a field named ordering_key, once.
+  auto raw = raw_->call({"XRANGE", stream_, got[0].broker_ref, got[0].broker_ref});
+  ASSERT_TRUE(raw.is_array() && raw.elements.size() == 1);
+  std::vector<std::string> names;
+  const auto& fields = raw.elements[0].elements[1].elements;
+  for (std::size_t i = 0; i < fields.size(); i += 2) names.push_back(fields[i].str);
+  EXPECT_EQ(names, (std::vector<std::string>{"message_id", "content_type", "ordering_key", "h:tenant", "body"}));
+
+  // The dead-letter copy keeps it.
+  ASSERT_TRUE(in->dead_letter(got[0], {"poison", "failed", "", 3}));
+  ASSERT_TRUE(in->ack(std::vector<Delivery>{got[1], got[2]}));
+  auto dead = entries_of(stream_ + ":dead-letter");
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].message_id, "evt-1");
+  EXPECT_EQ(dead[0].ordering_key, "pay_7");
+}
+
 TEST_F(StreamTest, ANewGroupStartsAtTheFirstEntryUnlessStartIsDollar) {
   auto out = sink();
   publish(*out, {message("early")});

@@ -238,6 +238,53 @@ TEST(StreamEntryCodec, ForeignFieldsBecomeHeadersAndTheFirstOfEachFieldCounts) {
             (MessageHeaders{{"order", "42"}, {"body", "second"}, {"message_id", "b"}, {"reason", "poison"}}));
 }
 
+TEST(StreamEntryCodec, TheOrderingKeyIsAFieldOfItsOwnThatNoHeaderDuplicates) {
+  OutgoingMessage m;
+  m.message_id = "evt-1";
+  m.content_type = "application/json";
+  m.ordering_key = "pay_7";
+  m.headers = {{"ordering_key", "a user's"}, {"tenant", "acme"}};
+  m.body = "{}";
+  std::vector<std::string> args{"XADD", "s", "*"};
+  append_fields(m, args);
+  EXPECT_EQ(args, (std::vector<std::string>{"XADD", "s", "*", "message_id", "evt-1", "content_type", "application/json",
+                                            "ordering_key", "pay_7", "h:tenant", "acme", "body", "{}"}));
+  Delivery d;
+  ASSERT_TRUE(decode_fields(as_entry(args), d));
+  EXPECT_EQ(d.ordering_key, "pay_7");
+  EXPECT_EQ(d.headers, (MessageHeaders{{"tenant", "acme"}}));
+
+  // A dead letter's copy keeps it; without one there is no field, and a header of the name is
+  // still not written.
+  std::vector<std::string> copy{"XADD", "dl", "*"};
+  append_fields(d, copy);
+  Delivery back;
+  ASSERT_TRUE(decode_fields(as_entry(copy), back));
+  EXPECT_EQ(back.ordering_key, "pay_7");
+  m.ordering_key.clear();
+  args = {"XADD", "s", "*"};
+  append_fields(m, args);
+  EXPECT_EQ(args, (std::vector<std::string>{"XADD", "s", "*", "message_id", "evt-1", "content_type", "application/json",
+                                            "h:tenant", "acme", "body", "{}"}));
+  ASSERT_TRUE(decode_fields(as_entry(args), d));
+  EXPECT_EQ(d.ordering_key, "");
+}
+
+TEST(StreamEntryCodec, AnOrderingKeyFieldThatIsNoKeyIsIgnored) {
+  Delivery d;
+  for (const std::string& bad : {std::string(), std::string("has space"), std::string(kMaxOrderingKey + 1, 'k'),
+                                 std::string("caf\xc3\xa9")}) {
+    ASSERT_TRUE(decode_fields(as_entry({"*", "ordering_key", bad, "ordering_key", "second", "body", "b"}), d));
+    EXPECT_EQ(d.ordering_key, "") << bad;  // the first counts, even when it is no key
+    EXPECT_EQ(d.headers, (MessageHeaders{{"ordering_key", "second"}})) << bad;  // repeats kept, as for the others
+    EXPECT_EQ(d.body, "b");
+  }
+  // A foreign producer's field of that name is the ordering key.
+  ASSERT_TRUE(decode_fields(as_entry({"*", "order", "42", "ordering_key", "order-42", "body", "b"}), d));
+  EXPECT_EQ(d.ordering_key, "order-42");
+  EXPECT_EQ(d.headers, (MessageHeaders{{"order", "42"}}));
+}
+
 TEST(StreamEntryCodec, MalformedFieldListsAreErrors) {
   Delivery d;
   EXPECT_FALSE(decode_fields(as_entry({"*", "body"}), d));

@@ -36,7 +36,15 @@ class StreamSink final : public MessageSink {
       results.assign(messages.size(), std::unexpected(ok.error()));
       return results;
     }
-    for (const OutgoingMessage& m : messages) {
+    // What is refused before sending: an ordering key a source would not take back.
+    std::vector<std::optional<BrokerError>> refused(messages.size());
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      const OutgoingMessage& m = messages[i];
+      if (!m.ordering_key.empty() && !valid_ordering_key(m.ordering_key)) {
+        refused[i] = endpoint_.outgoing(
+            {BrokerErrc::rejected, "the message's ordering key is not 1-128 visible ASCII characters", false});
+        continue;
+      }
       std::vector<std::string> args{"XADD", m.destination.empty() ? url_.stream : m.destination};
       if (url_.maxlen) args.insert(args.end(), {"MAXLEN", "~", std::to_string(*url_.maxlen)});
       args.emplace_back("*");
@@ -46,7 +54,12 @@ class StreamSink final : public MessageSink {
     // One deadline for the batch: confirm_timeout is how long a publish waits for the broker.
     const auto deadline = Steady::now() + settings_.confirm_timeout;
     std::optional<BrokerError> lost;  // what broke the connection, for the messages after
-    for (const OutgoingMessage& m : messages) {
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      const OutgoingMessage& m = messages[i];
+      if (refused[i]) {
+        results.push_back(std::unexpected(*refused[i]));
+        continue;
+      }
       const std::string_view key =
           m.destination.empty() ? std::string_view(url_.stream) : std::string_view(m.destination);
       if (!channel_) {

@@ -119,7 +119,15 @@ BrokerResult<Done> StreamSource::connect(Steady::time_point wait_until) {
   ctl_.emplace(std::move(*ctl));
   read_.emplace(std::move(*read));
   read_answer_by_ = {};
-  if (ever_connected_) ++reconnects_;
+  if (ever_connected_) {
+    ++reconnects_;
+    // A read whose reply the lost connection took still put its entries on this consumer's
+    // pending list: read that list again before new entries, or those entries would wait for
+    // claim_idle and run after later entries of their stream (and of their ordering key). Entries
+    // still held here come again too: duplicates, which the consumer's store drops.
+    own_pending_done_ = false;
+    own_pending_cursor_ = "0";
+  }
   ever_connected_ = true;
   group_ready_ = false;
   if (auto ok = ensure_group(); !ok) return ok;

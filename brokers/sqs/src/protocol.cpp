@@ -328,6 +328,16 @@ Delivery to_delivery(ReceivedMessage message, std::string_view id_attribute, boo
     d.content_type = std::move(ct->second.value);
     message.attributes.erase(ct);
   }
+  // The attribute decides when there is one (even one that is no valid key, then ignored). Else
+  // a FIFO queue's group, unless it is the group idem's sink gives a message without an ordering
+  // key (outgoing_entry): that one orders nothing but the copies of one message.
+  if (auto key = message.attributes.find(std::string(kOrderingKeyHeader)); key != message.attributes.end()) {
+    if (valid_ordering_key(key->second.value)) d.ordering_key = std::move(key->second.value);
+    message.attributes.erase(key);
+  } else if (fifo && message.group_id && valid_ordering_key(*message.group_id) && *message.group_id != kNoIdGroup &&
+             !(d.has_message_id && *message.group_id == fifo_token(d.message_id))) {
+    d.ordering_key = *message.group_id;
+  }
   for (auto& [name, a] : message.attributes) d.headers.emplace_back(name, std::move(a.value));
   d.body = std::move(message.body);
   d.delivery_count = std::max<std::uint32_t>(message.receive_count, 1);
@@ -344,15 +354,19 @@ std::optional<std::string> outgoing_problem(const OutgoingMessage& m, std::strin
   if (auto problem = text_problem(m.body)) return "the body is not text SQS accepts: " + *problem;
   if (auto problem = text_problem(m.message_id)) return "the message id is not text SQS accepts: " + *problem;
   if (auto problem = text_problem(m.content_type)) return "the content type is not text SQS accepts: " + *problem;
-  std::size_t count = (m.message_id.empty() ? 0 : 1) + (m.content_type.empty() ? 0 : 1);
+  if (!m.ordering_key.empty() && !valid_ordering_key(m.ordering_key)) {
+    return std::string("the ordering key is not 1-128 visible ASCII characters");
+  }
+  std::size_t count = (m.message_id.empty() ? 0 : 1) + (m.content_type.empty() ? 0 : 1) + (m.ordering_key.empty() ? 0 : 1);
   for (const auto& [name, value] : m.headers) {
-    if (name == id_attribute || name == kContentTypeAttribute || value.empty()) continue;
+    if (name == id_attribute || name == kContentTypeAttribute || name == kOrderingKeyHeader || value.empty()) continue;
     if (auto problem = attribute_name_problem(name)) return "header \"" + sqs_text(name, 100) + "\": " + *problem;
     if (auto problem = text_problem(value)) return "header " + name + "'s value is not text SQS accepts: " + *problem;
     ++count;
   }
   if (count > kMaxAttributes) {
-    return "the message needs " + std::to_string(count) + " message attributes (its id, content type and headers); SQS allows " +
+    return "the message needs " + std::to_string(count) +
+           " message attributes (its id, content type, ordering key and headers); SQS allows " +
            std::to_string(kMaxAttributes);
   }
   return std::nullopt;
@@ -364,16 +378,24 @@ SendEntry outgoing_entry(const OutgoingMessage& m, std::string_view id_attribute
   e.body = m.body;
   if (!m.message_id.empty()) e.attributes.push_back({std::string(id_attribute), {"String", m.message_id}});
   if (!m.content_type.empty()) e.attributes.push_back({std::string(kContentTypeAttribute), {"String", m.content_type}});
+  if (!m.ordering_key.empty()) e.attributes.push_back({std::string(kOrderingKeyHeader), {"String", m.ordering_key}});
   for (const auto& [name, value] : m.headers) {
-    if (name == id_attribute || name == kContentTypeAttribute || value.empty()) continue;
+    // A header of its own named ordering_key is dropped, whether or not the message has an
+    // ordering key: OutgoingMessage::ordering_key is the one way to give one (on a FIFO queue
+    // the group would not be that header's value).
+    if (name == id_attribute || name == kContentTypeAttribute || name == kOrderingKeyHeader || value.empty()) continue;
     e.attributes.push_back({name, {"String", value}});
   }
   if (fifo) {
-    // The one place to change when OutgoingMessage gains an ordering key: use it for the group.
-    e.group_id = m.message_id.empty() ? std::string(kNoIdGroup) : fifo_token(m.message_id);
+    // A valid ordering key is a MessageGroupId SQS takes as it is (both: 1-128 visible ASCII).
+    e.group_id = m.ordering_key.empty() ? sink_group(m.message_id) : m.ordering_key;
     e.deduplication_id = m.message_id.empty() ? random_token() : fifo_token(m.message_id);
   }
   return e;
+}
+
+std::string sink_group(std::string_view message_id) {
+  return message_id.empty() ? std::string(kNoIdGroup) : fifo_token(message_id);
 }
 
 SendEntry dead_letter_entry(const Delivery& d, const DeadLetterReason& why, std::string_view id_attribute,
@@ -387,10 +409,14 @@ SendEntry dead_letter_entry(const Delivery& d, const DeadLetterReason& why, std:
   std::vector<std::pair<std::string, Attribute>> ours;
   if (d.has_message_id && !d.message_id.empty()) ours.push_back({std::string(id_attribute), as_attribute(d.message_id)});
   if (!d.content_type.empty()) ours.push_back({std::string(kContentTypeAttribute), as_attribute(d.content_type)});
+  if (!d.ordering_key.empty()) ours.push_back({std::string(kOrderingKeyHeader), as_attribute(d.ordering_key)});
   std::vector<std::pair<std::string, Attribute>> theirs;
   std::vector<std::string> left_out;
   for (const auto& [name, value] : d.headers) {
-    if (std::string_view(name).starts_with(kIdemPrefix) || name == id_attribute || name == kContentTypeAttribute) continue;
+    if (std::string_view(name).starts_with(kIdemPrefix) || name == id_attribute || name == kContentTypeAttribute ||
+        name == kOrderingKeyHeader) {
+      continue;
+    }
     if (value.empty() || attribute_name_problem(name)) {
       left_out.push_back(name);
       continue;
@@ -421,6 +447,8 @@ SendEntry dead_letter_entry(const Delivery& d, const DeadLetterReason& why, std:
   if (fifo_dead_letter_queue) {
     if (!origin.group_id.empty()) {
       e.group_id = origin.group_id;
+    } else if (!d.ordering_key.empty()) {
+      e.group_id = d.ordering_key;
     } else {
       e.group_id = d.has_message_id && !d.message_id.empty() ? fifo_token(d.message_id) : std::string("idem-dead-letters");
     }

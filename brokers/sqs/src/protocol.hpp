@@ -106,19 +106,27 @@ AwsError parse_error(std::string_view body);
 
 /// A received message as a Delivery: the id from `id_attribute` (or, on a FIFO queue, the
 /// MessageDeduplicationId when the attribute is absent), the content type from `content_type`,
-/// the other attributes as headers, ApproximateReceiveCount as the delivery count. handle and
-/// connection are left to the source.
+/// the ordering key from `ordering_key` (or, on a FIFO queue, the MessageGroupId when the
+/// attribute is absent and the group is not one sink_group makes: the id's, or the group of
+/// messages without an id; a value that is no valid_ordering_key is ignored), the other attributes as headers,
+/// ApproximateReceiveCount as the delivery count. handle and connection are left to the source.
 Delivery to_delivery(ReceivedMessage message, std::string_view id_attribute, bool fifo);
 
 /// Why SQS would never take this message (an empty body, characters SQS refuses, more than
 /// `kMaxAttributes` attributes, an attribute name SQS refuses, an empty header name, a
-/// destination that is no queue name), or nullopt.
+/// destination that is no queue name, an ordering key that is no valid_ordering_key), or nullopt.
 std::optional<std::string> outgoing_problem(const OutgoingMessage& m, std::string_view id_attribute);
 
 /// The entry for an OutgoingMessage that passed outgoing_problem: the id attribute (when the
-/// id is not empty), content_type (when set), then the headers with a value, all String; on a
-/// FIFO queue MessageGroupId and MessageDeduplicationId from the id (fifo_token).
+/// id is not empty), content_type (when set), ordering_key (when set), then the headers with a
+/// value (but one named ordering_key), all String; on a FIFO queue the MessageGroupId is the
+/// ordering key, else sink_group(id), and the MessageDeduplicationId comes from the id
+/// (fifo_token).
 SendEntry outgoing_entry(const OutgoingMessage& m, std::string_view id_attribute, bool fifo, std::string entry_id);
+
+/// The MessageGroupId of a message without an ordering key on a FIFO queue: its id's fifo_token,
+/// or "idem-no-message-id" for a message without an id.
+std::string sink_group(std::string_view message_id);
 
 /// Where a dead letter comes from, for its attributes.
 struct DeadLetterOrigin {
@@ -127,13 +135,13 @@ struct DeadLetterOrigin {
   std::string group_id;        ///< the original's MessageGroupId, if it had one
 };
 
-/// The dead-letter copy of a delivery: its body; the id attribute (when it has an id) and
-/// content_type; x-idem-reason, x-idem-detail, x-idem-last-error (when not empty; both cut to
+/// The dead-letter copy of a delivery: its body; the id attribute (when it has an id),
+/// content_type and ordering_key (when it has them); x-idem-reason, x-idem-detail, x-idem-last-error (when not empty; both cut to
 /// kMaxReasonBytes), x-idem-attempts, x-idem-source; then as many of the delivery's other
 /// headers as fit in kMaxAttributes (old x-idem-* ones dropped; the detail names those left out).
 /// A header value that is not text SQS allows goes as a Binary attribute. For a FIFO
-/// dead-letter queue: the original's group (else its id, else "idem-dead-letters") and its
-/// MessageId as the deduplication id.
+/// dead-letter queue: the original's group (else its ordering key, else its id, else
+/// "idem-dead-letters") and its MessageId as the deduplication id.
 SendEntry dead_letter_entry(const Delivery& d, const DeadLetterReason& why, std::string_view id_attribute,
                             const DeadLetterOrigin& origin, bool fifo_dead_letter_queue);
 

@@ -301,6 +301,92 @@ TEST(SqsLive, FifoQueuesGroupAndDeduplicateByTheMessageId) {
   EXPECT_EQ(api.outstanding(q), 0u);
 }
 
+TEST(SqsLive, TheOrderingKeyTravelsAsAnAttribute) {
+  Api api(Emulator::shared());
+  const std::string q = fresh_queue(api, "ordering");
+  OutgoingMessage keyed = message("k-1", "keyed", {{"ordering_key", "a user's"}, {"trace", "t-1"}});
+  keyed.ordering_key = "pay_7";
+  OutgoingMessage bad = message("k-bad", "bad");
+  bad.ordering_key = "has a space";
+  auto sink = open_sink(api.url(q));
+  const auto results = sink->publish(std::vector<OutgoingMessage>{keyed, message("k-2", "plain"), bad});
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0]) << results[0].error().message;
+  EXPECT_TRUE(results[1]) << results[1].error().message;
+  ASSERT_FALSE(results[2]);
+  EXPECT_EQ(results[2].error().code, BrokerErrc::rejected);
+  EXPECT_NE(results[2].error().message.find("ordering key"), std::string::npos) << results[2].error().message;
+  EXPECT_EQ(api.outstanding(q), 2u);
+
+  // As other clients read it: one String attribute.
+  std::map<std::string, sqs_detail::ReceivedMessage> peeked;
+  for (auto& m : api.peek(q)) peeked[m.body] = m;
+  ASSERT_EQ(peeked.size(), 2u);
+  EXPECT_EQ(peeked.at("keyed").attributes.at("ordering_key").type, "String");
+  EXPECT_EQ(peeked.at("keyed").attributes.at("ordering_key").value, "pay_7");
+  EXPECT_FALSE(peeked.at("plain").attributes.contains("ordering_key"));
+
+  auto source = open_source(api.url(q));
+  auto got = receive(*source, 2);
+  ASSERT_EQ(got.size(), 2u);
+  std::map<std::string, Delivery> by_id;
+  for (auto& d : got) by_id[d.message_id] = d;
+  EXPECT_EQ(by_id.at("k-1").ordering_key, "pay_7");
+  EXPECT_EQ(by_id.at("k-1").headers, (MessageHeaders{{"trace", "t-1"}})) << "the attribute is the delivery's ordering key";
+  EXPECT_EQ(by_id.at("k-2").ordering_key, "") << "published without one";
+
+  // The dead-letter copy keeps it.
+  ASSERT_TRUE(source->dead_letter(by_id.at("k-1"), DeadLetterReason{"poison", "failed", "", 3}));
+  ASSERT_TRUE(source->ack(std::vector<Delivery>{by_id.at("k-2")}));
+  const auto dead = api.take_all(q + "-dead-letter");
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].attributes.at("ordering_key").value, "pay_7");
+}
+
+TEST(SqsLive, OnAFifoQueueTheOrderingKeyIsTheMessageGroup) {
+  Api api(Emulator::shared());
+  const std::string q = sqs_test::unique_name("fifo-ordering") + ".fifo";
+  const std::string base = q.substr(0, q.size() - 5);
+  api.create_queue(q);
+  api.create_queue(base + "-dead-letter.fifo");
+  auto sink = open_sink(api.url(q));
+  OutgoingMessage first = message("o-1", "first");
+  first.ordering_key = "acct_1";
+  OutgoingMessage second = message("o-2", "second");
+  second.ordering_key = "acct_1";
+  publish(*sink, {first, second, message("o-3", "no key")});
+  std::map<std::string, sqs_detail::ReceivedMessage> peeked;
+  for (auto& m : api.peek(q)) peeked[m.body] = m;
+  ASSERT_EQ(peeked.count("first"), 1u);
+  EXPECT_EQ(peeked.at("first").group_id, "acct_1");
+  EXPECT_EQ(peeked.at("first").deduplication_id, "o-1");
+  EXPECT_EQ(peeked.at("first").attributes.at("ordering_key").value, "acct_1");
+  // A FIFO group hands out one message at a time: "second" waits behind "first"; "no key" is in
+  // a group of its own id, as before.
+  ASSERT_EQ(peeked.count("no key"), 1u);
+  EXPECT_EQ(peeked.at("no key").group_id, "o-3");
+
+  // Another producer's FIFO message with a group and no attribute: the group is the ordering key.
+  sqs_test::sdk_produce(api.queue_url(q), {{"foreign", "o-4", "", "order-42", "", {}}});
+  auto source = open_source(api.url(q));
+  std::map<std::string, Delivery> by_body;
+  const auto deadline = Steady::now() + 20s;
+  while (by_body.size() < 4 && Steady::now() < deadline) {
+    auto got = receive(*source, 1, 2s);
+    for (auto& d : got) {
+      ASSERT_TRUE(source->ack(std::vector<Delivery>{d}));  // lets the next of its group come
+      by_body[d.body] = d;
+    }
+  }
+  ASSERT_EQ(by_body.size(), 4u);
+  EXPECT_EQ(by_body.at("first").ordering_key, "acct_1");
+  EXPECT_EQ(by_body.at("second").ordering_key, "acct_1");
+  EXPECT_TRUE(by_body.at("first").headers.empty());
+  EXPECT_EQ(by_body.at("no key").ordering_key, "") << "the group idem gives a message without one orders nothing";
+  EXPECT_EQ(by_body.at("foreign").ordering_key, "order-42");
+  EXPECT_EQ(api.outstanding(q), 0u);
+}
+
 TEST(SqsLive, AMissingQueueIsOneClearRefusal) {
   Api api(Emulator::shared());
   const std::string missing = sqs_test::unique_name("missing");

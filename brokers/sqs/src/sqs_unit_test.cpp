@@ -504,6 +504,46 @@ TEST(SqsProtocol, AReceivedMessageBecomesADelivery) {
   EXPECT_TRUE(none->empty());
 }
 
+TEST(SqsProtocol, TheOrderingKeyIsTheAttributeElseAFifoQueuesGroup) {
+  const std::string body = R"({"Messages":[
+    {"MessageId":"sqs-1","ReceiptHandle":"r-1","Body":"keyed",
+     "Attributes":{"MessageDeduplicationId":"order-7","MessageGroupId":"g-1"},
+     "MessageAttributes":{"message_id":{"DataType":"String","StringValue":"order-7"},
+                          "ordering_key":{"DataType":"String","StringValue":"pay_7"},
+                          "trace":{"DataType":"String","StringValue":"t-1"}}},
+    {"MessageId":"sqs-2","ReceiptHandle":"r-2","Body":"grouped",
+     "Attributes":{"MessageDeduplicationId":"dedup-9","MessageGroupId":"acct_1"}},
+    {"MessageId":"sqs-3","ReceiptHandle":"r-3","Body":"idem's own group",
+     "Attributes":{"MessageDeduplicationId":"order-8","MessageGroupId":"order-8"},
+     "MessageAttributes":{"message_id":{"DataType":"String","StringValue":"order-8"}}},
+    {"MessageId":"sqs-4","ReceiptHandle":"r-4","Body":"no id",
+     "Attributes":{"MessageDeduplicationId":"x","MessageGroupId":"idem-no-message-id"}},
+    {"MessageId":"sqs-5","ReceiptHandle":"r-5","Body":"bad key",
+     "Attributes":{"MessageGroupId":"g-5"},
+     "MessageAttributes":{"ordering_key":{"DataType":"String","StringValue":"has a space"}}}]})";
+  auto messages = parse_receive(body);
+  ASSERT_TRUE(messages) << messages.error();
+  ASSERT_EQ(messages->size(), 5u);
+  const auto& m = *messages;
+
+  // The attribute first, taken out of the headers like the id; on any queue.
+  for (bool fifo : {true, false}) {
+    const Delivery d = to_delivery(m[0], "message_id", fifo);
+    EXPECT_EQ(d.ordering_key, "pay_7");
+    EXPECT_EQ(d.headers, (MessageHeaders{{"trace", "t-1"}}));
+  }
+  // No attribute: a FIFO queue's group, never a standard queue's (it has none to keep order by).
+  EXPECT_EQ(to_delivery(m[1], "message_id", true).ordering_key, "acct_1");
+  EXPECT_EQ(to_delivery(m[1], "message_id", false).ordering_key, "");
+  // The group idem's sink gives a message without an ordering key (its id) orders nothing.
+  EXPECT_EQ(to_delivery(m[2], "message_id", true).ordering_key, "");
+  EXPECT_EQ(to_delivery(m[3], "message_id", true).ordering_key, "");
+  // A value that is no ordering key is ignored, and the group does not stand in for it.
+  const Delivery bad = to_delivery(m[4], "message_id", true);
+  EXPECT_EQ(bad.ordering_key, "");
+  EXPECT_TRUE(bad.headers.empty());
+}
+
 TEST(SqsProtocol, MalformedAnswersAreErrorsNotCrashes) {
   for (const char* body : {"", "not json", "[]", R"({"Messages":{}})", R"({"Messages":[1]})",
                            R"({"Messages":[{"Body":"no receipt"}]})", R"({"Messages":[{"ReceiptHandle":""}]})",
@@ -582,6 +622,49 @@ TEST(SqsProtocol, AnOutgoingMessageCarriesItsIdContentTypeAndHeaders) {
   EXPECT_EQ(a.attributes.size(), 1u);  // content_type only
   EXPECT_EQ(a.group_id, "idem-no-message-id");
   EXPECT_NE(a.deduplication_id, b.deduplication_id);
+}
+
+TEST(SqsProtocol, TheOrderingKeyIsAnAttributeAndAFifoQueuesGroup) {
+  OutgoingMessage m = outgoing("order-1", "{}");
+  m.ordering_key = "pay_7";
+  m.headers = {{"ordering_key", "a user's"}, {"trace", "t"}};
+  SendEntry e = outgoing_entry(m, "message_id", false, "0");
+  ASSERT_EQ(e.attributes.size(), 4u);
+  EXPECT_EQ(e.attributes[2].first, "ordering_key");
+  EXPECT_EQ(e.attributes[2].second.type, "String");
+  EXPECT_EQ(e.attributes[2].second.value, "pay_7");  // the message's, not the header's
+  EXPECT_EQ(e.attributes[3].first, "trace");
+  EXPECT_TRUE(e.group_id.empty());
+  e = outgoing_entry(m, "message_id", true, "0");
+  EXPECT_EQ(e.group_id, "pay_7");
+  EXPECT_EQ(e.deduplication_id, "order-1");
+  m.message_id.clear();
+  EXPECT_EQ(outgoing_entry(m, "message_id", true, "0").group_id, "pay_7");
+
+  // Without one: the group is the id's, as before, and a header of the name is still dropped.
+  m = outgoing("order-2", "{}");
+  m.headers = {{"ordering_key", "a user's"}};
+  e = outgoing_entry(m, "message_id", true, "0");
+  EXPECT_EQ(e.group_id, "order-2");
+  EXPECT_EQ(e.group_id, sink_group("order-2"));
+  for (const auto& [name, a] : e.attributes) EXPECT_NE(name, "ordering_key");
+
+  // It counts among SQS's 10 attributes, and one that is no valid key is refused before sending.
+  OutgoingMessage full = outgoing("a", "x");
+  for (int i = 0; i < 8; ++i) full.headers.emplace_back("h" + std::to_string(i), "v");
+  EXPECT_FALSE(outgoing_problem(full, "message_id"));
+  full.ordering_key = "k";
+  EXPECT_NE(outgoing_problem(full, "message_id")->find("needs 11 message attributes"), std::string::npos);
+  for (const std::string& bad : {std::string("has space"), std::string(kMaxOrderingKey + 1, 'k'), std::string("caf\xc3\xa9")}) {
+    OutgoingMessage odd = outgoing("a", "x");
+    odd.ordering_key = bad;
+    const auto problem = outgoing_problem(odd, "message_id");
+    ASSERT_TRUE(problem) << bad;
+    EXPECT_NE(problem->find("ordering key"), std::string::npos) << *problem;
+  }
+  OutgoingMessage longest = outgoing("a", "x");
+  longest.ordering_key = std::string(kMaxOrderingKey, 'k');
+  EXPECT_FALSE(outgoing_problem(longest, "message_id"));
 }
 
 TEST(SqsProtocol, WhatSqsWouldNeverTakeIsSaidBeforeSending) {
@@ -673,6 +756,20 @@ TEST(SqsProtocol, ADeadLetterCarriesWhyAndAsManyHeadersAsFit) {
   EXPECT_EQ(f.deduplication_id, "sqs-9");
   f = dead_letter_entry(d, bare, "message_id", {"q", "sqs-9", ""}, true);
   EXPECT_EQ(f.group_id, "order-7");
+
+  // The ordering key goes with the copy, as an attribute of ours, and groups it on a FIFO
+  // dead-letter queue when the original had no group.
+  Delivery keyed = no_id;
+  keyed.ordering_key = "pay_7";
+  keyed.headers = {{"ordering_key", "stale"}};
+  f = dead_letter_entry(keyed, bare, "message_id", {"q", "sqs-9", ""}, true);
+  std::vector<std::pair<std::string, std::string>> named;
+  for (const auto& [name, a] : f.attributes) {
+    if (name == "ordering_key") named.emplace_back(name, a.value);
+  }
+  EXPECT_EQ(named, (std::vector<std::pair<std::string, std::string>>{{"ordering_key", "pay_7"}}));
+  EXPECT_EQ(f.group_id, "pay_7");
+  EXPECT_EQ(dead_letter_entry(keyed, bare, "message_id", {"q.fifo", "sqs-9", "g-1"}, true).group_id, "g-1");
 }
 
 // ---- signing ------------------------------------------------------------------------------

@@ -52,6 +52,12 @@ struct AmqpUrl {
   /// or with the default exchange the routing key's queue. Existing ones are left as they are
   /// (passive declare first), so a queue created with other arguments (quorum, TTL) is kept.
   bool declare = true;
+  /// Source: `single_active_consumer=true` declares the queue (when it does not exist yet) with
+  /// `x-single-active-consumer`: RabbitMQ then delivers to one consumer at a time and hands over
+  /// to the next when it goes, so the queue's order holds with several consumers running (what
+  /// ordering = "key" needs on RabbitMQ; docs/consumers.md). An existing queue keeps its
+  /// arguments: declare it so yourself.
+  bool single_active_consumer = false;
   /// `heartbeat=SECONDS` proposed to the broker (0: none); a connection that stays silent for
   /// twice as long is taken as lost.
   std::chrono::seconds heartbeat{30};
@@ -70,14 +76,16 @@ BrokerResult<AmqpUrl> parse_amqp_url(std::string_view url, AmqpUrlRole role);
 /// A Delivery's `handle` is its delivery tag and `connection` the id of the connection it came
 /// on (unique in the process); `broker_ref` is the tag as text. Message ids longer than AMQP's
 /// 255-byte `message_id` property travel in the `x-idem-message-id` header, set by
-/// open_amqp_sink, and are read back from it.
+/// open_amqp_sink, and are read back from it. The `ordering_key` header (as text, whatever its
+/// type) is Delivery::ordering_key, taken out of the headers as that one is; a value that is no
+/// valid_ordering_key is ignored.
 ///
 /// ack() sends one basic.ack with `multiple` for the deliveries that are exactly the oldest ones
-/// held, single acks for the rest. dead_letter() publishes the copy (body, id, content type, the
-/// headers as text, persistent) with x-idem-reason, x-idem-detail, x-idem-last-error,
-/// x-idem-attempts (an integer) and x-idem-source (the queue) on a second connection in confirm
-/// mode, and acks the original only once the broker confirmed the copy; a copy no queue takes
-/// is `refused` and the original stays.
+/// held, single acks for the rest. dead_letter() publishes the copy (body, id, content type,
+/// ordering key, the headers as text, persistent) with x-idem-reason, x-idem-detail,
+/// x-idem-last-error, x-idem-attempts (an integer) and x-idem-source (the queue) on a second
+/// connection in confirm mode, and acks the original only once the broker confirmed the copy; a
+/// copy no queue takes is `refused` and the original stays.
 ///
 /// The connections are served only inside calls: call receive() (with max 0 when there is no
 /// room for deliveries: it waits for nothing, returns nothing, and keeps the connections alive)
@@ -87,7 +95,9 @@ BrokerResult<std::unique_ptr<MessageSource>> open_amqp_source(std::string_view u
 /// Opens a sink on `amqp://...?exchange=E&routing_key=K`: a connection with one channel in
 /// confirm mode. Messages are persistent (delivery_mode 2) and mandatory: one no queue takes
 /// comes back and is `rejected`. Fails at once when the broker cannot be reached or refuses;
-/// once open, a lost connection is opened again by the next publish.
+/// once open, a lost connection is opened again by the next publish. A message's ordering key
+/// goes in the `ordering_key` header (a header of its own of that name is dropped: the ordering
+/// key wins); one that is no valid_ordering_key is `rejected`, unsent.
 ///
 /// A body larger than one frame (128 KiB) is sent alone, after the confirms of the messages
 /// before it: one over RabbitMQ's max_message_size makes the broker close the channel, and so

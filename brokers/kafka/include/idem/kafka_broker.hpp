@@ -117,7 +117,9 @@ struct KafkaEvents {
 ///
 /// The dedupe key is the `id_header` header (or, with id_from=key, the record key); a record
 /// without one is delivered with has_message_id false. The `content_type` header becomes
-/// Delivery::content_type, the other headers Delivery::headers. Delivery::connection identifies
+/// Delivery::content_type, the `ordering_key` header Delivery::ordering_key (else the record key,
+/// unless id_from=key or the key is the message id: record_headers.hpp), the other headers
+/// Delivery::headers. Delivery::connection identifies
 /// the partition's assignment (a partition assigned again gets a new one), handle is the
 /// offset, broker_ref is "TOPIC/PARTITION/OFFSET".
 ///
@@ -146,9 +148,12 @@ BrokerResult<std::unique_ptr<MessageSource>> open_kafka_source(std::string_view 
                                                                KafkaEvents events = {});
 
 /// Opens a sink on `kafka://HOSTS/TOPIC`: an idempotent producer (enable.idempotence, acks=all),
-/// checked against the cluster (the topic must exist). A message's key is its ordering key; as
-/// OutgoingMessage carries none yet, that is its message id (no key when the id is empty). Its
-/// headers are the `id_header` (when it has an id), `content_type`, then its own headers.
+/// checked against the cluster (the topic must exist). A record's key is the message's ordering
+/// key, so that the messages of one key land in one partition, in order; without one, its message
+/// id (no key when the id is empty too). Its headers are the `id_header` (when it has an id),
+/// `content_type`, `ordering_key` (when it has one), then its own headers (one of its own named
+/// ordering_key is dropped: OutgoingMessage::ordering_key wins). A message whose ordering key is
+/// not a valid_ordering_key is rejected, unsent.
 /// OutgoingMessage::destination, when set, names another topic. A publish waits for every
 /// message's delivery report: ok once the cluster has it (all in-sync replicas); no report
 /// within `confirm_timeout` is BrokerErrc::timeout, in doubt.

@@ -27,13 +27,16 @@
 //   message_id    the producer's id; absent when OutgoingMessage::message_id is empty, which a
 //                 source delivers as has_message_id = false
 //   content_type  absent when empty
+//   ordering_key  OutgoingMessage::ordering_key, absent when empty; a header of that name is not
+//                 written (h:ordering_key would come back as a second value). Reading, one that
+//                 is no valid_ordering_key is ignored (the delivery has none)
 //   h:NAME        one field per header, value as it is, in the producer's order, repeats kept
 //   body          always present (an entry needs at least one field)
 // One field per header rather than one JSON object: field names and values are byte strings to
 // Redis, so any name or value (NUL, CR/LF, non-UTF-8) round-trips unescaped, order and repeated
 // names survive (a JSON object keeps neither), and the entries stay readable in redis-cli and
-// writable by producers in any language. Reading, the first message_id / content_type / body
-// field counts; any other field without the "h:" prefix (a foreign producer's, or a dead
+// writable by producers in any language. Reading, the first message_id / content_type /
+// ordering_key / body field counts; any other field without the "h:" prefix (a foreign producer's, or a dead
 // letter's reason fields) is delivered as a header of its own name, so nothing written is lost.
 //
 // Dead letters are entries of the dead-letter stream: the message's fields as above, then
@@ -99,7 +102,8 @@ BrokerResult<std::unique_ptr<MessageSource>> open_redis_stream_source(std::strin
 /// every reply. A reply is the broker's confirmation: the entry is appended, as durable as the
 /// server's persistence makes it (appendonly, with appendfsync always or everysec). A connection
 /// that broke mid-batch leaves the unanswered messages unavailable and in doubt, and is opened
-/// again on the next publish. OutgoingMessage::destination, when set, names another stream.
+/// again on the next publish. OutgoingMessage::destination, when set, names another stream. A
+/// message whose ordering key is no valid_ordering_key is rejected, unsent.
 BrokerResult<std::unique_ptr<MessageSink>> open_redis_stream_sink(std::string_view url, const SinkSettings& settings);
 
 }  // namespace idem

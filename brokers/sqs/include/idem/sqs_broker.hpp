@@ -124,6 +124,9 @@ struct SqsEvents {
 ///    has_message_id false (the consume loop dead-letters it as missing_id).
 ///  - content_type: the `content_type` attribute; headers: the other message attributes
 ///    (Binary ones decoded from base64), by name.
+///  - ordering_key: the `ordering_key` attribute; on a FIFO queue, when the attribute is absent,
+///    the MessageGroupId, unless it is the group the sink gives a message without an ordering key
+///    (its id: that orders nothing). A value that is no valid_ordering_key is ignored (none).
 ///  - delivery_count: ApproximateReceiveCount; redelivered when it is above 1.
 ///  - broker_ref: SQS's MessageId, for logs. handle and connection: this source's own.
 ///
@@ -134,7 +137,7 @@ struct SqsEvents {
 ///
 /// ack(): DeleteMessageBatch, 10 a call. requeue(): visibility 0, so the message is delivered
 /// again at once (to any consumer). dead_letter(): SendMessage to the dead-letter queue with the
-/// body, the id and content-type attributes, as many of the original's other attributes as fit
+/// body, the id, content-type and ordering-key attributes, as many of the original's other attributes as fit
 /// in SQS's 10, and x-idem-reason, x-idem-detail, x-idem-last-error (when there was one),
 /// x-idem-attempts and x-idem-source (the queue's name); detail and last error are cut to 1 KiB.
 /// Once SQS has the copy the original is deleted; if that delete fails the call fails, and the
@@ -159,18 +162,19 @@ BrokerResult<std::unique_ptr<MessageSource>> open_sqs_source(std::string_view ur
 /// queue is among them, which keeps their order); a message over 256 KiB goes alone with
 /// SendMessage (the queue's MaximumMessageSize decides, at most 1 MiB).
 /// Each message carries the `id_attribute` attribute (when it has an id), `content_type` (when
-/// set) and its headers, all as String attributes; headers with an empty value are left out
-/// (SQS refuses empty attribute values). On a FIFO queue MessageGroupId is the ordering key (as
-/// OutgoingMessage carries none yet, its message id) and MessageDeduplicationId the message id,
-/// either replaced by "sha256-" and its hex digest when it is not one SQS takes (1-128 of
-/// ASCII's visible characters); a message without an id gets the group "idem-no-message-id"
-/// and a random deduplication id. OutgoingMessage::destination, when set, names another queue
+/// set), `ordering_key` (when set) and its headers, all as String attributes; headers with an
+/// empty value are left out (SQS refuses empty attribute values), and so is a header named
+/// ordering_key (OutgoingMessage::ordering_key wins). On a FIFO queue MessageGroupId is the
+/// ordering key (without one, the message id) and MessageDeduplicationId the message id, an id
+/// replaced by "sha256-" and its hex digest when it is not one SQS takes (1-128 of ASCII's
+/// visible characters); a message without an id gets the group "idem-no-message-id" (unless it
+/// has an ordering key) and a random deduplication id. OutgoingMessage::destination, when set, names another queue
 /// of the same endpoint and account (FIFO when its name ends in ".fifo").
 ///
 /// Results per message: ok once SQS answered it has it. rejected for what SQS will never take
 /// (an empty body, a body that is not Unicode text SQS allows: base64-encode binary payloads;
 /// more than 10 attributes, an attribute name SQS refuses, a destination that is no queue name,
-/// over the queue's size limit); refused for a missing queue or refused credentials;
+/// an ordering key that is no valid_ordering_key, over the queue's size limit); refused for a missing queue or refused credentials;
 /// unavailable, not in doubt, for throttling or an entry SQS failed on its side; timeout, a
 /// broken connection after the request went out or a 5xx: in doubt. After a failure to a FIFO
 /// queue the rest of that publish to it is not sent (unavailable, not in doubt).

@@ -1,17 +1,21 @@
 // idem-notifier: the payments example's receipt sender (docs/outbox.md, docs/payments.md). It
 // takes the payment.succeeded events the payments service enqueues in its outbox and idem-relay
-// publishes, and "sends" one receipt per payment: a row in its own SQLite receipts table, written
-// exactly once with process_once_in_transaction (the receipt and the "processed" record of the
-// event's id commit together).
+// publishes (its other events, payment.refunded, it lets pass), and "sends" one receipt per
+// payment: a row in its own SQLite receipts table, written exactly once with
+// process_once_in_transaction (the receipt and the "processed" record of the event's id commit
+// together).
 //
 //   idem-notifier --db PATH --listen HOST:PORT         a webhook (idem-relay --sink http://...)
 //   idem-notifier --db PATH --source URL               a consumer (RabbitMQ queue, Redis stream)
 //
 // Webhook: POST /events with Idempotency-Key: <event id> and the event as its body: 200 once the
-// receipt is committed (or was before); 409 with Retry-After while another delivery of the same
-// event is being processed; 422 for an event it cannot use (the relay marks it dead); 503 when
-// its database fails (the relay retries). GET /v1/receipts/PAYMENT_ID shows the receipt;
-// GET /healthz answers 200. Both forms run until SIGTERM/SIGINT and exit 0.
+// receipt is committed (or was before); 200 {"ignored": TYPE} for an event of another type (the
+// payments service also publishes payment.refunded: not the notifier's business, acknowledged and
+// left); 409 with Retry-After while another delivery of the same event is being processed; 422
+// for an event it cannot use (the relay marks it dead); 503 when its database fails (the relay
+// retries). From a broker, an event of another type is acknowledged, one it cannot use
+// dead-lettered. GET /v1/receipts/PAYMENT_ID shows the receipt; GET /healthz answers 200. Both
+// forms run until SIGTERM/SIGINT and exit 0.
 //
 // Exit codes: 0 after SIGTERM/SIGINT, 1 when the database, the listener or the source cannot be
 // opened, 2 for a bad flag.
@@ -47,26 +51,40 @@ struct Receipt {
   std::string currency;
 };
 
-bool parse_event(std::string_view body, std::string event_id, Receipt& r, std::string& error) {
+// What an event is to the notifier.
+enum class EventKind : std::uint8_t {
+  receipt,    ///< a payment.succeeded: `r` is its receipt
+  other,      ///< an event of another type (`detail`: the type): acknowledged, nothing sent
+  malformed,  ///< not an event, or a payment.succeeded without what a receipt needs (`detail`: why)
+};
+
+EventKind parse_event(std::string_view body, std::string event_id, Receipt& r, std::string& detail) {
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || j.value("type", "") != "payment.succeeded" || !j.contains("payment") ||
-      !j["payment"].is_object()) {
-    error = "not a payment.succeeded event";
-    return false;
+  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
+    detail = "not an event: a JSON object with a \"type\" is expected";
+    return EventKind::malformed;
+  }
+  if (const auto& type = j["type"].get_ref<const std::string&>(); type != "payment.succeeded") {
+    detail = type;
+    return EventKind::other;
+  }
+  if (!j.contains("payment") || !j["payment"].is_object()) {
+    detail = "a payment.succeeded event without its payment";
+    return EventKind::malformed;
   }
   const json& p = j["payment"];
   if (!p.contains("id") || !p["id"].is_string() || !p.contains("from") || !p["from"].is_string() ||
       !p.contains("amount") || !p["amount"].is_number_integer() || !p.contains("currency") ||
       !p["currency"].is_string()) {
-    error = "the event's payment lacks id, from, amount or currency";
-    return false;
+    detail = "the event's payment lacks id, from, amount or currency";
+    return EventKind::malformed;
   }
   r.event_id = std::move(event_id);
   r.payment_id = p["id"].get<std::string>();
   r.payer = p["from"].get<std::string>();
   r.amount = p["amount"].get<std::int64_t>();
   r.currency = p["currency"].get<std::string>();
-  return true;
+  return EventKind::receipt;
 }
 
 bool exec(sqlite3* db, const char* sql, std::string& error) {
@@ -190,10 +208,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "idem-notifier: %s\n", consumer.error().c_str());
     return 2;
   }
-  // One event, once: the receipt and the event's record in one transaction.
-  auto process = [&](const std::string& event_id, std::string_view body, Receipt& receipt,
-                     std::string& why) -> std::optional<idem::StoreResult<idem::MessageOutcome>> {
-    if (!parse_event(body, event_id, receipt, why)) return std::nullopt;
+  // One payment.succeeded, once: the receipt and the event's record in one transaction.
+  auto process = [&](const std::string& event_id, std::string_view body, const Receipt& receipt) {
     return idem::process_once_in_transaction(*consumer, **store, event_id, body, [&](sqlite3* db, std::string& e) {
       return send_receipt(db, receipt, e);
     });
@@ -219,21 +235,28 @@ int main(int argc, char** argv) {
       const std::string key(r.header("Idempotency-Key"));
       if (key.empty()) return {400, "application/json", "{\"error\":\"Idempotency-Key is required\"}\n"};
       Receipt receipt;
-      std::string why;
-      auto outcome = process(key, r.body, receipt, why);
-      if (!outcome) return {422, "application/json", json({{"error", why}}).dump() + "\n"};
-      if (!*outcome) return {503, "application/json", json({{"error", (*outcome).error().message}}).dump() + "\n"};
-      switch ((*outcome)->status) {
+      std::string detail;
+      switch (parse_event(r.body, key, receipt, detail)) {
+        case EventKind::malformed:
+          return {422, "application/json", json({{"error", detail}}).dump() + "\n"};
+        case EventKind::other:  // nothing to do, nothing to remember: any delivery is answered alike
+          return {200, "application/json", json({{"ignored", detail}}).dump() + "\n"};
+        case EventKind::receipt:
+          break;
+      }
+      auto outcome = process(key, r.body, receipt);
+      if (!outcome) return {503, "application/json", json({{"error", outcome.error().message}}).dump() + "\n"};
+      switch (outcome->status) {
         case idem::MessageStatus::processed:
         case idem::MessageStatus::duplicate:
-          return {200, "application/json", json({{"receipt", receipt.payment_id}, {"outcome", idem::to_string((*outcome)->status)}}).dump() + "\n"};
+          return {200, "application/json", json({{"receipt", receipt.payment_id}, {"outcome", idem::to_string(outcome->status)}}).dump() + "\n"};
         case idem::MessageStatus::in_progress:
         case idem::MessageStatus::lost:
-          return {409, "application/json", json({{"error", (*outcome)->detail}}).dump() + "\n"};
+          return {409, "application/json", json({{"error", outcome->detail}}).dump() + "\n"};
         case idem::MessageStatus::handler_failed:
-          return {503, "application/json", json({{"error", (*outcome)->detail}}).dump() + "\n"};
+          return {503, "application/json", json({{"error", outcome->detail}}).dump() + "\n"};
         default:
-          return {422, "application/json", json({{"error", (*outcome)->detail}}).dump() + "\n"};
+          return {422, "application/json", json({{"error", outcome->detail}}).dump() + "\n"};
       }
     });
     if (!server) {
@@ -256,10 +279,16 @@ int main(int argc, char** argv) {
     };
     idem::ConsumeLoop loop(**source, [&](const idem::Delivery& d, const idem::DeliveryAttempt&) {
       Receipt receipt;
-      std::string why;
-      auto outcome = process(d.message_id, d.body, receipt, why);
-      if (!outcome) return idem::MessageDisposition::dead_letter_it("rejected", why);
-      return idem::disposition_of(*outcome);
+      std::string detail;
+      switch (parse_event(d.body, d.message_id, receipt, detail)) {
+        case EventKind::malformed:
+          return idem::MessageDisposition::dead_letter_it("rejected", detail);
+        case EventKind::other:
+          return idem::MessageDisposition::ack_it("ignored");
+        case EventKind::receipt:
+          break;
+      }
+      return idem::disposition_of(process(d.message_id, d.body, receipt));
     }, options);
     std::fprintf(stderr, "idem-notifier: consuming %s, db %s\n", (*source)->name().c_str(), db_path.c_str());
     std::atomic<bool> done{false};

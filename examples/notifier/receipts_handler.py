@@ -4,7 +4,8 @@
 idem-consume POSTs each payment.succeeded event here with Idempotency-Key: <event id>. The handler
 writes the receipt and the key in one SQLite transaction, with a UNIQUE index on the key: the one
 delivery no sidecar can dedupe alone (its 2xx came back just before idem-consume died, and the
-event is delivered again) hits the index and is answered 200 without a second receipt.
+event is delivered again) hits the index and is answered 200 without a second receipt. An event of
+another type (payment.refunded) is answered 200 and left alone; one it cannot use, 422.
 
     receipts_handler.py --db receipts.db --listen 127.0.0.1:8090
 
@@ -57,6 +58,11 @@ def make_handler(db_path):
                 return self.answer(400, {"error": "POST /events with an Idempotency-Key"})
             try:
                 event = json.loads(body)
+                kind = event["type"]
+                if not isinstance(kind, str):
+                    raise TypeError("type")
+                if kind != "payment.succeeded":
+                    return self.answer(200, {"ignored": kind})  # not ours: acknowledged, nothing sent
                 payment = event["payment"]
                 row = (key, payment["id"], payment["from"], int(payment["amount"]), payment["currency"], int(time.time()))
             except (ValueError, KeyError, TypeError):

@@ -87,7 +87,8 @@ FINAL_STATUSES = {200, 201, 400, 402, 404, 422}
 
 def send_until_final(port, path, body, key, deadline, accept_unknown=False, record=None):
     """Sends (path, body, key) until the answer is final, as a client keeping its key would:
-    connection errors, 409 in_use, 5xx are retried. Returns the final Response. `record` (a
+    connection errors, 409 in_use, 5xx are retried; 409 payment_already_refunded is final (the
+    refund happened, under another key). Returns the final Response. `record` (a
     tests/common/history.py History) gets every try, with the payment id of a 2xx as its
     execution."""
     while True:
@@ -104,7 +105,7 @@ def send_until_final(port, path, body, key, deadline, accept_unknown=False, reco
         if record is not None:
             ok = 200 <= r.status < 300
             record.op(key, sent, r.status, r.json().get("id") if ok else None, r.replayed, r.body if ok else None, r.code)
-        if r.status in FINAL_STATUSES:
+        if r.status in FINAL_STATUSES or (r.status == 409 and r.code == "payment_already_refunded"):
             return r
         if r.status == 409 and r.code == "idempotency_outcome_unknown" and accept_unknown:
             return r
@@ -140,9 +141,10 @@ def start_service(port, db, mode, lease_ms=60000, log_path=None, extra=()):
 
 
 def write_gateway_config(path, port, upstream_port, store, lease="60s", on_lease_expiry="reexecute", top=""):
-    """A gateway in front of the service. With on_lease_expiry = "ask", POST /v1/payments asks
-    the service's lookup (GET /v1/payments/by-idempotency-key/{key}) about keys whose holder
-    vanished; the other routes park theirs (unknown)."""
+    """A gateway in front of the service, a route for each POST (refunds too). With
+    on_lease_expiry = "ask", POST /v1/payments asks the service's lookup
+    (GET /v1/payments/by-idempotency-key/{key}) about keys whose holder vanished; the other
+    routes park theirs (unknown)."""
     default_policy = "unknown" if on_lease_expiry == "ask" else on_lease_expiry
     with open(path, "w") as f:
         f.write(f'''listen = "127.0.0.1:{port}"
@@ -159,7 +161,7 @@ on_lease_expiry = "{default_policy}"
 [tenant]
 from = "authorization"
 ''')
-        for route in ("/v1/payments", "/v1/orders", "/v1/bonuses", "/v1/accounts"):
+        for route in ("/v1/payments", "/v1/refunds", "/v1/orders", "/v1/bonuses", "/v1/accounts"):
             f.write(f'[[route]]\nmethod = "POST"\npath = "{route}"\n')
             if route == "/v1/payments" and on_lease_expiry == "ask":
                 f.write('on_lease_expiry = "ask"\nask = "GET /v1/payments/by-idempotency-key/{key}"\n')
@@ -208,15 +210,36 @@ class Ledger:
         finally:
             db.close()
 
-    def check(self, accepted=None, unknown=None, context=""):
-        """The invariants: money conserved, no negative balance, no key with two payments; every
-        accepted key (key -> payment id) has exactly its one payment; unknown keys at most one.
-        Returns the number of payments."""
+    # Each account's balance as its rows say it should be: its opening balance and bonuses, plus
+    # what payments and refunds moved in, minus what they moved out (a refund moves its payment's
+    # amount back, from the payee to the payer). One statement: one snapshot of a running ledger.
+    EXPECTED_BALANCES = """
+        WITH moved(account, amount) AS (
+          SELECT id, opening FROM accounts
+          UNION ALL SELECT account, amount FROM bonuses
+          UNION ALL SELECT to_account, amount FROM payments
+          UNION ALL SELECT from_account, -amount FROM payments
+          UNION ALL SELECT p.from_account, r.amount FROM refunds r JOIN payments p ON p.id = r.payment_id
+          UNION ALL SELECT p.to_account, -r.amount FROM refunds r JOIN payments p ON p.id = r.payment_id),
+        expected(account, balance) AS (SELECT account, SUM(amount) FROM moved GROUP BY account)
+        SELECT a.id, a.balance, e.balance FROM accounts a LEFT JOIN expected e ON e.account = a.id
+        WHERE e.balance IS NULL OR a.balance <> e.balance"""
+
+    def check(self, accepted=None, unknown=None, context="", accepted_refunds=None):
+        """The invariants: money conserved, every account's balance what its payments, refunds
+        and bonuses make it, no negative balance, no key with two payments (or two refunds);
+        every refund the whole of an existing payment, at most one per payment; every accepted
+        key (key -> payment id) has exactly its one payment, every accepted refund key (key ->
+        refund id) its one refund; unknown keys at most one. Returns the number of payments."""
         where = " (%s)" % context if context else ""
         (total, opening), = self.query("SELECT COALESCE(SUM(balance),0), COALESCE(SUM(opening),0) FROM accounts")
         (bonuses,), = self.query("SELECT COALESCE(SUM(amount),0) FROM bonuses")
         if total != opening + bonuses:
             fail("money not conserved%s: balances %d, opening %d + bonuses %d" % (where, total, opening, bonuses))
+        wrong = self.query(self.EXPECTED_BALANCES)
+        if wrong:
+            fail("balances that their payments, refunds and bonuses do not explain%s (account, balance, expected): %s"
+                 % (where, wrong[:5]))
         negative = self.query("SELECT id, balance FROM accounts WHERE balance < 0")
         if negative:
             fail("negative balances%s: %s" % (where, negative))
@@ -224,6 +247,22 @@ class Ledger:
                           "GROUP BY request_key HAVING COUNT(*) > 1")
         if dups:
             fail("keys with more than one payment%s: %s" % (where, dups[:5]))
+        twice = self.query("SELECT payment_id, COUNT(*) FROM refunds GROUP BY payment_id HAVING COUNT(*) > 1")
+        if twice:
+            fail("payments refunded more than once%s: %s" % (where, twice[:5]))
+        unlike = self.query("SELECT r.id, r.payment_id, r.amount, p.amount FROM refunds r LEFT JOIN payments p "
+                            "ON p.id = r.payment_id WHERE p.id IS NULL OR r.amount <> p.amount OR r.currency <> p.currency")
+        if unlike:
+            fail("refunds that are not the whole of a payment%s (refund, payment, amount, payment's): %s"
+                 % (where, unlike[:5]))
+        dups = self.query("SELECT request_key, COUNT(*) FROM refunds WHERE request_key <> '' "
+                          "GROUP BY request_key HAVING COUNT(*) > 1")
+        if dups:
+            fail("keys with more than one refund%s: %s" % (where, dups[:5]))
+        refunds = dict(self.query("SELECT request_key, id FROM refunds"))
+        for key, refund_id in (accepted_refunds or {}).items():
+            if refunds.get(key) != refund_id:
+                fail("accepted refund key %s: client saw %s, ledger has %s%s" % (key, refund_id, refunds.get(key), where))
         rows = dict(self.query("SELECT request_key, id FROM payments"))
         for key, payment_id in (accepted or {}).items():
             if rows.get(key) != payment_id:

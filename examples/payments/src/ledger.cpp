@@ -31,6 +31,12 @@ CREATE TABLE IF NOT EXISTS orders (
 CREATE TABLE IF NOT EXISTS bonuses (
   id TEXT PRIMARY KEY, account TEXT NOT NULL, amount INTEGER NOT NULL CHECK (amount > 0),
   currency TEXT NOT NULL, created INTEGER NOT NULL, request_key TEXT);
+-- A payment is refunded at most once, and in full: payment_id is UNIQUE, whatever the service
+-- planned (apply's guard relies on it).
+CREATE TABLE IF NOT EXISTS refunds (
+  id TEXT PRIMARY KEY, payment_id TEXT NOT NULL UNIQUE REFERENCES payments (id),
+  amount INTEGER NOT NULL CHECK (amount > 0), currency TEXT NOT NULL, created INTEGER NOT NULL,
+  request_key TEXT, request_tenant TEXT);
 -- The highest Idempotency-Attempt seen for each (tenant, key) (docs/security.md): a request of a
 -- lower attempt is a holder the gateway has fenced out, and writes nothing.
 CREATE TABLE IF NOT EXISTS request_attempts (
@@ -382,6 +388,53 @@ Plan plan_bonus(sqlite3* db, std::string_view body, std::string id, std::int64_t
   return p;
 }
 
+Plan plan_refund(sqlite3* db, std::string_view body, std::string id, std::int64_t now) {
+  Outcome error;
+  auto j = parse_object(body, error);
+  Plan p;
+  // Only whole refunds: an amount, if the client sends one, must be the payment's (a partial
+  // refund asked for must not become a full one). 0: none sent.
+  std::int64_t asked = 0;
+  if (!j || !get_string(*j, "payment", p.payment, error) || !get_amount(*j, "amount", 1, asked, error, false)) {
+    return refuse(error);
+  }
+  // The payment, and its refund if it has one (one read: payments never change once made).
+  Stmt q(db,
+         "SELECT from_account, to_account, amount, currency, (SELECT id FROM refunds WHERE payment_id = ?1) "
+         "FROM payments WHERE id = ?1");
+  if (!q.ok()) return refuse(unavailable(db));
+  q.text(1, p.payment);
+  const int rc = q.step();
+  if (rc == SQLITE_DONE) return refuse(not_found("payment", p.payment));
+  if (rc != SQLITE_ROW) return refuse(unavailable(db));
+  p.to = q.col_text(0);       // the payer gets the money back
+  p.account = q.col_text(1);  // from the payee
+  p.amount = q.col_int(2);
+  p.currency = q.col_text(3);
+  if (asked != 0 && asked != p.amount) {
+    return refuse(bad_request("a refund returns the whole payment: \"amount\" may only be " + std::to_string(p.amount)));
+  }
+  if (const std::string refund = q.col_text(4); !refund.empty()) {
+    return refuse(problem(409, "payment_already_refunded", "The payment is already refunded",
+                          "payment " + p.payment + " was refunded by " + refund));
+  }
+  bool failed = false;
+  auto payee = read_account(db, p.account, failed);
+  if (failed) return refuse(unavailable(db));
+  if (!payee) return refuse(not_found("account", p.account));
+  if (payee->balance < p.amount) {
+    return refuse(problem(402, "insufficient_funds", "Insufficient funds",
+                          "account " + payee->id + " has " + std::to_string(payee->balance) + ", the refund needs " +
+                              std::to_string(p.amount)));
+  }
+  p.op = Op::refund;
+  p.id = std::move(id);
+  p.created = now;
+  p.outcome = Outcome{201, json{{"id", p.id}, {"object", "refund"}, {"payment", p.payment}, {"amount", p.amount},
+                                {"currency", p.currency}, {"created", now}}.dump()};
+  return p;
+}
+
 OutboxMessage payment_succeeded(const Plan& p) {
   OutboxMessage m;
   m.message_id = p.id + "/payment.succeeded";
@@ -390,15 +443,35 @@ OutboxMessage payment_succeeded(const Plan& p) {
   // The 201 body is a JSON object this service dumped: it is spliced in as it is, not parsed
   // again, because this runs on the store's single writer thread.
   m.body = R"({"type":"payment.succeeded","payment":)" + p.outcome.body + "}";
+  // The payment's events leave one at a time, in commit order: its refund never overtakes it.
+  m.ordering_key = p.id;
+  return m;
+}
+
+OutboxMessage payment_refunded(const Plan& p) {
+  OutboxMessage m;
+  m.message_id = p.payment + "/payment.refunded";  // one refund per payment: stable and unique
+  m.content_type = "application/json";
+  m.headers = {{"event-type", "payment.refunded"}};
+  m.body = R"({"type":"payment.refunded","refund":)" + p.outcome.body + "}";
+  m.ordering_key = p.payment;
   return m;
 }
 
 void with_events(Plan& p) {
-  if (p.op != Op::transfer) return;
-  auto event = CheckedOutboxMessage::check(payment_succeeded(p));
+  OutboxMessage message;
+  if (p.op == Op::transfer) {
+    message = payment_succeeded(p);
+  } else if (p.op == Op::refund) {
+    message = payment_refunded(p);
+  } else {
+    return;
+  }
+  auto event = CheckedOutboxMessage::check(std::move(message));
   if (!event) {
+    const char* what = p.op == Op::transfer ? "the payment's" : "the refund's";
     p.op = Op::none;
-    p.outcome = problem(500, "internal_error", "Internal error", "the payment's event cannot be enqueued: " + event.error());
+    p.outcome = problem(500, "internal_error", "Internal error", std::string(what) + " event cannot be enqueued: " + event.error());
     return;
   }
   p.events.push_back(std::move(*event));
@@ -450,6 +523,27 @@ Applied apply(sqlite3* db, const Plan& p, std::string& error) {
       Stmt row(db, "INSERT INTO bonuses (id, account, amount, currency, created, request_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
       row.text(1, p.id).text(2, p.account).integer(3, p.amount).text(4, p.currency).integer(5, p.created).text(6, p.request_key);
       return run(row, db, 1, error);
+    }
+    case Op::refund: {
+      // The refund's row first: refunds.payment_id is UNIQUE, so a refund of this payment
+      // committed since planning leaves nothing inserted (stale; the new plan answers 409). The
+      // row is taken from the payment as planned. Then the money goes back, guarded like a
+      // transfer: the payee still has it. A failed guard is undone by the caller's rollback.
+      Stmt row(db,
+               "INSERT INTO refunds (id, payment_id, amount, currency, created, request_key, request_tenant) "
+               "SELECT ?1, id, amount, currency, ?2, ?3, ?4 FROM payments "
+               "WHERE id = ?5 AND from_account = ?6 AND to_account = ?7 AND amount = ?8 AND currency = ?9 "
+               "ON CONFLICT (payment_id) DO NOTHING");
+      row.text(1, p.id).integer(2, p.created).text(3, p.request_key).text(4, p.request_tenant).text(5, p.payment);
+      row.text(6, p.to).text(7, p.account).integer(8, p.amount).text(9, p.currency);
+      if (auto r = run(row, db, 1, error); r != Applied::ok) return r;
+      Stmt debit(db, "UPDATE accounts SET balance = balance - ?2 WHERE id = ?1 AND balance >= ?2 AND currency = ?3");
+      debit.text(1, p.account).integer(2, p.amount).text(3, p.currency);
+      if (auto r = run(debit, db, 1, error); r != Applied::ok) return r;
+      Stmt credit(db, "UPDATE accounts SET balance = balance + ?2 WHERE id = ?1 AND currency = ?3");
+      credit.text(1, p.to).integer(2, p.amount).text(3, p.currency);
+      if (auto r = run(credit, db, 1, error); r != Applied::ok) return r;
+      return enqueue_events(db, p, error);
     }
   }
   error = "unknown operation";

@@ -46,6 +46,18 @@ class LedgerTest : public ::testing::Test {
     sqlite3_finalize(q);
     return n;
   }
+  // The one text a query answers ("" for none or NULL); ?1 bound to `arg`.
+  std::string text(const char* sql, const std::string& arg) {
+    sqlite3_stmt* q = nullptr;
+    sqlite3_prepare_v2(db_, sql, -1, &q, nullptr);
+    sqlite3_bind_text(q, 1, arg.c_str(), -1, SQLITE_TRANSIENT);
+    std::string out;
+    if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0) != nullptr) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(q, 0));
+    }
+    sqlite3_finalize(q);
+    return out;
+  }
   std::int64_t payments_with(const std::string& key) {
     return scalar("SELECT count(*) FROM payments WHERE request_key = ?1", key);
   }
@@ -57,6 +69,26 @@ class LedgerTest : public ::testing::Test {
   std::int64_t balance(const std::string& id) { return json::parse(get_account(db_, id).body)["balance"]; }
   std::string code(const Outcome& o) { return json::parse(o.body).value("code", ""); }
   std::int64_t outbox_rows() { return scalar("SELECT count(*) FROM idem_outbox"); }
+  std::int64_t refunds_of(const std::string& payment) {
+    return scalar("SELECT count(*) FROM refunds WHERE payment_id = ?1", payment);
+  }
+  // A payment of `amount` from `from` to `to`, made; its id.
+  std::string pay(const std::string& from, const std::string& to, std::int64_t amount) {
+    Outcome o = run(plan_payment, json{{"from", from}, {"to", to}, {"amount", amount}, {"currency", "EUR"}}, "pay_");
+    EXPECT_EQ(o.status, 201) << o.body;
+    return json::parse(o.body)["id"];
+  }
+  Outcome refund(const std::string& payment) { return run(plan_refund, json{{"payment", payment}}, "re_"); }
+  // Applies `plan` in a transaction of its own, committed when apply says ok, else rolled back
+  // (as both modes of the service do).
+  Applied apply_alone(const Plan& plan) {
+    std::string error;
+    EXPECT_EQ(sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+    const Applied applied = apply(db_, plan, error);
+    EXPECT_NE(applied, Applied::error) << error;
+    EXPECT_EQ(sqlite3_exec(db_, applied == Applied::ok ? "COMMIT" : "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+    return applied;
+  }
 
   sqlite3* db_ = nullptr;
 };
@@ -153,6 +185,8 @@ TEST_F(LedgerTest, APaymentCarriesItsEventAndApplyEnqueuesItInTheSameTransaction
   const OutboxMessage& event = plan.events[0].message();
   EXPECT_EQ(event.message_id, "pay_1/payment.succeeded");
   EXPECT_EQ(event.content_type, "application/json");
+  EXPECT_EQ(event.headers, (MessageHeaders{{"event-type", "payment.succeeded"}}));
+  EXPECT_EQ(event.ordering_key, "pay_1") << "the payment's events go out one at a time, in commit order";
   const json event_body = json::parse(event.body);
   EXPECT_EQ(event_body["type"], "payment.succeeded");
   EXPECT_EQ(event_body["payment"], json::parse(plan.outcome.body)) << "the 201 body, as the client got it";
@@ -169,6 +203,7 @@ TEST_F(LedgerTest, APaymentCarriesItsEventAndApplyEnqueuesItInTheSameTransaction
   ASSERT_EQ(sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
   EXPECT_EQ(balance(a), 70);
   EXPECT_EQ(outbox_rows(), 1);
+  EXPECT_EQ(text("SELECT ordering_key FROM idem_outbox WHERE message_id = ?1", "pay_1/payment.succeeded"), "pay_1");
 
   // A refused payment moves nothing and announces nothing.
   Plan refused = plan_payment(db_, json{{"from", a}, {"to", b}, {"amount", 1000}, {"currency", "EUR"}}.dump(), "pay_2", 0);
@@ -195,6 +230,201 @@ TEST_F(LedgerTest, AnEventTheOutboxWouldRefuseTurnsThePaymentIntoA500ThatWritesN
   EXPECT_EQ(balance(a), 100);
   EXPECT_EQ(outbox_rows(), 0);
   EXPECT_EQ(get_payment(db_, "has a space").status, 404);
+}
+
+// ---- refunds ----
+
+TEST_F(LedgerTest, ARefundMovesThePaymentBackOnce) {
+  const std::string a = open(1000), b = open(0);
+  const std::string payment = pay(a, b, 250);
+  Outcome refunded = refund(payment);
+  ASSERT_EQ(refunded.status, 201) << refunded.body;
+  const json body = json::parse(refunded.body);
+  EXPECT_EQ(body["object"], "refund");
+  EXPECT_EQ(body["payment"], payment);
+  EXPECT_EQ(body["amount"], 250);
+  EXPECT_EQ(body["currency"], "EUR");
+  EXPECT_EQ(body["created"], 1700000000);
+  EXPECT_TRUE(body["id"].get<std::string>().starts_with("re_")) << body;
+  EXPECT_EQ(body.size(), 6u) << body;
+  EXPECT_EQ(balance(a), 1000);
+  EXPECT_EQ(balance(b), 0);
+  EXPECT_EQ(text("SELECT id FROM refunds WHERE payment_id = ?1", payment), body["id"].get<std::string>());
+
+  // Twice is refused, and moves nothing; however much money the payee has again.
+  EXPECT_EQ(run(plan_bonus, json{{"account", b}, {"amount", 5000}, {"currency", "EUR"}}).status, 201);
+  Outcome again = refund(payment);
+  EXPECT_EQ(again.status, 409) << again.body;
+  EXPECT_EQ(code(again), "payment_already_refunded");
+  EXPECT_NE(again.body.find(body["id"].get<std::string>()), std::string::npos) << "names the refund: " << again.body;
+  EXPECT_EQ(balance(a), 1000);
+  EXPECT_EQ(balance(b), 5000);
+  EXPECT_EQ(refunds_of(payment), 1);
+  // The payment itself reads as it did (the lookup replays it byte for byte as its 201).
+  EXPECT_EQ(json::parse(get_payment(db_, payment).body)["status"], "succeeded");
+}
+
+TEST_F(LedgerTest, ARefundOfAnUnknownPaymentIs404) {
+  const std::string a = open(1000);
+  Outcome o = refund("pay_nope");
+  EXPECT_EQ(o.status, 404);
+  EXPECT_EQ(code(o), "payment_not_found");
+  EXPECT_EQ(code(refund(a)), "payment_not_found") << "an account is no payment";
+  EXPECT_EQ(scalar("SELECT count(*) FROM refunds"), 0);
+}
+
+TEST_F(LedgerTest, ARefundNeedsThePayeeToStillHoldTheAmount) {
+  const std::string a = open(1000), b = open(0), c = open(0);
+  const std::string payment = pay(a, b, 300);
+  pay(b, c, 200);  // the payee spent most of it
+  Outcome o = refund(payment);
+  EXPECT_EQ(o.status, 402) << o.body;
+  EXPECT_EQ(code(o), "insufficient_funds");
+  EXPECT_EQ(balance(a), 700);
+  EXPECT_EQ(balance(b), 100);
+  EXPECT_EQ(refunds_of(payment), 0) << "a refused refund is no refund: it may be asked again";
+  EXPECT_EQ(run(plan_bonus, json{{"account", b}, {"amount", 200}, {"currency", "EUR"}}).status, 201);
+  EXPECT_EQ(refund(payment).status, 201);
+  EXPECT_EQ(balance(a), 1000);
+  EXPECT_EQ(balance(b), 0);
+}
+
+TEST_F(LedgerTest, RefundValidationErrorsAre400Problems) {
+  const std::string a = open(1000), b = open(0);
+  const std::string payment = pay(a, b, 250);
+  for (const json& body : {json::array(), json::object(), json{{"payment", 7}}, json{{"payment", ""}},
+                           json{{"payment", std::string(129, 'p')}}, json{{"payment", payment}, {"amount", 0}},
+                           json{{"payment", payment}, {"amount", "250"}},
+                           json{{"payment", payment}, {"amount", 100}},  // a partial refund: not offered
+                           json{{"payment", "pay_nope"}, {"amount", -1}}}) {
+    Outcome o = run(plan_refund, body);
+    EXPECT_EQ(o.status, 400) << body.dump() << " " << o.body;
+    EXPECT_EQ(code(o), "invalid_request") << body.dump();
+  }
+  EXPECT_EQ(execute_now(db_, AttemptFence{}, [](sqlite3* db) { return plan_refund(db, "{not json", "re_1", 0); }).status, 400);
+  EXPECT_EQ(refunds_of(payment), 0);
+  EXPECT_EQ(balance(b), 250);
+  // The payment's whole amount, named, is the same refund as none named.
+  EXPECT_EQ(run(plan_refund, json{{"payment", payment}, {"amount", 250}}, "re_").status, 201);
+  EXPECT_EQ(balance(b), 0);
+}
+
+TEST_F(LedgerTest, AStaleRefundIsRefusedByApplyAndWritesNothing) {
+  const std::string a = open(1000), b = open(0), c = open(0);
+  const std::string payment = pay(a, b, 400);
+  const std::string body = json{{"payment", payment}}.dump();
+  // Two refunds planned from the same ledger (two keys at once, in-process mode): one applies.
+  Plan first = plan_refund(db_, body, "re_1", 0);
+  Plan second = plan_refund(db_, body, "re_2", 0);
+  ASSERT_EQ(first.outcome.status, 201);
+  ASSERT_EQ(second.outcome.status, 201);
+  EXPECT_EQ(apply_alone(first), Applied::ok);
+  EXPECT_EQ(apply_alone(second), Applied::stale);
+  EXPECT_EQ(balance(a), 1000);
+  EXPECT_EQ(balance(b), 0);
+  EXPECT_EQ(text("SELECT id FROM refunds WHERE payment_id = ?1", payment), "re_1");
+  // Planned again, the second is told why.
+  EXPECT_EQ(code(Outcome{plan_refund(db_, body, "re_2", 0).outcome}), "payment_already_refunded");
+
+  // A refund planned while the payee had the money, applied after it spent it: stale, and the
+  // refund's row inserted before the failed debit is rolled back with it.
+  const std::string other = pay(a, b, 300);
+  Plan late = plan_refund(db_, json{{"payment", other}}.dump(), "re_3", 0);
+  ASSERT_EQ(late.outcome.status, 201);
+  pay(b, c, 1);
+  EXPECT_EQ(apply_alone(late), Applied::stale);
+  EXPECT_EQ(refunds_of(other), 0);
+  EXPECT_EQ(balance(a), 700);
+  EXPECT_EQ(balance(b), 299);
+  EXPECT_EQ(code(Outcome{plan_refund(db_, json{{"payment", other}}.dump(), "re_3", 0).outcome}), "insufficient_funds");
+}
+
+TEST_F(LedgerTest, TheSchemaHoldsAtMostOneRefundPerPayment) {
+  const std::string a = open(1000), b = open(0);
+  const std::string payment = pay(a, b, 100);
+  ASSERT_EQ(refund(payment).status, 201);
+  // Whatever a buggy plan or another writer tries: the second row does not go in.
+  const std::string insert = "INSERT INTO refunds (id, payment_id, amount, currency, created) VALUES ('re_x', '" +
+                             payment + "', 100, 'EUR', 0)";
+  EXPECT_EQ(sqlite3_exec(db_, insert.c_str(), nullptr, nullptr, nullptr), SQLITE_CONSTRAINT);
+  EXPECT_EQ(refunds_of(payment), 1);
+  // apply's guard without the plan's check: a refund planned as if none existed is stale.
+  Plan forged;
+  forged.op = Op::refund;
+  forged.id = "re_forged";
+  forged.payment = payment;
+  forged.account = b;
+  forged.to = a;
+  forged.amount = 100;
+  forged.currency = "EUR";
+  EXPECT_EQ(run(plan_bonus, json{{"account", b}, {"amount", 100}, {"currency", "EUR"}}).status, 201);
+  EXPECT_EQ(apply_alone(forged), Applied::stale);
+  EXPECT_EQ(balance(a), 1000);
+  EXPECT_EQ(balance(b), 100);
+  // Nor does it refund a payment other than the one planned (its amount differs).
+  const std::string small = pay(a, b, 10);
+  forged.payment = small;
+  EXPECT_EQ(apply_alone(forged), Applied::stale);
+  EXPECT_EQ(refunds_of(small), 0);
+}
+
+TEST_F(LedgerTest, ARefundCarriesPaymentRefundedWithThePaymentAsOrderingKey) {
+  ASSERT_TRUE(SqliteOutbox::create_table(db_)) << "the outbox table";
+  const std::string a = open(1000), b = open(0);
+  Plan payment = plan_payment(db_, json{{"from", a}, {"to", b}, {"amount", 120}, {"currency", "EUR"}}.dump(), "pay_1", 0);
+  with_events(payment);
+  ASSERT_EQ(apply_alone(payment), Applied::ok);
+
+  Plan plan = plan_refund(db_, json{{"payment", "pay_1"}}.dump(), "re_1", 0);
+  ASSERT_EQ(plan.outcome.status, 201) << plan.outcome.body;
+  EXPECT_TRUE(plan.events.empty()) << "no events until the service asks for them (--outbox off)";
+  with_events(plan);
+  ASSERT_EQ(plan.events.size(), 1u);
+  const OutboxMessage& event = plan.events[0].message();
+  EXPECT_EQ(event.message_id, "pay_1/payment.refunded");
+  EXPECT_EQ(event.content_type, "application/json");
+  EXPECT_EQ(event.headers, (MessageHeaders{{"event-type", "payment.refunded"}}));
+  EXPECT_EQ(event.ordering_key, "pay_1") << "the payment's key: never published before its payment.succeeded";
+  const json event_body = json::parse(event.body);
+  EXPECT_EQ(event_body["type"], "payment.refunded");
+  EXPECT_EQ(event_body["refund"], json::parse(plan.outcome.body)) << "the 201 body, as the client got it";
+  EXPECT_EQ(event_body.size(), 2u);
+
+  // Rolled back, neither the refund nor its event is left; committed, both are, after the payment's.
+  std::string error;
+  ASSERT_EQ(sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(apply(db_, plan, error), Applied::ok) << error;
+  ASSERT_EQ(sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  EXPECT_EQ(balance(b), 120);
+  EXPECT_EQ(outbox_rows(), 1);
+  ASSERT_EQ(apply_alone(plan), Applied::ok);
+  EXPECT_EQ(balance(a), 1000);
+  EXPECT_EQ(balance(b), 0);
+  EXPECT_EQ(outbox_rows(), 2);
+  EXPECT_EQ(scalar("SELECT count(*) FROM idem_outbox WHERE ordering_key = ?1", "pay_1"), 2);
+  EXPECT_LT(scalar("SELECT id FROM idem_outbox WHERE message_id = ?1", "pay_1/payment.succeeded"),
+            scalar("SELECT id FROM idem_outbox WHERE message_id = ?1", "pay_1/payment.refunded"))
+      << "the refund's row after the payment's: the relay publishes a key's rows in that order";
+
+  // A refused refund announces nothing.
+  Plan twice = plan_refund(db_, json{{"payment", "pay_1"}}.dump(), "re_2", 0);
+  EXPECT_EQ(twice.outcome.status, 409);
+  with_events(twice);
+  EXPECT_TRUE(twice.events.empty());
+
+  // A refund whose event the outbox would refuse (a payment id no consumer could use, as a bug
+  // might make) is a 500 that writes nothing.
+  Plan odd = plan_payment(db_, json{{"from", a}, {"to", b}, {"amount", 10}, {"currency", "EUR"}}.dump(), "has a space", 0);
+  ASSERT_EQ(apply_alone(odd), Applied::ok);
+  Plan bad = plan_refund(db_, json{{"payment", "has a space"}}.dump(), "re_3", 0);
+  ASSERT_EQ(bad.outcome.status, 201);
+  with_events(bad);
+  EXPECT_EQ(bad.outcome.status, 500);
+  EXPECT_NE(bad.outcome.body.find("cannot be enqueued"), std::string::npos) << bad.outcome.body;
+  EXPECT_EQ(apply_alone(bad), Applied::ok);
+  EXPECT_EQ(refunds_of("has a space"), 0);
+  EXPECT_EQ(balance(b), 10);
+  EXPECT_EQ(outbox_rows(), 2);
 }
 
 // ---- the attempt fence and the lookup (docs/security.md, docs/gateway.md) ----

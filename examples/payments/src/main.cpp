@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--lease-ms", lease_ms, "inprocess: key lease in milliseconds")->check(CLI::PositiveNumber);
   std::string outbox = "on";
-  app.add_option("--outbox", outbox, "on: each succeeded payment enqueues payment.succeeded (docs/outbox.md)")
+  app.add_option("--outbox", outbox,
+                 "on: each succeeded payment enqueues payment.succeeded, each refund payment.refunded (docs/outbox.md)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   std::string hold;

@@ -67,6 +67,7 @@ constexpr WriteRoute kWriteRoutes[] = {
     {"/v1/payments", "pay_", &plan_payment},
     {"/v1/orders", "ord_", &plan_order},
     {"/v1/bonuses", "bon_", &plan_bonus},
+    {"/v1/refunds", "re_", &plan_refund},
 };
 
 constexpr std::string_view kLookup = "/v1/payments/by-idempotency-key/";

@@ -15,8 +15,9 @@ struct ServiceOptions {
   /// true: libidem in-process, ledger writes and key completion in one transaction (SPEC §4.4);
   /// false: a plain service meant to sit behind idem-gateway.
   bool inprocess = false;
-  /// Enqueue each succeeded payment's payment.succeeded event in the outbox (idem_outbox in the
-  /// ledger's file, docs/outbox.md), in the ledger write's transaction; idem-relay publishes it.
+  /// Enqueue each succeeded payment's payment.succeeded event, and each refund's
+  /// payment.refunded, in the outbox (idem_outbox in the ledger's file, docs/outbox.md), in the
+  /// ledger write's transaction, the payment id as ordering key; idem-relay publishes them.
   bool outbox = true;
   /// In-process mode: how long a request may hold its key before a retry may take it over.
   std::chrono::milliseconds lease{60'000};

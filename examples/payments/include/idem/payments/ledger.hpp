@@ -30,15 +30,18 @@ struct Outcome {
 };
 
 /// The writes a plan needs.
-enum class Op : std::uint8_t { none, open_account, transfer, order, bonus };
+enum class Op : std::uint8_t { none, open_account, transfer, order, bonus, refund };
 
 /// A decided request: the answer to give once its writes (if any) are applied.
 struct Plan {
   Outcome outcome;
   Op op = Op::none;
-  std::string id;           ///< the new row's id (acct_..., pay_..., ord_..., bon_...)
-  std::string account;      ///< open_account/order/bonus: the account; transfer: the payer
-  std::string to;           ///< transfer: the payee
+  std::string id;           ///< the new row's id (acct_..., pay_..., ord_..., bon_..., re_...)
+  /// open_account/order/bonus: the account; transfer: the payer; refund: the refunded payment's
+  /// payee, whose account the money leaves again
+  std::string account;
+  std::string to;           ///< transfer: the payee; refund: the payment's payer, credited back
+  std::string payment;      ///< refund: the payment refunded (pay_...)
   std::int64_t amount = 0;  ///< minor units
   std::string currency;     ///< ISO 4217, upper case
   std::string description;  ///< order only
@@ -46,8 +49,8 @@ struct Plan {
   std::string request_key;  ///< the Idempotency-Key the request came with ("" if none)
   std::string request_tenant;  ///< the tenant that key belongs to (the gateway's Idempotency-Tenant)
   /// The events apply enqueues in the outbox (idem_outbox, docs/outbox.md), in the same
-  /// transaction as its writes; with_events fills them (a transfer's payment.succeeded), checked
-  /// already, so that the store's writer only inserts them.
+  /// transaction as its writes; with_events fills them (a transfer's payment.succeeded, a
+  /// refund's payment.refunded), checked already, so that the store's writer only inserts them.
   std::vector<CheckedOutboxMessage> events;
 };
 
@@ -70,15 +73,29 @@ Plan plan_payment(sqlite3* db, std::string_view body, std::string id, std::int64
 Plan plan_order(sqlite3* db, std::string_view body, std::string id, std::int64_t now);
 /// POST /v1/bonuses {"account","amount","currency"}: credits the account (an accrual).
 Plan plan_bonus(sqlite3* db, std::string_view body, std::string id, std::int64_t now);
+/// POST /v1/refunds {"payment"}: refunds the whole payment, once (the refunds table holds at most
+/// one row per payment): the payee is debited, the payer credited. 201 the refund
+/// {"id","object":"refund","payment","amount","currency","created"}; 404 payment_not_found;
+/// 409 payment_already_refunded; 402 insufficient_funds when the payee no longer holds the
+/// amount; 400 for malformed input.
+Plan plan_refund(sqlite3* db, std::string_view body, std::string id, std::int64_t now);
 
 /// The event a succeeded payment publishes: id "<pay_id>/payment.succeeded" (stable, so that
-/// consumers dedupe by it), body {"type": "payment.succeeded", "payment": {...the 201 body...}}.
+/// consumers dedupe by it), body {"type": "payment.succeeded", "payment": {...the 201 body...}},
+/// header event-type, ordering key the payment id: the relay publishes a payment's events one at a
+/// time in commit order (docs/outbox.md, "Order, per ordering key").
 OutboxMessage payment_succeeded(const Plan& plan);
 
-/// Fills plan.events with what its writes publish (a transfer: payment_succeeded). The service
-/// calls it where it plans, not inside apply, so that building and checking the events stays off
-/// the store's single writer thread. An event the outbox would refuse (a bug of this service's,
-/// not the client's) turns the plan into a 500 that writes nothing.
+/// The event a refund publishes: id "<pay_id>/payment.refunded" (a payment is refunded at most
+/// once), body {"type": "payment.refunded", "refund": {...the 201 body...}}, header event-type,
+/// ordering key the payment id, as its payment.succeeded's: the relay never publishes a
+/// payment's refund before its success.
+OutboxMessage payment_refunded(const Plan& plan);
+
+/// Fills plan.events with what its writes publish (a transfer: payment_succeeded; a refund:
+/// payment_refunded). The service calls it where it plans, not inside apply, so that building
+/// and checking the events stays off the store's single writer thread. An event the outbox would
+/// refuse (a bug of this service's, not the client's) turns the plan into a 500 that writes nothing.
 void with_events(Plan& plan);
 
 /// Performs a plan's writes on `db`, inside the caller's transaction, and enqueues its events

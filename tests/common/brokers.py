@@ -54,10 +54,16 @@ class Broker:
     """One queue (AMQP, SQS), stream and group (Redis) or topic (Kafka) under test, by URL.
     `private` is the test's own server, when it has one (private_server())."""
 
-    def __init__(self, kind, name=None, private=None):
+    def __init__(self, kind, name=None, private=None, fifo=False):
         self.kind = kind
         self.name = name or unique("q")
         self.private = private
+        suffix = ""
+        if fifo:  # SQS FIFO: the queue and its dead-letter queues (the source's default names)
+            if kind != "sqs":
+                raise ValueError("only SQS queues are FIFO")
+            suffix = ".fifo"
+            self.name += suffix
         if kind == "kafka":
             self.base = "kafka://%s" % private.bootstrap
             private.topic(self.name, 3)
@@ -65,9 +71,11 @@ class Broker:
             self.dead_letters_read = 0  # the dead-letter topic's offset take_dead_letters() reached
         elif kind == "sqs":
             self.base = private.base_url
-            private.create_queue(self.name)
-            private.create_queue(self.name + "-dead-letter")
-            private.create_queue(self.name + "-dead-letter-dead-letter")  # the inspecting source's own
+            base = self.name[:len(self.name) - len(suffix)]
+            attributes = {"FifoQueue": "true"} if fifo else None
+            private.create_queue(self.name, attributes)
+            private.create_queue(base + "-dead-letter" + suffix, attributes)
+            private.create_queue(base + "-dead-letter-dead-letter" + suffix, attributes)  # the inspecting source's own
         elif kind == "amqp":
             base = env("IDEM_TEST_AMQP_URL").rstrip("/")
             if not base.endswith("%2f") and base.count("/") < 3:
@@ -536,6 +544,9 @@ class Handler:
 
         class Request(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go in two writes: without TCP_NODELAY the body waits for the
+            # client's delayed ACK, 40 ms a request.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):
                 pass

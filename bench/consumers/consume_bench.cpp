@@ -1,9 +1,14 @@
 // idem-consume-bench: consumer throughput on a real broker, each mode against the same messages.
 //
-//   idem-consume-bench publish SINK_URL N [BODY_BYTES]   publishes N messages (ids bench-0..N-1),
-//                                                         confirmed, in batches; prints msgs/s
+//   idem-consume-bench publish SINK_URL N [BODY_BYTES [KEYS]]
+//                                                         publishes N messages (ids bench-0..N-1),
+//                                                         confirmed, in batches; prints msgs/s;
+//                                                         KEYS > 0: message i has ordering key
+//                                                         k(i % KEYS)
 //   idem-consume-bench raw SOURCE_URL N                   the baseline: receive, ack at once, no store
-//   idem-consume-bench inprocess SOURCE_URL N STORE_URL   ConsumeLoop + process_once (a no-op handler)
+//   idem-consume-bench inprocess SOURCE_URL N STORE_URL [key]
+//                                                         ConsumeLoop + process_once (a no-op
+//                                                         handler); "key": ordering = key
 //   idem-consume-bench raw-http SOURCE_URL N HANDLER_URL  the sidecar's baseline: receive, POST each
 //                                                         to the handler (libcurl, 8 at once), ack;
 //                                                         no store
@@ -68,7 +73,7 @@ std::unique_ptr<MessageSource> source_or_die(const std::string& url) {
   return std::move(*s);
 }
 
-int publish(const std::string& url, std::size_t n, std::size_t body_bytes, const char* mode) {
+int publish(const std::string& url, std::size_t n, std::size_t body_bytes, const char* mode, std::size_t keys = 0) {
   auto sink = open_sink(url, {});
   if (!sink) die(sink.error().message);
   const auto t0 = Steady::now();
@@ -79,6 +84,10 @@ int publish(const std::string& url, std::size_t n, std::size_t body_bytes, const
     m.message_id = "bench-" + std::to_string(i);
     m.content_type = "application/json";
     m.body = std::string(body_bytes, 'x');
+    if (keys > 0) {
+      m.ordering_key = std::to_string(i % keys);
+      m.ordering_key.insert(0, 1, 'k');  // not "k" + ...: GCC 12 warns (-Wrestrict) on that
+    }
     batch.push_back(std::move(m));
     if (batch.size() == 100 || i + 1 == n) {
       for (const auto& r : (*sink)->publish(batch)) {
@@ -112,11 +121,13 @@ int raw(const std::string& url, std::size_t n) {
 }
 
 // Runs a ConsumeLoop with `processor` until n deliveries were settled.
-int loop_until(const char* mode, const std::string& url, std::size_t n, DeliveryProcessor processor) {
+int loop_until(const char* mode, const std::string& url, std::size_t n, DeliveryProcessor processor,
+               ConsumeOrdering ordering = ConsumeOrdering::none) {
   auto source = source_or_die(url);
   ConsumeLoopOptions options;
   options.workers = kWorkers;
   options.max_in_flight = kPrefetch;
+  options.ordering = ordering;
   std::atomic<std::size_t> settled{0};
   std::atomic<bool> started{false};
   Steady::time_point t0{};
@@ -145,14 +156,14 @@ int loop_until(const char* mode, const std::string& url, std::size_t n, Delivery
   return 0;
 }
 
-int inprocess(const std::string& url, std::size_t n, const std::string& store_url) {
+int inprocess(const std::string& url, std::size_t n, const std::string& store_url, ConsumeOrdering ordering) {
   auto opened = open_store(store_url, {});
   if (!opened) die(opened.error().message);
   auto consumer = Consumer::create(*opened->store, {.name = "bench"});
   if (!consumer) die(consumer.error());
   return loop_until("inprocess", url, n, [&](const Delivery& d, const DeliveryAttempt&) {
     return disposition_of(consumer->process_once(d.message_id, d.body, [] { return std::expected<std::string, std::string>("ok"); }));
-  });
+  }, ordering);
 }
 
 int raw_http(const std::string& url, std::size_t n, const std::string& handler) {
@@ -177,10 +188,15 @@ int main(int argc, char** argv) {
   }
   const std::string mode = argv[1], url = argv[2];
   const std::size_t n = std::strtoull(argv[3], nullptr, 10);
-  if (mode == "publish") return publish(url, n, argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 100, "publish");
+  if (mode == "publish") {
+    return publish(url, n, argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 100, "publish",
+                   argc > 5 ? std::strtoull(argv[5], nullptr, 10) : 0);
+  }
   if (mode == "outbox-raw") return publish(url, n, 300, "outbox-raw");
   if (mode == "raw") return raw(url, n);
-  if (mode == "inprocess" && argc > 4) return inprocess(url, n, argv[4]);
+  if (mode == "inprocess" && argc > 4) {
+    return inprocess(url, n, argv[4], argc > 5 && std::string(argv[5]) == "key" ? ConsumeOrdering::key : ConsumeOrdering::none);
+  }
   if (mode == "raw-http" && argc > 4) return raw_http(url, n, argv[4]);
   std::fprintf(stderr, "idem-consume-bench: unknown mode or missing argument\n");
   return 2;

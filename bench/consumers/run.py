@@ -286,7 +286,9 @@ class Run:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    def relay_rate(self, sink):
+    def relay_rate(self, sink, keys=0):
+        """Rows/s of one relay from a SQLite outbox to `sink`; keys > 0: row i has the ordering
+        key k(i % keys)."""
         n = self.args.messages
         db = os.path.join(self.work, "outbox-%d.db" % self.n)
         sqlite3.connect(db).close()  # an empty file: the relay creates the table in it
@@ -301,8 +303,9 @@ class Run:
             # the clock starts with all of them there.
             p.send_signal(19)  # SIGSTOP
             con = sqlite3.connect(db, timeout=30)
-            con.executemany("INSERT INTO idem_outbox (message_id, body) VALUES (?, ?)",
-                            (("row-%d-%d" % (self.n, i), b"x" * 300) for i in range(n)))
+            con.executemany("INSERT INTO idem_outbox (message_id, body, ordering_key) VALUES (?, ?, ?)",
+                            (("row-%d-%d" % (self.n, i), b"x" * 300, "k%d" % (i % keys) if keys else None)
+                             for i in range(n)))
             con.commit()
             t0, cpu0 = time.monotonic(), ticks(p.pid)
             p.send_signal(18)  # SIGCONT
@@ -310,9 +313,15 @@ class Run:
             # so the last row sent means all were. Its state is one lookup on the message-id
             # index; counting the pending rows is a scan of the table (schema 7 has no index of
             # them) that took CPU from the relay on two cores. The count comes once, untimed.
-            last = ("row-%d-%d" % (self.n, n - 1),)
-            while con.execute("SELECT state FROM idem_outbox WHERE message_id = ?", last).fetchone()[0] == "pending":
-                time.sleep(0.01)
+            # With ordering keys the last row is not the last sent: each key's last row is looked
+            # up instead (the same index), a few at a time.
+            last = ["row-%d-%d" % (self.n, i) for i in range(max(0, n - max(keys, 1)), n)]
+            while last:
+                state = con.execute("SELECT state FROM idem_outbox WHERE message_id = ?", (last[-1],)).fetchone()[0]
+                if state == "pending":
+                    time.sleep(0.01)
+                else:
+                    last.pop()
             seconds, cpu = time.monotonic() - t0, ticks(p.pid) - cpu0
             (pending,), = con.execute("SELECT COUNT(*) FROM idem_outbox WHERE state <> 'sent'").fetchall()
             con.close()
@@ -322,6 +331,24 @@ class Run:
         finally:
             p.terminate()
             p.wait()
+
+    def ordering_round(self):
+        """Issue 36's figures: relay rows/s and in-process consumer messages/s (memory store) with
+        ordering keys (10,000 keys, 10 keys) against the same without, on Kafka and RabbitMQ."""
+        out = {}
+        for broker in ("kafka", "amqp"):
+            for keys in (0, 10000, 10):
+                _, sink = self.urls(broker)
+                out["%s/relay/%d" % (broker, keys)] = self.relay_rate(sink, keys)
+            for keys in (0, 10000, 10):
+                source, sink = self.urls(broker)
+                if broker != "kafka":
+                    subprocess.run([self.bin("tests", "tools", "idem-broker-tool"), "take", source, "--idle-ms", "50"],
+                                   check=True, stdout=subprocess.DEVNULL)
+                self.tool("publish", sink, self.args.messages, 100, keys)
+                out["%s/consumer/%d" % (broker, keys)] = self.tool("inprocess", source, self.args.messages, "memory:",
+                                                                   "key" if keys else "none")
+        return out
 
     def outbox_round(self):
         out = {}
@@ -349,11 +376,28 @@ def main():
     parser.add_argument("--consumers-only", action="store_true",
                         help="only the consumers' cases, printed (docs/benchmarks.md is left as it is)")
     parser.add_argument("--brokers", default="amqp,redis_streams,kafka,sqs", help="the consumers' brokers")
+    parser.add_argument("--ordering-only", action="store_true",
+                        help="only ordering keys' cost (relay and in-process consumer, Kafka and RabbitMQ), printed")
     args = parser.parse_args()
     if args.quick:
         args.messages, args.rounds = 2000, 1
     args.build = os.path.abspath(args.build)
     run = Run(args)
+    if args.ordering_only:
+        try:
+            rounds = [run.ordering_round() for _ in range(args.rounds)]
+        finally:
+            run.close()
+        print("| broker | what | no keys | 10,000 keys | ratio | 10 keys | ratio |\n|---|---|---:|---:|---:|---:|---:|")
+        for broker in ("kafka", "amqp"):
+            for what in ("relay", "consumer"):
+                case = lambda k: "%s/%s/%d" % (broker, what, k)  # noqa: E731
+                ratio = lambda k: statistics.median(r[case(k)]["msgs_per_s"] / r[case(0)]["msgs_per_s"]  # noqa: E731
+                                                    for r in rounds)
+                print("| %s | %s | %.0f | %.0f | %.2f | %.0f | %.2f |" % (
+                    broker, what, median(rounds, case(0), "msgs_per_s"), median(rounds, case(10000), "msgs_per_s"),
+                    ratio(10000), median(rounds, case(10), "msgs_per_s"), ratio(10)))
+        return 0
     try:
         consumed = () if args.outbox_only else args.brokers.split(",")
         results = {b: [run.consumer_round(b) for _ in range(args.rounds)] for b in consumed}

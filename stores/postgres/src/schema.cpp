@@ -70,10 +70,12 @@ CREATE INDEX IF NOT EXISTS idem_outbox_dead ON @S.idem_outbox (id) WHERE state =
 //    transactions enqueuing for one key take turns from that INSERT to their commit (or rollback,
 //    which gives the number back), and a later number is always a later commit. Ids cannot say
 //    that: they are taken at INSERT, and a transaction holding a lower one may commit later.
-//  - The unique index finds the last key_seq, and refuses a duplicate one: a REPEATABLE READ or
-//    SERIALIZABLE transaction, whose snapshot predates the other transaction's commit, fails
-//    there (the application retries it, as after a serialization failure) instead of publishing
-//    out of order.
+//  - Only READ COMMITTED transactions may insert a row with a key: the fresh snapshot after the
+//    lock is what sees the previous writer's rows. A REPEATABLE READ or SERIALIZABLE transaction
+//    reads its older snapshot, and would number its row below a later commit's whenever the row
+//    that holds the number it missed was purged or dropped meanwhile (proof/outbox_order.pml's
+//    "limits" runs); the trigger refuses it with the reason.
+//  - The unique index finds the last key_seq, and refuses a duplicate one (a second guard).
 //  - The partial index finds, for a row the relay considers, an earlier row of its key that is
 //    not sent yet.
 constexpr const char* kOutboxOrdering = R"sql(
@@ -89,6 +91,12 @@ BEGIN
   IF NEW.ordering_key IS NULL THEN
     NEW.key_seq := NULL;
     RETURN NEW;
+  END IF;
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
+      MESSAGE = 'idem_outbox: a row with an ordering key must be inserted by a READ COMMITTED transaction (this one is '
+                || current_setting('transaction_isolation') || ')',
+      HINT = 'its key_seq must see the commits of the transactions that enqueued for the key before it';
   END IF;
   PERFORM pg_advisory_xact_lock(hashtextextended('idem.outbox-key:' || TG_TABLE_SCHEMA || ':' || NEW.ordering_key, 0));
   -- A fresh snapshot (READ COMMITTED): the rows of the transaction we waited for are in it.

@@ -100,10 +100,16 @@ StoreError unreadable(std::int64_t id, const std::string& why) {
   return StoreError{StoreErrc::corrupt, "postgres: outbox row " + std::to_string(id) + " cannot be read: " + why};
 }
 
-// Pending rows with an ordering key that an earlier dead row of their key holds back.
-std::string held_by_dead(const std::string& t) {
-  return "FROM " + t + " p WHERE p.ordering_key IS NOT NULL AND p.state = 'pending' AND EXISTS (SELECT 1 FROM " + t +
-         " d WHERE d.ordering_key = p.ordering_key AND d.key_seq < p.key_seq AND d.state = 'dead')";
+// The ordering keys a dead row holds back, and the oldest row so held: from the dead rows (few,
+// on their index), each looking for the next row of its key that is pending (a walk over the
+// pending rows instead looked at every earlier row of each one's key: quadratic in a backlog).
+std::string held_keys_sql(const std::string& t) {
+  const std::string next_pending = "(SELECT p.created_ms FROM " + t +
+                                   " p WHERE p.ordering_key = d.ordering_key AND p.key_seq > d.key_seq AND "
+                                   "p.state <> 'sent' AND p.state = 'pending' ORDER BY p.key_seq LIMIT 1)";
+  const std::string dead_keyed = " FROM " + t + " d WHERE d.state = 'dead' AND d.ordering_key IS NOT NULL";
+  return "(SELECT count(DISTINCT d.ordering_key)" + dead_keyed + " AND " + next_pending + " IS NOT NULL), (SELECT min(" +
+         next_pending + ")" + dead_keyed + ")";
 }
 
 // The reader's statements for one schema.
@@ -149,8 +155,7 @@ struct Sql {
     count = "SELECT (SELECT count(*) FROM " + t + " WHERE state = 'pending'), (SELECT count(*) FROM " + t +
             " WHERE state = 'sent'), (SELECT count(*) FROM " + t + " WHERE state = 'dead'), "
             "(SELECT min(created_ms) FROM " + t + " WHERE state = 'pending'), "
-            "(SELECT count(DISTINCT p.ordering_key) " + held_by_dead(t) + "), (SELECT min(p.created_ms) " +
-            held_by_dead(t) + ")";
+            + held_keys_sql(t);
     // The state is written into the SQL so that the planner uses its partial index.
     const auto list = [&](std::string_view state) {
       return "SELECT " + cols + " FROM " + t + " WHERE id > $1::bigint" +

@@ -228,13 +228,14 @@ constexpr const char* kOutboxScan = R"sql(
 
 // Migration 8: ordering keys (docs/outbox.md, "Order"). A row's key is the aggregate it belongs to;
 // the relay publishes a key's rows one at a time, in id order, which is commit order with
-// SQLite's one writer. The index finds, for a candidate row, an earlier row of its key that is not
-// sent yet. ADD COLUMN with a NULL default rewrites no row. ensure_outbox runs it after creating
+// SQLite's one writer. The index holds the keyed rows not sent yet (an UPDATE to sent takes a row
+// out): for a candidate row, an earlier row of its key is its first entry below the row, however
+// many rows of the key were sent before. ADD COLUMN with a NULL default rewrites no row. ensure_outbox runs it after creating
 // the table too; a relay on a file still at version 7 reads every row as keyless.
 constexpr const char* kOutboxOrdering = R"sql(
   ALTER TABLE idem_outbox ADD COLUMN ordering_key TEXT
     CHECK (ordering_key IS NULL OR length(ordering_key) BETWEEN 1 AND 128);
-  CREATE INDEX idem_outbox_ordering ON idem_outbox (ordering_key, id) WHERE ordering_key IS NOT NULL;
+  CREATE INDEX idem_outbox_ordering ON idem_outbox (ordering_key, id) WHERE ordering_key IS NOT NULL AND state <> 'sent';
 )sql";
 
 // Append only: a released migration is never edited, a change is a new entry.

@@ -82,7 +82,7 @@ std::string claim_sql(bool scan, bool ordering) {
   if (ordering) {
     sql +=
         "AND (ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM idem_outbox e WHERE e.ordering_key = o.ordering_key "
-        "AND e.id < o.id AND (e.state = 'pending' OR (e.state = 'dead' AND e.destination NOT IN "
+        "AND e.id < o.id AND e.state <> 'sent' AND (e.state = 'pending' OR (e.state = 'dead' AND e.destination NOT IN "
         "(SELECT value FROM json_each(?5)) AND '*' NOT IN (SELECT value FROM json_each(?5)))))) ";
   }
   return sql + "ORDER BY id LIMIT ?4) RETURNING " + columns(ordering);
@@ -139,10 +139,15 @@ std::string count_sql(bool scan, bool ordering) {
                     "(SELECT count(*) FROM idem_outbox WHERE state <> 'pending' AND state = 'dead'), "
                     "(SELECT min(created_ms) FROM idem_outbox WHERE " + from + "state = 'pending')";
   if (!ordering) return sql + ", 0, NULL";
-  const std::string held =
-      "FROM idem_outbox p WHERE p.ordering_key IS NOT NULL AND p.state = 'pending' AND EXISTS (SELECT 1 FROM idem_outbox d "
-      "WHERE d.ordering_key = p.ordering_key AND d.id < p.id AND d.state = 'dead')";
-  return sql + ", (SELECT count(DISTINCT p.ordering_key) " + held + "), (SELECT min(p.created_ms) " + held + ")";
+  // From the dead rows (few, off the settled index), each looking for the first row after it of
+  // its key that is not sent (the ordering index): a walk over the pending rows instead looked at
+  // every earlier row of each one's key, quadratic in a key's backlog.
+  const std::string dead_keyed = "FROM idem_outbox d WHERE d.state <> 'pending' AND d.state = 'dead' AND d.ordering_key IS NOT NULL";
+  const std::string next_pending =
+      "(SELECT p.created_ms FROM idem_outbox p WHERE p.ordering_key = d.ordering_key AND p.id > d.id AND p.state <> 'sent' "
+      "AND p.state = 'pending' ORDER BY p.id LIMIT 1)";
+  return sql + ", (SELECT count(DISTINCT d.ordering_key) " + dead_keyed + " AND " + next_pending + " IS NOT NULL), "
+         "(SELECT min(" + next_pending + ") " + dead_keyed + ")";
 }
 
 // The state is written into the SQL (not bound) so that SQLite can use a partial index. Pending

@@ -284,10 +284,20 @@ class SqliteOutbox:
 class Chain:
     def __init__(self, args, workdir, outbox, handler):
         self.args, self.workdir, self.outbox, self.handler = args, workdir, outbox, handler
-        self.private = brokers.private_server(args.sink, workdir) if args.sink != "webhook" else None
+        self.private = None
         self.broker = None
         self.consumers = []
+        self.relays = []
         self.restarts = 0  # exits by themselves, started again (check_alive)
+        try:
+            self._start()
+        except BaseException:  # a failure (SystemExit included) leaves nothing running behind
+            self.stop()
+            raise
+
+    def _start(self):
+        args, workdir, outbox, handler = self.args, self.workdir, self.outbox, self.handler
+        self.private = brokers.private_server(args.sink, workdir) if args.sink != "webhook" else None
         if args.sink == "webhook":
             sink_url = handler.url()
         else:
@@ -312,7 +322,6 @@ class Chain:
                 self.consumers.append(Proc("consumer-%d" % i, [brokers.env("IDEM_CONSUME_BIN"), "--config", config],
                                            workdir))
         n_relays = 3 if args.outbox == "postgres" else 1
-        self.relays = []
         for i in range(n_relays):
             config = os.path.join(workdir, "relay-%d.toml" % i)
             with open(config, "w") as f:
@@ -352,6 +361,7 @@ class Chain:
         codes = {p.name: p.stop() for p in self.processes()}
         if self.private:
             self.private.stop()
+            self.private = None
         return codes
 
 

@@ -37,6 +37,7 @@ import urllib.parse
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
 import brokers  # noqa: E402
+from procs import Proc  # noqa: E402
 from scratch import run_in_scratch_dir  # noqa: E402
 
 AGGREGATES = int(os.environ.get("IDEM_ORDERING_AGGREGATES", "200"))
@@ -51,32 +52,6 @@ def fail(message):
 
 def log(message):
     print(message, flush=True)
-
-
-class Proc:
-    """A child process with its stderr in a log file, restartable with the same arguments."""
-
-    def __init__(self, name, argv, workdir):
-        self.name, self.argv = name, argv
-        self.log_path = os.path.join(workdir, name + ".log")
-        self.proc = None
-        self.start()
-
-    def start(self):
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "ab"))
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def kill(self):
-        if self.alive():
-            self.proc.kill()
-        self.proc.wait()
-
-    def stop(self):
-        """SIGTERM (SIGKILL after 20 s); the exit code."""
-        brokers.stop_process(self.proc)
-        return self.proc.returncode
 
 
 class Handler:

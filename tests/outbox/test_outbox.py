@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "common"))
 sys.path.insert(0, os.path.join(HERE, "..", "payments"))
 import brokers  # noqa: E402
 import harness as h  # noqa: E402
+from procs import Proc  # noqa: E402
 from scratch import run_in_scratch_dir  # noqa: E402
 
 RELAY_BIN = os.environ.get("IDEM_RELAY_BIN", "")
@@ -44,34 +45,6 @@ FAULT_PROXY_BIN = os.environ.get("IDEM_FAULT_PROXY_BIN", "")
 TOOL_BIN = os.environ.get("IDEM_BROKER_TOOL_BIN", "")
 KILLS = int(os.environ.get("IDEM_OUTBOX_KILLS", "20"))
 BALANCE = 10_000_000
-
-
-class Proc:
-    """A child process with its stderr in a log file, restartable with the same arguments."""
-
-    def __init__(self, name, argv, workdir):
-        self.name, self.argv = name, argv
-        self.log_path = os.path.join(workdir, name + ".log")
-        self.proc = None
-        self.start()
-
-    def start(self):
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "ab"))
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def kill(self):
-        if self.alive():
-            self.proc.kill()
-        self.proc.wait()
-
-    def stop(self):
-        return h.stop(self.proc)
-
-    def log(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
 
 
 class Chain:

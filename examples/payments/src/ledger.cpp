@@ -165,6 +165,13 @@ bool get_currency(const json& j, std::string& out, Outcome& error) {
   return true;
 }
 
+// 402: `account` cannot pay `amount` for the `what` ("payment", "refund").
+Outcome insufficient_funds(const Account& account, std::int64_t amount, std::string_view what) {
+  return problem(402, "insufficient_funds", "Insufficient funds",
+                 "account " + account.id + " has " + std::to_string(account.balance) + ", the " + std::string(what) +
+                     " needs " + std::to_string(amount));
+}
+
 Outcome not_found(std::string_view what, std::string_view id) {
   return problem(404, std::string(what) + "_not_found", "Not found",
                  "no " + std::string(what) + " " + std::string(id));
@@ -339,11 +346,7 @@ Plan plan_payment(sqlite3* db, std::string_view body, std::string id, std::int64
                           "the payment is in " + p.currency + "; " + from->id + " holds " + from->currency +
                               " and " + to->id + " holds " + to->currency));
   }
-  if (from->balance < p.amount) {
-    return refuse(problem(402, "insufficient_funds", "Insufficient funds",
-                          "account " + from->id + " has " + std::to_string(from->balance) + ", the payment needs " +
-                              std::to_string(p.amount)));
-  }
+  if (from->balance < p.amount) return refuse(insufficient_funds(*from, p.amount, "payment"));
   p.op = Op::transfer;
   p.id = std::move(id);
   p.created = now;
@@ -422,11 +425,7 @@ Plan plan_refund(sqlite3* db, std::string_view body, std::string id, std::int64_
   auto payee = read_account(db, p.account, failed);
   if (failed) return refuse(unavailable(db));
   if (!payee) return refuse(not_found("account", p.account));
-  if (payee->balance < p.amount) {
-    return refuse(problem(402, "insufficient_funds", "Insufficient funds",
-                          "account " + payee->id + " has " + std::to_string(payee->balance) + ", the refund needs " +
-                              std::to_string(p.amount)));
-  }
+  if (payee->balance < p.amount) return refuse(insufficient_funds(*payee, p.amount, "refund"));
   p.op = Op::refund;
   p.id = std::move(id);
   p.created = now;

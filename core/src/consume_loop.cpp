@@ -183,7 +183,7 @@ void ConsumeLoop::handle_received(std::vector<Delivery> deliveries) {
   }
 }
 
-std::size_t ConsumeLoop::release_key_locked(const std::string& key) {
+std::size_t ConsumeLoop::release_key_locked(const std::string& key, std::optional<std::uint64_t> stale_connection) {
   auto queue = key_queues_.find(key);
   if (queue == key_queues_.end()) return 0;
   if (queue->second.empty()) {
@@ -193,8 +193,9 @@ std::size_t ConsumeLoop::release_key_locked(const std::string& key) {
   std::unique_ptr<Task> next = std::move(queue->second.front());
   queue->second.pop_front();
   stats_.waiting_for_key.fetch_sub(1, std::memory_order_relaxed);
-  if (stopping_.load()) {
-    // Not started once stopping: back to the broker, and the one after it when it is settled.
+  if (stopping_.load() || (stale_connection && next->delivery.connection == *stale_connection)) {
+    // Not started: back to the broker (for a lost connection's delivery, a no-op: the broker
+    // delivers it again after the one before it), and the one after it when it is settled.
     next->requeue = true;
     finished_.emplace_back(std::move(next), MessageDisposition{});
     return 0;
@@ -322,7 +323,9 @@ void ConsumeLoop::settle_finished() {
   if (done.empty()) return;
 
   std::size_t settled = 0;
-  std::vector<std::string> released;  // keys whose settled delivery lets the next one run
+  // Keys whose settled delivery lets the next one run; with the connection of a delivery that
+  // was not processed and comes again (stale).
+  std::vector<std::pair<std::string, std::optional<std::uint64_t>>> released;
   std::vector<Delivery> acks;
   std::vector<std::pair<Delivery, std::string>> acked_outcomes;
   auto warn = [&](const std::string& line) {
@@ -336,12 +339,15 @@ void ConsumeLoop::settle_finished() {
         warn("requeue of message " + d.message_id + " failed: " + r.error().message +
              " (the broker delivers it again once this connection closes)");
       }
-      tell(d, "requeued", "the consumer is stopping");
+      tell(d, "requeued",
+           stopping_.load() ? "the consumer is stopping"
+                            : "an earlier message of its ordering key was not processed and comes again (its connection "
+                              "was lost): this one must not overtake it");
       ++settled;
-      if (task->keyed) released.push_back(d.ordering_key);
+      if (task->keyed) released.emplace_back(d.ordering_key, d.connection);
       continue;
     }
-    if (task->keyed && disposition.action != MessageDisposition::Action::dead_letter) released.push_back(d.ordering_key);
+    if (task->keyed && disposition.action != MessageDisposition::Action::dead_letter) released.emplace_back(d.ordering_key, std::nullopt);
     switch (disposition.action) {
       case MessageDisposition::Action::ack:
         acks.push_back(d);
@@ -360,12 +366,12 @@ void ConsumeLoop::settle_finished() {
           stats_.count_dead_letter(disposition.reason);
           tell(d, "dead_letter:" + disposition.reason, disposition.detail);
           ++settled;
-          if (task->keyed) released.push_back(d.ordering_key);
+          if (task->keyed) released.emplace_back(d.ordering_key, std::nullopt);
         } else if (written.error().code == BrokerErrc::stale) {
           stats_.stale.fetch_add(1, std::memory_order_relaxed);
           tell(d, "stale", "the connection it came on was lost; the broker delivers it again");
           ++settled;
-          if (task->keyed) released.push_back(d.ordering_key);
+          if (task->keyed) released.emplace_back(d.ordering_key, d.connection);
         } else {
           // Not written: keep holding it and write it again later, without processing it again.
           stats_.broker_errors.fetch_add(1, std::memory_order_relaxed);
@@ -400,7 +406,7 @@ void ConsumeLoop::settle_finished() {
     std::size_t to_run = 0;
     {
       const std::lock_guard lock(mutex_);
-      for (const std::string& key : released) to_run += release_key_locked(key);
+      for (const auto& [key, stale_connection] : released) to_run += release_key_locked(key, stale_connection);
     }
     for (std::size_t i = 0; i < to_run; ++i) work_ready_.notify_one();
   }

@@ -79,6 +79,7 @@ class FakeSource final : public MessageSource {
 
   BrokerResult<Done> dead_letter(const Delivery& d, const DeadLetterReason& why) override {
     const std::lock_guard lock(mutex_);
+    if (d.connection != connection_) return std::unexpected(BrokerError{BrokerErrc::stale, "stale", false});
     if (fail_dead_letters_ > 0) {
       --fail_dead_letters_;
       return std::unexpected(BrokerError{BrokerErrc::unavailable, "dead-letter queue unreachable", true});
@@ -535,6 +536,38 @@ TEST(ConsumeLoop, OrderingByKeyStopRequeuesAKeysWaitingDeliveriesInOrder) {
   ASSERT_EQ(source.queue_.size(), 4u);
   EXPECT_EQ(source.queue_.front().message_id, "a-4");
   EXPECT_EQ(source.queue_.back().message_id, "a-1");
+}
+
+TEST(ConsumeLoop, OrderingByKeyDoesNotRunALostConnectionsLaterDeliveriesAfterAnUnprocessedOne) {
+  // a-1 is to be dead-lettered, but its connection is gone by then (stale): it comes again, so
+  // a-2 and a-3, held behind it on the same connection, must not run now.
+  FakeSource source;
+  source.publish("a-1", "bad", true, "a");
+  source.publish("a-2", "ok", true, "a");
+  source.publish("a-3", "ok", true, "a");
+  std::mutex mutex;
+  std::vector<std::string> ran;
+  std::atomic<bool> closed{false};
+  auto options = fast_options();
+  options.ordering = ConsumeOrdering::key;
+  ConsumeLoop loop(source, [&](const Delivery& d, const DeliveryAttempt&) {
+    if (d.message_id == "a-1" && !closed.exchange(true)) {
+      source.close();  // the connection goes while a-1 runs
+      return MessageDisposition::dead_letter_it("rejected", "refused");
+    }
+    const std::lock_guard lock(mutex);
+    ran.push_back(d.message_id);
+    return MessageDisposition::ack_it("processed");
+  }, options);
+  ASSERT_TRUE(run_until(loop, [&] {
+    const std::lock_guard lock(mutex);
+    return ran.size() >= 3;
+  }));
+  // The redelivered a-1 (now processed) comes before a-2 and a-3.
+  ASSERT_GE(ran.size(), 3u);
+  EXPECT_EQ(ran[0], "a-1");
+  EXPECT_EQ(ran[1], "a-2");
+  EXPECT_EQ(ran[2], "a-3");
 }
 
 TEST(ConsumeLoop, RefusedAtTheStartIsReturned) {

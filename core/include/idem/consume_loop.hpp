@@ -197,9 +197,10 @@ class ConsumeLoop {
   void finish(std::unique_ptr<Task> task, MessageDisposition disposition);
   void tell(const Delivery& d, std::string_view outcome, std::string_view detail) const;
   void schedule(std::unique_ptr<Task> task, std::chrono::steady_clock::time_point at);
-  // ordering = key: a settled task's key lets its next delivery run (or, stopping, go back to
-  // the broker). Under mutex_; how many workers to wake.
-  std::size_t release_key_locked(const std::string& key);
+  // ordering = key: a settled task's key lets its next delivery run, or go back to the broker
+  // when stopping, or when it came on `stale_connection` (its predecessor was not processed and
+  // comes again: it must not be overtaken). Under mutex_; how many workers to wake.
+  std::size_t release_key_locked(const std::string& key, std::optional<std::uint64_t> stale_connection);
   std::size_t settle_batch() const;  // finished tasks that wake a receiving thread waiting for room
   Millis backoff(std::uint32_t failures);
 

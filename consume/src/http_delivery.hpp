@@ -17,6 +17,7 @@
 #include "idem/client/transport.hpp"
 #include "idem/consume_loop.hpp"
 #include "idem/consumer.hpp"
+#include "idem/sidecar/message_http.hpp"
 
 namespace idem::consume {
 
@@ -24,8 +25,7 @@ namespace idem::consume {
 inline constexpr std::string_view kSourceHeader = "Idem-Source";
 inline constexpr std::string_view kAttemptHeader = "Idem-Delivery-Attempt";
 inline constexpr std::string_view kRedeliveredHeader = "Idem-Redelivered";
-/// Sent only when the delivery has an ordering key (Delivery::ordering_key).
-inline constexpr std::string_view kOrderingKeyHttpHeader = "Idem-Ordering-Key";
+using sidecar::kOrderingKeyHttpHeader;  // sent only when the delivery has an ordering key
 
 /// Where and how messages are delivered.
 struct HttpDeliveryOptions {

@@ -15,11 +15,11 @@
 
 #include "idem/broker.hpp"
 #include "idem/client/transport.hpp"
+#include "idem/sidecar/message_http.hpp"
 
 namespace idem::relay {
 
-/// The HTTP header carrying a message's ordering key (as idem-consume sends it).
-inline constexpr std::string_view kOrderingKeyHttpHeader = "Idem-Ordering-Key";
+using sidecar::kOrderingKeyHttpHeader;  // as idem-consume sends it
 
 /// A MessageSink that POSTs each message to one URL. A message's ordering key goes as
 /// Idem-Ordering-Key, after Content-Type; a header of the message's own named ordering_key is

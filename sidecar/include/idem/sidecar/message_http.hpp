@@ -16,6 +16,9 @@ namespace idem::sidecar {
 /// (Host, Content-Length, Idempotency-Key).
 inline constexpr std::string_view kMessageHeaderPrefix = "Idem-Header-";
 
+/// The message's ordering key (OutgoingMessage / Delivery ordering_key), sent only when it has one.
+inline constexpr std::string_view kOrderingKeyHttpHeader = "Idem-Ordering-Key";
+
 /// The POST of one message: Idempotency-Key, Content-Type (application/octet-stream when the
 /// message has none), then the message's headers that HTTP can carry unchanged (a token name, a
 /// value without control characters), prefixed; others are left out.

@@ -112,6 +112,11 @@ class FakeSource final : public MessageSource {
     return queue_.size() + held_.size();
   }
 
+  std::size_t acks() const {
+    const std::lock_guard lock(mutex_);
+    return acks_;
+  }
+
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Delivery> queue_;
@@ -453,7 +458,7 @@ TEST(ConsumeLoop, OrderingByKeyRunsAKeysDeliveriesOneAtATimeInOrderAndKeysSideBy
     runs.end(d);
     return MessageDisposition::ack_it("processed");
   }, options);
-  ASSERT_TRUE(run_until(loop, [&] { return source.acks_ == static_cast<std::size_t>(kKeys * kPerKey); }));
+  ASSERT_TRUE(run_until(loop, [&] { return source.acks() == static_cast<std::size_t>(kKeys * kPerKey); }));
   EXPECT_EQ(runs.overlaps, 0);
   EXPECT_GT(runs.most_at_once, 1) << "different keys should run side by side";
   for (int k = 0; k < kKeys; ++k) {
@@ -474,7 +479,7 @@ TEST(ConsumeLoop, WithoutOrderingAKeysDeliveriesRunSideBySide) {
     runs.end(d);
     return MessageDisposition::ack_it("processed");
   }, fast_options());
-  ASSERT_TRUE(run_until(loop, [&] { return source.acks_ == 8u; }));
+  ASSERT_TRUE(run_until(loop, [&] { return source.acks() == 8u; }));
   EXPECT_GT(runs.overlaps, 0);
 }
 

@@ -456,15 +456,27 @@ class KafkaSource final : public MessageSource {
   }
 
   // Moves what fits of messages_ into fetched_, waiting up to timeout_ms for the first record.
+  // The wait is for one record (rd_kafka_consume_queue returns as soon as one is there): a batch
+  // read waits for its whole size or the timeout, which held each record of a quiet topic up to a
+  // poll slice (100 ms).
   void fill(int timeout_ms) {
-    if (messages_ == nullptr) return;
+    if (messages_ == nullptr || room() == 0) return;
+    take_queued();
+    if (!fetched_.empty() || timeout_ms <= 0) return;
+    rd_kafka_message_t* first = rd_kafka_consume_queue(messages_, timeout_ms);
+    if (first == nullptr) return;  // nothing came, or wake() yielded the queue
+    take(first);
+    take_queued();
+  }
+
+  // Moves what fits of what messages_ holds now into fetched_, without waiting.
+  void take_queued() {
     std::array<rd_kafka_message_t*, kFillBatch> batch{};
     for (std::size_t want = std::min(room(), kFillBatch); want > 0; want = std::min(room(), kFillBatch)) {
-      const ssize_t n = rd_kafka_consume_batch_queue(messages_, timeout_ms, batch.data(), want);
+      const ssize_t n = rd_kafka_consume_batch_queue(messages_, 0, batch.data(), want);
       if (n <= 0) return;
       for (ssize_t i = 0; i < n; ++i) take(batch[static_cast<std::size_t>(i)]);
       if (static_cast<std::size_t>(n) < want) return;
-      timeout_ms = 0;
     }
   }
 

@@ -175,6 +175,20 @@ def start_gateway(config, port, log_path=None):
     return proc
 
 
+def start_payments(tmp, db, mode):
+    """The payments service on `db` as a test runs it: in-process idempotency ("inprocess"), or
+    without it behind idem-gateway (any other mode). Returns (processes started, port to send to)."""
+    svc_port = free_port()
+    if mode == "inprocess":
+        return [start_service(svc_port, db, "inprocess", log_path=os.path.join(tmp, "svc.log"))], svc_port
+    procs = [start_service(svc_port, db, "off", log_path=os.path.join(tmp, "svc.log"))]
+    port = free_port()
+    config = os.path.join(tmp, "gateway.toml")
+    write_gateway_config(config, port, svc_port, os.path.join(tmp, "idem.db"))
+    procs.append(start_gateway(config, port, log_path=os.path.join(tmp, "gw.log")))
+    return procs, port
+
+
 def stop(proc, sig=signal.SIGTERM):
     if proc.poll() is None:
         proc.send_signal(sig)

@@ -26,18 +26,10 @@ def run(tmp):
     mode = sys.argv[1]
     random.seed(6)
     db = os.path.join(tmp, "payments.db")
-    svc_port = h.free_port()
     procs = []
     try:
-        if mode == "inprocess":
-            procs.append(h.start_service(svc_port, db, "inprocess", log_path=os.path.join(tmp, "svc.log")))
-            port = svc_port
-        else:
-            procs.append(h.start_service(svc_port, db, "off", log_path=os.path.join(tmp, "svc.log")))
-            port = h.free_port()
-            config = os.path.join(tmp, "gateway.toml")
-            h.write_gateway_config(config, port, svc_port, os.path.join(tmp, "idem.db"))
-            procs.append(h.start_gateway(config, port, log_path=os.path.join(tmp, "gw.log")))
+        started, port = h.start_payments(tmp, db, mode)
+        procs.extend(started)
 
         accounts = h.open_accounts(port, CLIENTS, 1_000_000)
         ledger = h.Ledger(db)

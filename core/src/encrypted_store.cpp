@@ -36,17 +36,26 @@ void EncryptedStore::set_keys(std::shared_ptr<const KeyRing> keys) { keys_.store
 
 std::shared_ptr<const KeyRing> EncryptedStore::keys() const { return keys_.load(); }
 
+namespace {
+
+// Opens the response a claim found.
+StoreResult<ClaimResult> open_claim(const KeyRing& keys, StoreResult<ClaimResult> r) {
+  if (!r) return r;
+  OpenError error;
+  if (!open_record(keys, r->record, error)) {
+    // Only a replay needs the response. A mismatch is answered from the hash alone, so it
+    // stays a mismatch (without the response): refusing it as unreadable would tell the
+    // client less than the truth.
+    if (r->status == ClaimStatus::completed) return std::unexpected(undecryptable_error(error));
+  }
+  return r;
+}
+
+}  // namespace
+
 void EncryptedStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
   inner_->claim(std::move(request), [keys = keys(), done = std::move(done)](StoreResult<ClaimResult> r) mutable {
-    if (!r) return done(std::move(r));
-    OpenError error;
-    if (!open_record(*keys, r->record, error)) {
-      // Only a replay needs the response. A mismatch is answered from the hash alone, so it
-      // stays a mismatch (without the response): refusing it as unreadable would tell the
-      // client less than the truth.
-      if (r->status == ClaimStatus::completed) return done(std::unexpected(undecryptable_error(error)));
-    }
-    done(std::move(r));
+    done(open_claim(*keys, std::move(r)));
   });
 }
 
@@ -64,6 +73,46 @@ void EncryptedStore::fail(FailRequest request, Callback<FenceStatus> done) {
 void EncryptedStore::release(Fence fence, Callback<FenceStatus> done) { inner_->release(std::move(fence), std::move(done)); }
 void EncryptedStore::abandon(AbandonRequest request, Callback<FenceStatus> done) {
   inner_->abandon(std::move(request), std::move(done));
+}
+
+void EncryptedStore::claim_many(std::vector<ClaimRequest> requests, BatchCallback<ClaimResult> done) {
+  inner_->claim_many(std::move(requests), [keys = keys(), done = std::move(done)](BatchResults<ClaimResult> rs) mutable {
+    for (auto& r : rs) r = open_claim(*keys, std::move(r));
+    done(std::move(rs));
+  });
+}
+
+void EncryptedStore::complete_many(std::vector<CompleteRequest> requests, BatchCallback<FenceStatus> done) {
+  // The items that could be sealed go to the inner store; their answers are put back in place
+  // among those that could not.
+  const auto ring = keys();
+  BatchResults<FenceStatus> results(requests.size());
+  std::vector<std::size_t> sent_at;
+  std::vector<CompleteRequest> sent;
+  sent.reserve(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto sealed = ring->seal(requests[i].fence.id, requests[i].response);
+    if (!sealed) {
+      results[i] = std::unexpected(std::move(sealed.error()));
+      continue;
+    }
+    requests[i].response = std::move(*sealed);
+    sent.push_back(std::move(requests[i]));
+    sent_at.push_back(i);
+  }
+  inner_->complete_many(std::move(sent), [results = std::move(results), sent_at = std::move(sent_at),
+                                          done = std::move(done)](BatchResults<FenceStatus> answers) mutable {
+    for (std::size_t j = 0; j < answers.size() && j < sent_at.size(); ++j) results[sent_at[j]] = std::move(answers[j]);
+    done(std::move(results));
+  });
+}
+
+void EncryptedStore::fail_many(std::vector<FailRequest> requests, BatchCallback<FenceStatus> done) {
+  inner_->fail_many(std::move(requests), std::move(done));
+}
+
+void EncryptedStore::release_many(std::vector<Fence> fences, BatchCallback<FenceStatus> done) {
+  inner_->release_many(std::move(fences), std::move(done));
 }
 
 void EncryptedStore::get(RecordId id, Callback<std::optional<Record>> done) {

@@ -67,6 +67,10 @@ struct MemoryStore::Shard {
     r.expires = expires;
   }
   std::size_t purge(TimePoint now, std::size_t limit);
+  ClaimResult claim(std::size_t hash, ClaimRequest&& request);
+  FenceStatus complete(std::size_t hash, CompleteRequest&& request);
+  FenceStatus fail(std::size_t hash, const FailRequest& request);
+  FenceStatus release(std::size_t hash, const Fence& fence);
 };
 
 MemoryStore::MemoryStore() : shards_(std::make_unique<Shard[]>(kShards)) {}
@@ -114,76 +118,131 @@ std::size_t MemoryStore::Shard::purge(TimePoint now, std::size_t limit) {
 
 // ---- Store ------------------------------------------------------------------------------------
 
+// The operations on one record, each under its shard's mutex (the caller holds it).
+
+ClaimResult MemoryStore::Shard::claim(std::size_t hash, ClaimRequest&& request) {
+  ClaimResult result;
+  Record* existing = records.find(hash, request.id.tenant, request.id.key);
+  std::optional<Record> current;
+  if (existing) current = *existing;
+  const ClaimDecision decision = decide_claim(current, request);
+  result.status = decision.status;
+  result.kind = decision.kind;
+  if (decision.status == ClaimStatus::claimed) {
+    Record fresh = claimed_record(std::move(request), current);  // `request` is not read again
+    result.record = fresh;
+    index_expiry(hash, fresh.expires);
+    if (existing) {
+      *existing = std::move(fresh);  // its old index entry goes stale or still matches
+    } else {
+      records.insert(hash, std::move(fresh));
+    }
+  } else {
+    result.record = std::move(*current);
+  }
+  return result;
+}
+
+FenceStatus MemoryStore::Shard::complete(std::size_t hash, CompleteRequest&& request) {
+  Record* r = find_held(hash, request.fence);
+  if (!r) return FenceStatus::lost;
+  r->state = RecordState::completed;
+  r->response = std::move(request.response);
+  r->completed = request.now;
+  set_expiry(hash, *r, request.expires);
+  return FenceStatus::ok;
+}
+
+FenceStatus MemoryStore::Shard::fail(std::size_t hash, const FailRequest& request) {
+  Record* r = find_held(hash, request.fence);
+  if (!r) return FenceStatus::lost;
+  r->state = RecordState::failed_retryable;
+  set_expiry(hash, *r, request.expires);
+  return FenceStatus::ok;
+}
+
+FenceStatus MemoryStore::Shard::release(std::size_t hash, const Fence& fence) {
+  if (!find_held(hash, fence)) return FenceStatus::lost;
+  records.erase(hash, fence.id.tenant, fence.id.key);  // its index entry goes stale
+  return FenceStatus::ok;
+}
+
+namespace {
+
+const RecordId& id_of(const ClaimRequest& r) { return r.id; }
+const RecordId& id_of(const CompleteRequest& r) { return r.fence.id; }
+const RecordId& id_of(const FailRequest& r) { return r.fence.id; }
+const RecordId& id_of(const Fence& f) { return f.id; }
+
+}  // namespace
+
+// Applies `apply(shard, hash, item)` to each item, taking each shard's mutex once for all of its
+// items: they run in their order, so two items on one key (one shard) run one after the other.
+template <class T, class Item, class Apply>
+BatchResults<T> MemoryStore::by_shard(std::vector<Item>& items, Apply&& apply) {
+  struct Slot {
+    std::size_t hash;
+    std::size_t index;
+  };
+  std::vector<Slot> slots;
+  slots.reserve(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) slots.push_back({hash_of(id_of(items[i])), i});
+  std::sort(slots.begin(), slots.end(), [&](const Slot& a, const Slot& b) {
+    const Shard* x = &shard_for(a.hash);
+    const Shard* y = &shard_for(b.hash);
+    return x != y ? x < y : a.index < b.index;
+  });
+  BatchResults<T> results(items.size());
+  for (std::size_t at = 0; at < slots.size();) {
+    Shard& shard = shard_for(slots[at].hash);
+    std::lock_guard lock(shard.mutex);
+    for (; at < slots.size() && &shard_for(slots[at].hash) == &shard; ++at) {
+      results[slots[at].index] = apply(shard, slots[at].hash, items[slots[at].index]);
+    }
+  }
+  return results;
+}
+
 void MemoryStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
   ClaimResult result;
   {
     const std::size_t hash = hash_of(request.id);
     Shard& shard = shard_for(hash);
     std::lock_guard lock(shard.mutex);
-    Record* existing = shard.records.find(hash, request.id.tenant, request.id.key);
-    std::optional<Record> current;
-    if (existing) current = *existing;
-    const ClaimDecision decision = decide_claim(current, request);
-    result.status = decision.status;
-    result.kind = decision.kind;
-    if (decision.status == ClaimStatus::claimed) {
-      Record fresh = claimed_record(std::move(request), current);  // `request` is not read again
-      result.record = fresh;
-      shard.index_expiry(hash, fresh.expires);
-      if (existing) {
-        *existing = std::move(fresh);  // its old index entry goes stale or still matches
-      } else {
-        shard.records.insert(hash, std::move(fresh));
-      }
-    } else {
-      result.record = std::move(*current);
-    }
+    result = shard.claim(hash, std::move(request));
   }
   done(std::move(result));
 }
 
 void MemoryStore::complete(CompleteRequest request, Callback<FenceStatus> done) {
-  FenceStatus status = FenceStatus::lost;
+  FenceStatus status;
   {
     const std::size_t hash = hash_of(request.fence.id);
     Shard& shard = shard_for(hash);
     std::lock_guard lock(shard.mutex);
-    if (Record* r = shard.find_held(hash, request.fence)) {
-      r->state = RecordState::completed;
-      r->response = std::move(request.response);
-      r->completed = request.now;
-      shard.set_expiry(hash, *r, request.expires);
-      status = FenceStatus::ok;
-    }
+    status = shard.complete(hash, std::move(request));
   }
   done(status);
 }
 
 void MemoryStore::fail(FailRequest request, Callback<FenceStatus> done) {
-  FenceStatus status = FenceStatus::lost;
+  FenceStatus status;
   {
     const std::size_t hash = hash_of(request.fence.id);
     Shard& shard = shard_for(hash);
     std::lock_guard lock(shard.mutex);
-    if (Record* r = shard.find_held(hash, request.fence)) {
-      r->state = RecordState::failed_retryable;
-      shard.set_expiry(hash, *r, request.expires);
-      status = FenceStatus::ok;
-    }
+    status = shard.fail(hash, request);
   }
   done(status);
 }
 
 void MemoryStore::release(Fence fence, Callback<FenceStatus> done) {
-  FenceStatus status = FenceStatus::lost;
+  FenceStatus status;
   {
     const std::size_t hash = hash_of(fence.id);
     Shard& shard = shard_for(hash);
     std::lock_guard lock(shard.mutex);
-    if (shard.find_held(hash, fence)) {
-      shard.records.erase(hash, fence.id.tenant, fence.id.key);  // its index entry goes stale
-      status = FenceStatus::ok;
-    }
+    status = shard.release(hash, fence);
   }
   done(status);
 }
@@ -200,6 +259,28 @@ void MemoryStore::abandon(AbandonRequest request, Callback<FenceStatus> done) {
     }
   }
   done(status);
+}
+
+void MemoryStore::claim_many(std::vector<ClaimRequest> requests, BatchCallback<ClaimResult> done) {
+  done(by_shard<ClaimResult>(requests, [](Shard& shard, std::size_t hash, ClaimRequest& r) {
+    return shard.claim(hash, std::move(r));
+  }));
+}
+
+void MemoryStore::complete_many(std::vector<CompleteRequest> requests, BatchCallback<FenceStatus> done) {
+  done(by_shard<FenceStatus>(requests, [](Shard& shard, std::size_t hash, CompleteRequest& r) {
+    return shard.complete(hash, std::move(r));
+  }));
+}
+
+void MemoryStore::fail_many(std::vector<FailRequest> requests, BatchCallback<FenceStatus> done) {
+  done(by_shard<FenceStatus>(
+      requests, [](Shard& shard, std::size_t hash, const FailRequest& r) { return shard.fail(hash, r); }));
+}
+
+void MemoryStore::release_many(std::vector<Fence> fences, BatchCallback<FenceStatus> done) {
+  done(by_shard<FenceStatus>(
+      fences, [](Shard& shard, std::size_t hash, const Fence& f) { return shard.release(hash, f); }));
 }
 
 void MemoryStore::get(RecordId id, Callback<std::optional<Record>> done) {

@@ -13,6 +13,39 @@ namespace {
 INSTANTIATE_TEST_SUITE_P(Memory, StoreConformance,
                          ::testing::Values(StoreFactory{"memory", [] { return std::make_unique<MemoryStore>(); }, nullptr}),
                          StoreConformance::name_of);
+// A store that has only the single calls, so that its batch calls are the Store's defaults (the
+// single calls one after the other): the suite's batch tests hold for them too.
+class SingleCallsOnly final : public Store, public StoreAdmin {
+ public:
+  void claim(ClaimRequest r, Callback<ClaimResult> done) override { inner_.claim(std::move(r), std::move(done)); }
+  void complete(CompleteRequest r, Callback<FenceStatus> done) override { inner_.complete(std::move(r), std::move(done)); }
+  void fail(FailRequest r, Callback<FenceStatus> done) override { inner_.fail(std::move(r), std::move(done)); }
+  void release(Fence f, Callback<FenceStatus> done) override { inner_.release(std::move(f), std::move(done)); }
+  void abandon(AbandonRequest r, Callback<FenceStatus> done) override { inner_.abandon(std::move(r), std::move(done)); }
+  void get(RecordId id, Callback<std::optional<Record>> done) override { inner_.get(std::move(id), std::move(done)); }
+  void purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) override {
+    inner_.purge_expired(now, limit, std::move(done));
+  }
+  void ping(Callback<Done> done) override { inner_.ping(std::move(done)); }
+
+  void list(ListQuery q, Callback<std::vector<Record>> done) override { inner_.list(std::move(q), std::move(done)); }
+  void mark_retryable(RecordId id, TimePoint now, Callback<AdminStatus> done) override {
+    inner_.mark_retryable(std::move(id), now, std::move(done));
+  }
+  void resolve(RecordId id, StoredResponse response, TimePoint now, TimePoint expires,
+               Callback<AdminStatus> done) override {
+    inner_.resolve(std::move(id), std::move(response), now, expires, std::move(done));
+  }
+  void count(TimePoint now, Callback<StateCounts> done) override { inner_.count(now, std::move(done)); }
+
+ private:
+  MemoryStore inner_;
+};
+
+INSTANTIATE_TEST_SUITE_P(MemorySingleCalls, StoreConformance,
+                         ::testing::Values(StoreFactory{"memory_single_calls",
+                                                        [] { return std::make_unique<SingleCallsOnly>(); }, nullptr}),
+                         StoreConformance::name_of);
 INSTANTIATE_TEST_SUITE_P(Memory, ConsumerConformance,
                          ::testing::Values(StoreFactory{"memory", [] { return std::make_unique<MemoryStore>(); }, nullptr}),
                          ConsumerConformance::name_of);

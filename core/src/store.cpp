@@ -12,7 +12,59 @@
 #include <stdexcept>
 #include <utility>
 
+#include "idem/store_batch.hpp"
+
 namespace idem {
+
+// ---- batch calls: the single calls one after the other, for stores that have nothing better ----
+
+void Store::claim_many(std::vector<ClaimRequest> requests, BatchCallback<ClaimResult> done) {
+  one_by_one<ClaimRequest, ClaimResult>(std::move(requests), std::move(done),
+                                        [this](ClaimRequest r, Callback<ClaimResult> cb) { claim(std::move(r), std::move(cb)); });
+}
+
+void Store::complete_many(std::vector<CompleteRequest> requests, BatchCallback<FenceStatus> done) {
+  one_by_one<CompleteRequest, FenceStatus>(
+      std::move(requests), std::move(done),
+      [this](CompleteRequest r, Callback<FenceStatus> cb) { complete(std::move(r), std::move(cb)); });
+}
+
+void Store::fail_many(std::vector<FailRequest> requests, BatchCallback<FenceStatus> done) {
+  one_by_one<FailRequest, FenceStatus>(std::move(requests), std::move(done),
+                                       [this](FailRequest r, Callback<FenceStatus> cb) { fail(std::move(r), std::move(cb)); });
+}
+
+void Store::release_many(std::vector<Fence> fences, BatchCallback<FenceStatus> done) {
+  one_by_one<Fence, FenceStatus>(std::move(fences), std::move(done),
+                                 [this](Fence f, Callback<FenceStatus> cb) { release(std::move(f), std::move(cb)); });
+}
+
+namespace {
+
+// Waits for a batch call, whose callback takes the results without a StoreResult around them.
+template <class T, class Start>
+BatchResults<T> wait_for_batch(Start&& start) {
+  auto results = wait_for<BatchResults<T>>([&](Callback<BatchResults<T>> cb) {
+    start([cb = std::move(cb)](BatchResults<T> r) mutable { cb(std::move(r)); });
+  });
+  return std::move(*results);  // never an error: a batch reports per item
+}
+
+}  // namespace
+
+BatchResults<ClaimResult> BlockingStore::claim_many(std::vector<ClaimRequest> requests) {
+  return wait_for_batch<ClaimResult>([&](auto cb) { store_.claim_many(std::move(requests), std::move(cb)); });
+}
+BatchResults<FenceStatus> BlockingStore::complete_many(std::vector<CompleteRequest> requests) {
+  return wait_for_batch<FenceStatus>([&](auto cb) { store_.complete_many(std::move(requests), std::move(cb)); });
+}
+BatchResults<FenceStatus> BlockingStore::fail_many(std::vector<FailRequest> requests) {
+  return wait_for_batch<FenceStatus>([&](auto cb) { store_.fail_many(std::move(requests), std::move(cb)); });
+}
+BatchResults<FenceStatus> BlockingStore::release_many(std::vector<Fence> fences) {
+  return wait_for_batch<FenceStatus>([&](auto cb) { store_.release_many(std::move(fences), std::move(cb)); });
+}
+
 StoreResult<ClaimResult> BlockingStore::claim(ClaimRequest request) {
   return wait_for<ClaimResult>([&](auto cb) { store_.claim(std::move(request), std::move(cb)); });
 }

@@ -4,10 +4,14 @@
 
 #include <atomic>
 #include <barrier>
-#include <future>
-#include <stdexcept>
 #include <cstdio>
+#include <future>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "idem/store_admin.hpp"
@@ -83,6 +87,25 @@ class Harness {
     EXPECT_TRUE(result.has_value()) << (result ? "" : result.error().message);
     return result.value_or(std::nullopt);
   }
+
+  // The batch calls, whose results are checked item by item by the tests.
+  BatchResults<ClaimResult> claim_many(std::vector<ClaimRequest> requests) {
+    return blocking_.claim_many(std::move(requests));
+  }
+  BatchResults<FenceStatus> complete_many(const std::vector<Fence>& fences, const std::string& body = "batch") {
+    std::vector<CompleteRequest> requests;
+    for (const Fence& f : fences) {
+      requests.push_back(CompleteRequest{f, StoredResponse{200, {{"X-Body", body}}, body}, clock.now(),
+                                         clock.now() + kRetention});
+    }
+    return blocking_.complete_many(std::move(requests));
+  }
+  BatchResults<FenceStatus> fail_many(const std::vector<Fence>& fences) {
+    std::vector<FailRequest> requests;
+    for (const Fence& f : fences) requests.push_back(FailRequest{f, clock.now(), clock.now() + kRetention});
+    return blocking_.fail_many(std::move(requests));
+  }
+  BatchResults<FenceStatus> release_many(std::vector<Fence> fences) { return blocking_.release_many(std::move(fences)); }
 
   static Fence fence_of(const ClaimResult& c) { return Fence{RecordId{c.record.tenant, c.record.key}, c.record.fencing_token}; }
 
@@ -725,6 +748,394 @@ STORE_TEST(AdminResolveRecordsAKnownOutcome) {
   EXPECT_EQ(*replay.record.response, known);
   EXPECT_EQ(resolve("key-resolve-0001", known), AdminStatus::wrong_state);
   EXPECT_EQ(resolve("key-absent-000002", known), AdminStatus::not_found);
+}
+
+
+// ---- batch calls: each item as its single call would decide it, in order ----
+
+namespace {
+
+// Prints an item's answer in failure messages.
+template <class T>
+std::string describe(const StoreResult<T>& r) {
+  return r ? "ok" : "error: " + r.error().message;
+}
+
+// The status of item `i`, or a failure naming the item.
+ClaimStatus status_of(const BatchResults<ClaimResult>& results, std::size_t i) {
+  EXPECT_TRUE(results.at(i).has_value()) << "item " << i << ": " << describe(results.at(i));
+  return results.at(i) ? results[i]->status : ClaimStatus::claimed;
+}
+FenceStatus fence_status_of(const BatchResults<FenceStatus>& results, std::size_t i) {
+  EXPECT_TRUE(results.at(i).has_value()) << "item " << i << ": " << describe(results.at(i));
+  return results.at(i).value_or(FenceStatus::lost);
+}
+
+}  // namespace
+
+STORE_TEST(BatchClaimDecidesEachItemByItsRecord) {
+  Fixture f(GetParam());
+  Harness& h = *f.h;
+  // One key in each state a claim can meet.
+  auto done = h.claim("t", "batch-mixed-done", "h1");
+  ASSERT_EQ(h.complete(Harness::fence_of(done), sample_response("done")), FenceStatus::ok);
+  auto failed = h.claim("t", "batch-mixed-failed", "h1");
+  ASSERT_EQ(h.fail(Harness::fence_of(failed)), FenceStatus::ok);
+  auto expired = h.claim("t", "batch-mixed-expired", "h1");
+  auto unknown = h.claim("t", "batch-mixed-unknown", "h1");
+  h.clock.advance(kLease);
+  auto busy = h.claim("t", "batch-mixed-busy", "h1");
+
+  auto results = h.claim_many({h.request("t", "batch-mixed-new", "h1"), h.request("t", "batch-mixed-done", "h1"),
+                               h.request("t", "batch-mixed-done", "other"), h.request("t", "batch-mixed-busy", "h1"),
+                               h.request("t", "batch-mixed-failed", "h1"), h.request("t", "batch-mixed-expired", "h1"),
+                               h.request("t", "batch-mixed-unknown", "h1", /*take_over=*/false)});
+  ASSERT_EQ(results.size(), 7u);
+  EXPECT_EQ(status_of(results, 0), ClaimStatus::claimed);
+  EXPECT_EQ(results[0]->kind, ClaimKind::fresh);
+  EXPECT_EQ(results[0]->record.attempt, 1u);
+  EXPECT_EQ(status_of(results, 1), ClaimStatus::completed);
+  ASSERT_TRUE(results[1]->record.response);
+  EXPECT_EQ(*results[1]->record.response, sample_response("done"));
+  EXPECT_EQ(status_of(results, 2), ClaimStatus::mismatch);
+  EXPECT_EQ(status_of(results, 3), ClaimStatus::in_progress);
+  EXPECT_EQ(results[3]->record.fencing_token, busy.record.fencing_token);
+  EXPECT_EQ(status_of(results, 4), ClaimStatus::claimed);
+  EXPECT_EQ(results[4]->kind, ClaimKind::after_failure);
+  EXPECT_EQ(results[4]->record.attempt, 2u);
+  EXPECT_EQ(status_of(results, 5), ClaimStatus::claimed);
+  EXPECT_EQ(results[5]->kind, ClaimKind::after_lease_expiry);
+  EXPECT_EQ(results[5]->record.created, expired.record.created);
+  EXPECT_EQ(status_of(results, 6), ClaimStatus::outcome_unknown);
+  EXPECT_EQ(results[6]->record.fencing_token, unknown.record.fencing_token);
+
+  // What the batch wrote is what single calls read.
+  EXPECT_EQ(h.get("t", "batch-mixed-new")->fencing_token, results[0]->record.fencing_token);
+  EXPECT_EQ(h.get("t", "batch-mixed-failed")->fencing_token, results[4]->record.fencing_token);
+  EXPECT_EQ(h.get("t", "batch-mixed-expired")->fencing_token, results[5]->record.fencing_token);
+  EXPECT_EQ(h.get("t", "batch-mixed-unknown")->fencing_token, unknown.record.fencing_token);
+  EXPECT_EQ(h.get("t", "batch-mixed-done")->state, RecordState::completed);
+}
+
+STORE_TEST(BatchDuplicatesResolveAsOneAfterTheOther) {
+  Fixture f(GetParam());
+  Harness& h = *f.h;
+  auto stale = h.claim("t", "batch-dup-expired", "h1");
+  h.clock.advance(kLease);
+  auto claims = h.claim_many({h.request("t", "batch-dup-new", "h1"), h.request("t", "batch-dup-new", "h1"),
+                              h.request("t", "batch-dup-new", "other"), h.request("t", "batch-dup-expired", "h1"),
+                              h.request("t", "batch-dup-expired", "h1", /*take_over=*/false),
+                              h.request("t", "batch-dup-expired", "h1")});
+  ASSERT_EQ(claims.size(), 6u);
+  // The first claim of a new key wins; the same request again finds it in progress, another one
+  // a mismatch, both holding the first one's record.
+  EXPECT_EQ(status_of(claims, 0), ClaimStatus::claimed);
+  EXPECT_EQ(status_of(claims, 1), ClaimStatus::in_progress);
+  EXPECT_EQ(claims[1]->record.fencing_token, claims[0]->record.fencing_token);
+  EXPECT_EQ(status_of(claims, 2), ClaimStatus::mismatch);
+  EXPECT_EQ(claims[2]->record.fencing_token, claims[0]->record.fencing_token);
+  // The first takes the expired lease over; the next ones meet its fresh lease, not the old one.
+  EXPECT_EQ(status_of(claims, 3), ClaimStatus::claimed);
+  EXPECT_EQ(claims[3]->kind, ClaimKind::after_lease_expiry);
+  EXPECT_NE(claims[3]->record.fencing_token, stale.record.fencing_token);
+  EXPECT_EQ(status_of(claims, 4), ClaimStatus::in_progress);
+  EXPECT_EQ(status_of(claims, 5), ClaimStatus::in_progress);
+  EXPECT_EQ(claims[5]->record.fencing_token, claims[3]->record.fencing_token);
+  EXPECT_EQ(h.get("t", "batch-dup-expired")->attempt, 2u);
+
+  // A second write with the same fence finds the record no longer held.
+  const Fence fresh = Harness::fence_of(*claims[0]);
+  auto completes = h.complete_many({fresh, fresh});
+  EXPECT_EQ(fence_status_of(completes, 0), FenceStatus::ok);
+  EXPECT_EQ(fence_status_of(completes, 1), FenceStatus::lost);
+  const Fence taken = Harness::fence_of(*claims[3]);
+  auto fails = h.fail_many({taken, taken});
+  EXPECT_EQ(fence_status_of(fails, 0), FenceStatus::ok);
+  EXPECT_EQ(fence_status_of(fails, 1), FenceStatus::lost);
+  EXPECT_EQ(h.get("t", "batch-dup-expired")->state, RecordState::failed_retryable);
+  auto again = h.claim_many({h.request("t", "batch-dup-expired", "h1"), h.request("t", "batch-dup-expired", "h1")});
+  EXPECT_EQ(status_of(again, 0), ClaimStatus::claimed);
+  EXPECT_EQ(again[0]->kind, ClaimKind::after_failure);
+  EXPECT_EQ(status_of(again, 1), ClaimStatus::in_progress);
+  const Fence retry = Harness::fence_of(*again[0]);
+  auto releases = h.release_many({retry, retry});
+  EXPECT_EQ(fence_status_of(releases, 0), FenceStatus::ok);
+  EXPECT_EQ(fence_status_of(releases, 1), FenceStatus::lost);
+  EXPECT_FALSE(h.get("t", "batch-dup-expired"));
+}
+
+STORE_TEST(BatchFencesEachItemOnItsOwn) {
+  Fixture f(GetParam());
+  Harness& h = *f.h;
+  std::vector<Fence> held;
+  for (int i = 0; i < 9; ++i) held.push_back(Harness::fence_of(h.claim("t", numbered("batch-fence", i), "h1")));
+  // Every third fence is stale: only those items are lost, the others apply.
+  std::vector<Fence> fences = held;
+  for (std::size_t i = 1; i < fences.size(); i += 3) fences[i].token += 1;
+  std::vector<Fence> to_complete(fences.begin(), fences.begin() + 3);
+  std::vector<Fence> to_fail(fences.begin() + 3, fences.begin() + 6);
+  std::vector<Fence> to_release(fences.begin() + 6, fences.end());
+  auto completes = h.complete_many(to_complete, "fenced");
+  auto fails = h.fail_many(to_fail);
+  auto releases = h.release_many(to_release);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const FenceStatus expected = i == 1 ? FenceStatus::lost : FenceStatus::ok;
+    EXPECT_EQ(fence_status_of(completes, i), expected) << i;
+    EXPECT_EQ(fence_status_of(fails, i), expected) << i;
+    EXPECT_EQ(fence_status_of(releases, i), expected) << i;
+  }
+  for (int i = 0; i < 9; ++i) {
+    auto r = h.get("t", numbered("batch-fence", i));
+    if (i % 3 == 1) {  // the stale fence changed nothing
+      ASSERT_TRUE(r) << i;
+      EXPECT_EQ(r->state, RecordState::in_progress) << i;
+      EXPECT_EQ(r->fencing_token, held[static_cast<std::size_t>(i)].token) << i;
+    } else if (i < 3) {
+      ASSERT_TRUE(r && r->response) << i;
+      EXPECT_EQ(r->state, RecordState::completed);
+      EXPECT_EQ(r->response->body, "fenced");
+    } else if (i < 6) {
+      ASSERT_TRUE(r) << i;
+      EXPECT_EQ(r->state, RecordState::failed_retryable);
+    } else {
+      EXPECT_FALSE(r) << i;
+    }
+  }
+  // An absent key is lost too, and does not disturb its neighbours.
+  auto mixed = h.complete_many({Fence{RecordId{"t", "batch-fence-absent"}, 5}, held[1]});
+  EXPECT_EQ(fence_status_of(mixed, 0), FenceStatus::lost);
+  EXPECT_EQ(fence_status_of(mixed, 1), FenceStatus::ok);
+}
+
+STORE_TEST(EmptyBatchesAnswerWithNoItems) {
+  Fixture f(GetParam());
+  BlockingStore b(*f.store);
+  EXPECT_TRUE(b.claim_many({}).empty());
+  EXPECT_TRUE(b.complete_many({}).empty());
+  EXPECT_TRUE(b.fail_many({}).empty());
+  EXPECT_TRUE(b.release_many({}).empty());
+}
+
+STORE_TEST(ConcurrentBatchesOnTheSameKeysExecuteEachOnce) {
+  Fixture f(GetParam());
+  constexpr int kThreads = 6, kKeys = 48;
+  std::vector<std::atomic<int>> wins(kKeys);
+  std::atomic<int> errors{0};
+  std::barrier start(kThreads);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) {
+    workers.emplace_back([&, t] {
+      // Each thread claims every key in an order of its own: batches lock many rows at once.
+      std::vector<ClaimRequest> requests;
+      for (int i = 0; i < kKeys; ++i) {
+        requests.push_back(f.h->request("t", numbered("batch-race", (i * (t + 1) * 7) % kKeys), "h"));
+      }
+      BlockingStore store(*f.store);
+      start.arrive_and_wait();
+      auto results = store.claim_many(std::move(requests));
+      std::vector<Fence> won;
+      for (const auto& r : results) {
+        if (!r) {
+          ++errors;
+        } else if (r->status == ClaimStatus::claimed) {
+          const int key = std::stoi(r->record.key.substr(r->record.key.rfind('-') + 1));
+          ++wins[static_cast<std::size_t>(key)];
+          won.push_back(Harness::fence_of(*r));
+        } else if (r->status != ClaimStatus::in_progress && r->status != ClaimStatus::completed) {
+          ++errors;
+        }
+      }
+      std::vector<CompleteRequest> completions;
+      for (const Fence& fence : won) {
+        completions.push_back(CompleteRequest{fence, sample_response(), f.h->clock.now(), f.h->clock.now() + kRetention});
+      }
+      for (const auto& r : store.complete_many(std::move(completions))) {
+        if (!r || *r != FenceStatus::ok) ++errors;
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(errors.load(), 0);
+  for (int i = 0; i < kKeys; ++i) EXPECT_EQ(wins[static_cast<std::size_t>(i)].load(), 1) << i;
+}
+
+namespace {
+
+// Whether two records agree in everything but the tenant (the differential test gives each
+// store a tenant of its own).
+void expect_same_record(const Record& a, const Record& b, const std::string& where) {
+  EXPECT_EQ(a.key, b.key) << where;
+  EXPECT_EQ(a.state, b.state) << where;
+  EXPECT_EQ(a.request_hash, b.request_hash) << where;
+  EXPECT_EQ(a.fencing_token, b.fencing_token) << where;
+  EXPECT_EQ(a.attempt, b.attempt) << where;
+  EXPECT_EQ(a.lease_expires, b.lease_expires) << where;
+  EXPECT_EQ(a.created, b.created) << where;
+  EXPECT_EQ(a.completed, b.completed) << where;
+  EXPECT_EQ(a.expires, b.expires) << where;
+  EXPECT_EQ(a.response, b.response) << where;
+  EXPECT_EQ(a.lookup, b.lookup) << where;
+}
+
+template <class T>
+void expect_same_errors(const StoreResult<T>& batched, const StoreResult<T>& single, const std::string& where) {
+  ASSERT_EQ(batched.has_value(), single.has_value())
+      << where << ": batched " << describe(batched) << ", single " << describe(single);
+}
+
+// Random operations on a few keys, so that batches often carry one key several times, fences
+// are often stale, and leases run out between rounds. Each round is one kind of call.
+class DifferentialRun {
+ public:
+  DifferentialRun(Store& batched, Store& single, std::uint32_t seed)
+      : batched_(batched), single_(single), random_(seed), run_(numbered("diff", static_cast<int>(seed))) {}
+
+  void round() {
+    const int size = std::uniform_int_distribution<int>(1, 12)(random_);
+    switch (std::uniform_int_distribution<int>(0, 3)(random_)) {
+      case 0: claims(size); break;
+      case 1: fenced_writes<CompleteRequest>(size, &BlockingStore::complete_many); break;
+      case 2: fenced_writes<FailRequest>(size, &BlockingStore::fail_many); break;
+      case 3: fenced_writes<Fence>(size, &BlockingStore::release_many); break;
+    }
+    // Sometimes time passes: a lease (60 s) runs out, or a record's retention (24 h).
+    const int pass = std::uniform_int_distribution<int>(0, 9)(random_);
+    if (pass >= 6) clock_ += pass == 9 ? kRetention / 2 : kLease / 2;
+    ++rounds_;
+  }
+
+  // Every key read back from both stores.
+  void compare_records() {
+    for (int k = 0; k < kKeys; ++k) {
+      auto a = BlockingStore(batched_).get(RecordId{tenant(true), key(k)});
+      auto b = BlockingStore(single_).get(RecordId{tenant(false), key(k)});
+      ASSERT_TRUE(a && b) << key(k);
+      ASSERT_EQ(a->has_value(), b->has_value()) << key(k);
+      if (a->has_value()) expect_same_record(**a, **b, "final record " + key(k));
+    }
+  }
+
+ private:
+  static constexpr int kKeys = 6;
+
+  std::string tenant(bool batched) const { return std::string(batched ? "batched-" : "single-") + run_; }
+  std::string key(int k) const { return run_ + "-" + numbered("key", k); }
+  std::string where(std::size_t item) const {
+    return "round " + std::to_string(rounds_) + " item " + std::to_string(item);
+  }
+  int any_key() { return std::uniform_int_distribution<int>(0, kKeys - 1)(random_); }
+  bool coin(int percent) { return std::uniform_int_distribution<int>(0, 99)(random_) < percent; }
+
+  void claims(int size) {
+    std::vector<ClaimRequest> batch, singles;
+    for (int i = 0; i < size; ++i) {
+      ClaimRequest r;
+      r.id = RecordId{tenant(true), key(any_key())};
+      r.request_hash = coin(85) ? "same" : "other";
+      r.token = ++tokens_;
+      r.now = clock_;
+      r.lease_expires = clock_ + kLease;
+      r.expires = clock_ + kRetention;
+      r.take_over_expired_lease = coin(80);
+      r.lookup = coin(20) ? "GET /lookup/{key}" : "";
+      batch.push_back(r);
+      r.id.tenant = tenant(false);
+      singles.push_back(std::move(r));
+    }
+    auto batched = BlockingStore(batched_).claim_many(std::move(batch));
+    ASSERT_EQ(batched.size(), singles.size());
+    BlockingStore one(single_);
+    for (std::size_t i = 0; i < singles.size(); ++i) {
+      const std::string at = where(i) + " claim " + singles[i].id.key;
+      auto single = one.claim(singles[i]);
+      expect_same_errors(batched[i], single, at);
+      if (!single) continue;
+      EXPECT_EQ(batched[i]->status, single->status) << at;
+      if (single->status == ClaimStatus::claimed) {
+        EXPECT_EQ(batched[i]->kind, single->kind) << at;
+        held_[single->record.key] = single->record.fencing_token;
+      }
+      expect_same_record(batched[i]->record, single->record, at);
+    }
+  }
+
+  // A fence for a random key: mostly the one the last winning claim got, sometimes a stale one.
+  Fence fence(bool batched) {
+    const std::string k = key(any_key());
+    std::uint64_t token = held_.count(k) ? held_[k] : 1;
+    if (coin(20)) token = coin(50) ? token + 1 : 1;
+    return Fence{RecordId{tenant(batched), k}, token};
+  }
+
+  template <class Request>
+  Request write_of(const Fence& fence, int body) {
+    if constexpr (std::is_same_v<Request, Fence>) {
+      return fence;
+    } else if constexpr (std::is_same_v<Request, CompleteRequest>) {
+      const std::string text = "body " + std::to_string(body);
+      return CompleteRequest{fence, StoredResponse{200, {{"X-N", text}}, text}, clock_, clock_ + kRetention};
+    } else {
+      return FailRequest{fence, clock_, clock_ + kRetention};
+    }
+  }
+
+  template <class Request>
+  void fenced_writes(int size, BatchResults<FenceStatus> (BlockingStore::*many)(std::vector<Request>)) {
+    std::vector<Request> batch, singles;
+    for (int i = 0; i < size; ++i) {
+      Fence f = fence(true);
+      const int body = std::uniform_int_distribution<int>(0, 999)(random_);
+      batch.push_back(write_of<Request>(f, body));
+      f.id.tenant = tenant(false);
+      singles.push_back(write_of<Request>(f, body));
+    }
+    BlockingStore b(batched_);
+    auto batched = (b.*many)(std::move(batch));
+    ASSERT_EQ(batched.size(), singles.size());
+    BlockingStore one(single_);
+    for (std::size_t i = 0; i < singles.size(); ++i) {
+      StoreResult<FenceStatus> single;
+      if constexpr (std::is_same_v<Request, Fence>) {
+        single = one.release(singles[i]);
+      } else if constexpr (std::is_same_v<Request, CompleteRequest>) {
+        single = one.complete(singles[i]);
+      } else {
+        single = one.fail(singles[i]);
+      }
+      const std::string at = where(i) + " fenced write";
+      expect_same_errors(batched[i], single, at);
+      if (single) {
+        EXPECT_EQ(*batched[i], *single) << at;
+      }
+    }
+  }
+
+  Store& batched_;
+  Store& single_;
+  std::mt19937 random_;
+  const std::string run_;  // in every key: runs never meet each other's records
+  TimePoint clock_ = from_epoch_ms(1'900'000'000'000);
+  std::uint64_t tokens_ = 5000;
+  std::map<std::string, std::uint64_t> held_;  // key -> the token its last winning claim got
+  int rounds_ = 0;
+};
+
+}  // namespace
+
+// The same random operations, as batches on one store and one by one on another, give the same
+// answers and leave the same records.
+STORE_TEST(BatchesAndSingleCallsAreEquivalent) {
+  Fixture f(GetParam());
+  std::unique_ptr<Store> other = GetParam().make();
+  for (std::uint32_t seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    DifferentialRun run(*f.store, *other, seed);
+    for (int round = 0; round < 40; ++round) {
+      run.round();
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    run.compare_records();
+  }
 }
 
 }  // namespace idem::testing

@@ -46,6 +46,12 @@ class EncryptedStore final : public Store, public StoreAdmin {
   void fail(FailRequest request, Callback<FenceStatus> done) override;
   void release(Fence fence, Callback<FenceStatus> done) override;
   void abandon(AbandonRequest request, Callback<FenceStatus> done) override;
+  /// The batch calls go to the wrapped store's batch calls, sealing and opening each item as
+  /// the single calls do; an item that cannot be sealed fails alone and is not sent.
+  void claim_many(std::vector<ClaimRequest> requests, BatchCallback<ClaimResult> done) override;
+  void complete_many(std::vector<CompleteRequest> requests, BatchCallback<FenceStatus> done) override;
+  void fail_many(std::vector<FailRequest> requests, BatchCallback<FenceStatus> done) override;
+  void release_many(std::vector<Fence> fences, BatchCallback<FenceStatus> done) override;
   void get(RecordId id, Callback<std::optional<Record>> done) override;
   void purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) override;
   void ping(Callback<Done> done) override;

@@ -28,6 +28,11 @@ class MemoryStore final : public Store, public StoreAdmin {
   void fail(FailRequest request, Callback<FenceStatus> done) override;
   void release(Fence fence, Callback<FenceStatus> done) override;
   void abandon(AbandonRequest request, Callback<FenceStatus> done) override;
+  /// The batch calls take each shard's mutex once for all of the batch's items in that shard.
+  void claim_many(std::vector<ClaimRequest> requests, BatchCallback<ClaimResult> done) override;
+  void complete_many(std::vector<CompleteRequest> requests, BatchCallback<FenceStatus> done) override;
+  void fail_many(std::vector<FailRequest> requests, BatchCallback<FenceStatus> done) override;
+  void release_many(std::vector<Fence> fences, BatchCallback<FenceStatus> done) override;
   void get(RecordId id, Callback<std::optional<Record>> done) override;
   void purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) override;
   void ping(Callback<Done> done) override;
@@ -45,6 +50,8 @@ class MemoryStore final : public Store, public StoreAdmin {
 
   Shard& shard_for(std::size_t hash);
   std::span<Shard> shards();
+  template <class T, class Item, class Apply>
+  BatchResults<T> by_shard(std::vector<Item>& items, Apply&& apply);
 
   std::unique_ptr<Shard[]> shards_;
 };

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "idem/clock.hpp"
 #include "idem/record.hpp"
@@ -91,6 +92,16 @@ enum class FenceStatus : std::uint8_t {
   lost,  ///< the record is gone or carries another token; nothing was changed
 };
 
+/// One result per item of a batch call, in the order of the items.
+template <class T>
+using BatchResults = std::vector<StoreResult<T>>;
+
+/// How batch calls report: always one result per item (an item's store error is that item's
+/// result), never an error for the batch as a whole. Runs like a Callback (any thread, possibly
+/// before the call returns, must not block).
+template <class T>
+using BatchCallback = std::move_only_function<void(BatchResults<T>)>;
+
 /// Durable storage of idempotency records (SPEC §6).
 ///
 /// Every operation is asynchronous: it returns at once and reports through its callback, which
@@ -115,6 +126,21 @@ class Store {
 
   /// Ends the lease of a record the caller holds, leaving it in_progress (AbandonRequest).
   virtual void abandon(AbandonRequest request, Callback<FenceStatus> done) = 0;
+
+  // Batch calls (docs/stores.md, "Batch calls"): each item is decided exactly as the single call
+  // would decide it, items in the order given, so two items on one key resolve as if called one
+  // after the other; an item that fails fails alone. A store that overrides none of them still
+  // answers them: the defaults make the single calls one after the other (one round trip each).
+  // The stores of this project override them to use one round trip or one transaction per batch.
+
+  /// claim for each request.
+  virtual void claim_many(std::vector<ClaimRequest> requests, BatchCallback<ClaimResult> done);
+  /// complete for each request.
+  virtual void complete_many(std::vector<CompleteRequest> requests, BatchCallback<FenceStatus> done);
+  /// fail for each request.
+  virtual void fail_many(std::vector<FailRequest> requests, BatchCallback<FenceStatus> done);
+  /// release for each fence.
+  virtual void release_many(std::vector<Fence> fences, BatchCallback<FenceStatus> done);
 
   /// Reads a record, expired or not; nullopt when absent.
   virtual void get(RecordId id, Callback<std::optional<Record>> done) = 0;
@@ -142,6 +168,10 @@ class BlockingStore {
   StoreResult<FenceStatus> fail(FailRequest request);
   StoreResult<FenceStatus> release(Fence fence);
   StoreResult<FenceStatus> abandon(AbandonRequest request);
+  BatchResults<ClaimResult> claim_many(std::vector<ClaimRequest> requests);
+  BatchResults<FenceStatus> complete_many(std::vector<CompleteRequest> requests);
+  BatchResults<FenceStatus> fail_many(std::vector<FailRequest> requests);
+  BatchResults<FenceStatus> release_many(std::vector<Fence> fences);
   StoreResult<std::optional<Record>> get(RecordId id);
   StoreResult<std::size_t> purge_expired(TimePoint now, std::size_t limit);
   StoreResult<Done> ping();

@@ -79,6 +79,9 @@ struct ConsumeLoop::Task {
   // ordering = key, and the delivery has a key: it holds the key from when it runs until it is
   // settled (key_queues_).
   bool keyed = false;
+  // With holds: its key is held and it is the first parked delivery (its dead letter replayed):
+  // it runs, and once settled the next parked one may.
+  bool first_parked = false;
 };
 
 ConsumeLoop::ConsumeLoop(MessageSource& source, DeliveryProcessor processor, ConsumeLoopOptions options)
@@ -144,6 +147,49 @@ std::optional<MessageDisposition> ConsumeLoop::screen(const Delivery& d) const {
   return std::nullopt;
 }
 
+std::optional<MessageDisposition> ConsumeLoop::check_hold(Task& task) {
+  if (!task.keyed || options_.holds == nullptr) return std::nullopt;
+  const Delivery& d = task.delivery;
+  auto parked = options_.holds->parked(d.ordering_key);
+  if (!parked) {
+    return MessageDisposition::retry_it("store_error",
+                                        "reading whether ordering key " + d.ordering_key + " is held failed: " +
+                                            parked.error().message,
+                                        /*counts=*/false);
+  }
+  task.first_parked = !parked->empty() && parked->front() == d.message_id;
+  if (parked->empty() || task.first_parked) return std::nullopt;  // not held, or its turn has come
+  if (std::find(parked->begin(), parked->end(), d.message_id) == parked->end()) {
+    if (auto added = options_.holds->park(d.ordering_key, d.message_id); !added) {
+      return MessageDisposition::retry_it("store_error",
+                                          "parking the message behind held ordering key " + d.ordering_key +
+                                              " failed: " + added.error().message,
+                                          /*counts=*/false);
+    }
+  }
+  return MessageDisposition::dead_letter_it(
+      "held", "ordering key " + d.ordering_key + " is held behind message " + parked->front() +
+                  ", which was dead-lettered: this one waits behind it in the dead-letter queue, not run. Once the "
+                  "cause is fixed, replay the key's dead letters in order (or drop " +
+                  parked->front() + " with idemctl consumer holds drop)");
+}
+
+std::optional<std::string> ConsumeLoop::record_hold(Task& task, const MessageDisposition& disposition) {
+  if (!task.keyed || options_.holds == nullptr) return std::nullopt;
+  const Delivery& d = task.delivery;
+  if (disposition.action == MessageDisposition::Action::dead_letter && disposition.reason != "held") {
+    if (auto added = options_.holds->park(d.ordering_key, d.message_id); !added) {
+      return "holding ordering key " + d.ordering_key + " behind this dead letter failed: " + added.error().message;
+    }
+  } else if (disposition.action == MessageDisposition::Action::ack && task.first_parked) {
+    if (auto removed = options_.holds->unpark_first(d.ordering_key, d.message_id); !removed) {
+      return "letting the next parked message of ordering key " + d.ordering_key +
+             " run failed: " + removed.error().message;
+    }
+  }
+  return std::nullopt;
+}
+
 void ConsumeLoop::handle_received(std::vector<Delivery> deliveries) {
   const auto now = Steady::now();
   std::size_t to_run = 0;
@@ -157,11 +203,18 @@ void ConsumeLoop::handle_received(std::vector<Delivery> deliveries) {
       task->attempt.number = std::max<std::uint32_t>(d.delivery_count, 1);
       task->delivery = std::move(d);
       task->ready_at = now;
+      const bool keyed = options_.ordering == ConsumeOrdering::key && !task->delivery.ordering_key.empty();
       if (auto screened = screen(task->delivery)) {
-        finished_.emplace_back(std::move(task), std::move(*screened));
-        continue;
+        // With holds, a delivery refused before it runs takes its turn in its key like any other
+        // (when it has an id to be parked by), so that its dead letter holds the key in order.
+        if (!keyed || options_.holds == nullptr || !task->delivery.has_message_id ||
+            message_id_problem(task->delivery.message_id)) {
+          finished_.emplace_back(std::move(task), std::move(*screened));
+          continue;
+        }
+        task->pending = std::move(*screened);
       }
-      if (options_.ordering == ConsumeOrdering::key && !task->delivery.ordering_key.empty()) {
+      if (keyed) {
         task->keyed = true;
         auto [queue, first] = key_queues_.try_emplace(task->delivery.ordering_key);
         if (!first) {  // an earlier delivery of the key is not settled yet: this one waits for it
@@ -274,6 +327,8 @@ void ConsumeLoop::worker() {
     MessageDisposition disposition;
     if (task->pending) {
       disposition = *task->pending;
+    } else if (auto held = check_hold(*task)) {
+      disposition = std::move(*held);
     } else {
       const auto t0 = Steady::now();
       try {
@@ -295,7 +350,7 @@ void ConsumeLoop::worker() {
       if (disposition.counts_as_attempt && task->attempt.number >= options_.max_attempts) {
         std::string detail = "failed " + attempts_text(task->attempt.number) + ", the limit; last error: " +
                              task->attempt.last_error;
-        finish(std::move(task), MessageDisposition::dead_letter_it("poison", std::move(detail)));
+        disposition = MessageDisposition::dead_letter_it("poison", std::move(detail));
       } else {
         if (disposition.counts_as_attempt) ++task->attempt.number;
         stats_.retried.fetch_add(1, std::memory_order_relaxed);
@@ -304,8 +359,19 @@ void ConsumeLoop::worker() {
         tell(task->delivery, "retry:" + disposition.reason, disposition.detail);
         schedule(std::move(task), Steady::now() + delay);
       }
-    } else {
-      finish(std::move(task), std::move(disposition));
+    }
+    if (task) {  // a final disposition: settle it, once its key's hold says so
+      if (auto trouble = record_hold(*task, disposition)) {
+        // Decided, not settled: settled when it comes round again, without running it again.
+        stats_.retried.fetch_add(1, std::memory_order_relaxed);
+        tell(task->delivery, "retry:store_error", *trouble);
+        task->pending = std::move(disposition);
+        ++task->tries;
+        const Millis delay = backoff(task->tries);
+        schedule(std::move(task), Steady::now() + delay);
+      } else {
+        finish(std::move(task), std::move(disposition));
+      }
     }
 
     lock.lock();

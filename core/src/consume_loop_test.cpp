@@ -515,6 +515,164 @@ TEST(ConsumeLoop, OrderingByKeyHoldsAKeyBehindARetryAndLetsItGoOnAfterADeadLette
   EXPECT_EQ(source.dead_[0].second.reason, "poison");
 }
 
+// With holds: what the processor ran and what it refused, for the hold tests.
+struct HoldRig {
+  MemoryStore store;
+  StoreKeyHolds holds{store, "orders"};
+  std::mutex mutex;
+  std::vector<std::string> ran;  // successful runs, in order
+  std::atomic<bool> broken{true};  // "poison" bodies fail while broken
+
+  ConsumeLoopOptions options() {
+    auto o = fast_options();
+    o.ordering = ConsumeOrdering::key;
+    o.holds = &holds;
+    o.max_attempts = 2;
+    return o;
+  }
+  DeliveryProcessor processor() {
+    return [this](const Delivery& d, const DeliveryAttempt&) {
+      if (d.body == "poison" && broken) return MessageDisposition::retry_it("handler_failed", "the ledger is down", true);
+      const std::lock_guard lock(mutex);
+      ran.push_back(d.message_id);
+      return MessageDisposition::ack_it("processed");
+    };
+  }
+  std::vector<std::string> ran_of(char key) {
+    const std::lock_guard lock(mutex);
+    std::vector<std::string> of;
+    for (const auto& id : ran) {
+      if (id[0] == key) of.push_back(id);
+    }
+    return of;
+  }
+  // The operator's replay: the dead letters given back to the queue in their order, then
+  // forgotten by the dead-letter queue.
+  static void replay(FakeSource& source) {
+    std::vector<std::pair<Delivery, DeadLetterReason>> dead;
+    {
+      const std::lock_guard lock(source.mutex_);
+      dead.swap(source.dead_);
+    }
+    for (auto& [d, why] : dead) source.publish(d.message_id, d.body, true, d.ordering_key);
+  }
+  std::vector<std::string> parked(std::string_view key) {
+    auto p = holds.parked(key);
+    EXPECT_TRUE(p.has_value());
+    return p ? *p : std::vector<std::string>{};
+  }
+};
+
+TEST(ConsumeLoop, WithHoldsADeadLetterParksItsKeysLaterDeliveriesUntilTheyAreReplayedInOrder) {
+  HoldRig rig;
+  FakeSource source;
+  source.publish("a-1", "ok", true, "a");
+  source.publish("a-2", "poison", true, "a");
+  source.publish("a-3", "ok", true, "a");
+  source.publish("b-1", "ok", true, "b");
+  source.publish("a-4", "ok", true, "a");
+  source.publish("b-2", "ok", true, "b");
+  {
+    ConsumeLoop loop(source, rig.processor(), rig.options());
+    ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+    EXPECT_EQ(loop.stats().dead_letters_by_reason().at("held"), 2u);
+  }
+  // Key b went on; key a ran up to its dead letter, and the rest waits behind it, in order.
+  EXPECT_EQ(rig.ran_of('b'), (std::vector<std::string>{"b-1", "b-2"}));
+  EXPECT_EQ(rig.ran_of('a'), (std::vector<std::string>{"a-1"}));
+  ASSERT_EQ(source.dead_.size(), 3u);
+  EXPECT_EQ(source.dead_[0].first.message_id, "a-2");
+  EXPECT_EQ(source.dead_[0].second.reason, "poison");
+  EXPECT_EQ(source.dead_[1].first.message_id, "a-3");
+  EXPECT_EQ(source.dead_[1].second.reason, "held");
+  EXPECT_NE(source.dead_[1].second.detail.find("held behind message a-2"), std::string::npos);
+  EXPECT_EQ(source.dead_[2].first.message_id, "a-4");
+  EXPECT_EQ(rig.parked("a"), (std::vector<std::string>{"a-2", "a-3", "a-4"}));
+  EXPECT_TRUE(rig.parked("b").empty());
+
+  // A new message of the held key, on another consumer of the same name: parked too.
+  source.publish("a-5", "ok", true, "a");
+  {
+    ConsumeLoop loop(source, rig.processor(), rig.options());
+    ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  }
+  EXPECT_EQ(rig.parked("a"), (std::vector<std::string>{"a-2", "a-3", "a-4", "a-5"}));
+
+  // Fixed, replayed in order: each runs in turn, the hold ends, and the key flows again.
+  rig.broken = false;
+  HoldRig::replay(source);
+  source.publish("a-6", "ok", true, "a");
+  {
+    ConsumeLoop loop(source, rig.processor(), rig.options());
+    ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  }
+  EXPECT_EQ(rig.ran_of('a'), (std::vector<std::string>{"a-1", "a-2", "a-3", "a-4", "a-5", "a-6"}));
+  EXPECT_TRUE(source.dead_.empty());
+  EXPECT_TRUE(rig.parked("a").empty());
+}
+
+TEST(ConsumeLoop, WithHoldsAReplayOutOfOrderRunsNothingOutOfTurnAndADroppedFirstLetsTheNextRun) {
+  HoldRig rig;
+  FakeSource source;
+  source.publish("a-1", "poison", true, "a");
+  source.publish("a-2", "ok", true, "a");
+  source.publish("a-3", "ok", true, "a");
+  {
+    ConsumeLoop loop(source, rig.processor(), rig.options());
+    ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  }
+  ASSERT_EQ(rig.parked("a"), (std::vector<std::string>{"a-1", "a-2", "a-3"}));
+
+  // a-3 replayed alone: not its turn, parked again; the hold is unchanged.
+  {
+    const std::lock_guard lock(source.mutex_);
+    source.dead_.clear();
+  }
+  source.publish("a-3", "ok", true, "a");
+  {
+    ConsumeLoop loop(source, rig.processor(), rig.options());
+    ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  }
+  EXPECT_TRUE(rig.ran_of('a').empty());
+  ASSERT_EQ(source.dead_.size(), 1u);
+  EXPECT_EQ(source.dead_[0].second.reason, "held");
+  EXPECT_EQ(rig.parked("a"), (std::vector<std::string>{"a-1", "a-2", "a-3"}));
+
+  // The operator drops a-1 (its effect is not wanted, or was done by hand), then replays the rest.
+  ASSERT_TRUE(rig.holds.unpark_first("a", "a-1"));
+  {
+    const std::lock_guard lock(source.mutex_);
+    source.dead_.clear();
+  }
+  source.publish("a-2", "ok", true, "a");
+  source.publish("a-3", "ok", true, "a");
+  {
+    ConsumeLoop loop(source, rig.processor(), rig.options());
+    ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  }
+  EXPECT_EQ(rig.ran_of('a'), (std::vector<std::string>{"a-2", "a-3"}));
+  EXPECT_TRUE(rig.parked("a").empty());
+}
+
+TEST(ConsumeLoop, WithHoldsAMessageRefusedBeforeItRunsHoldsItsKeyInItsTurn) {
+  HoldRig rig;
+  FakeSource source;
+  auto options = rig.options();
+  options.max_message_bytes = 8;
+  source.publish("a-1", "ok", true, "a");
+  source.publish("a-2", std::string(64, 'x'), true, "a");  // too large
+  source.publish("a-3", "ok", true, "a");
+  {
+    ConsumeLoop loop(source, rig.processor(), options);
+    ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  }
+  EXPECT_EQ(rig.ran_of('a'), (std::vector<std::string>{"a-1"}));
+  ASSERT_EQ(source.dead_.size(), 2u);
+  EXPECT_EQ(source.dead_[0].second.reason, "too_large");
+  EXPECT_EQ(source.dead_[1].second.reason, "held");
+  EXPECT_EQ(rig.parked("a"), (std::vector<std::string>{"a-2", "a-3"}));
+}
+
 TEST(ConsumeLoop, OrderingByKeyStopRequeuesAKeysWaitingDeliveriesInOrder) {
   FakeSource source;
   for (int i = 0; i < 5; ++i) source.publish("a-" + std::to_string(i), "b", true, "a");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "idem/consumer.hpp"
+#include "idem/key_holds.hpp"
 #include "idem/testing/manual_clock.hpp"
 #include "idem/testing/redeliveries.hpp"
 #include "idem/testing/store_conformance.hpp"
@@ -241,6 +242,46 @@ CONSUMER_TEST(ConcurrentRedeliveriesRunEachHandlerExactlyOnce) {
     for (const MessageOutcome& o : tally.outcomes[id]) EXPECT_EQ(o.result, "run-1-of-" + id);
   }
   RecordProperty("in_progress_answers", tally.in_progress_answers);
+}
+
+// Keys held behind a dead letter (ConsumeLoop with holds) live in the store as in_progress records
+// rewritten by abandon + takeover: every backend must keep the parked ids (the record's lookup)
+// through that, and concurrent parks through two store instances (two consumer processes) must
+// all be kept.
+CONSUMER_TEST(KeyHoldsKeepTheirParkedIdsInOrderAcrossWritersAndEndWithTheLast) {
+  const auto& factory = GetParam();
+  auto store = factory.make();
+  std::unique_ptr<Store> second = factory.share ? factory.share() : nullptr;
+  StoreKeyHolds one(*store, "billing");
+  StoreKeyHolds two(second ? *second : *store, "billing");
+  using Ids = std::vector<std::string>;
+  ASSERT_TRUE(one.park("pay_1", "m-0"));
+  ASSERT_TRUE(two.park("pay_1", "m-1"));
+  ASSERT_TRUE(one.park("pay_1", "m-0"));
+  EXPECT_EQ(two.parked("pay_1").value_or(Ids{}), (Ids{"m-0", "m-1"}));
+
+  constexpr int kThreads = 4, kEach = 10;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      StoreKeyHolds& holds = t % 2 == 0 ? one : two;
+      for (int i = 0; i < kEach; ++i) {
+        if (!holds.park("pay_2", std::string("t") + std::to_string(t) + "-" + std::to_string(i))) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(one.parked("pay_2").value_or(Ids{}).size(), static_cast<std::size_t>(kThreads * kEach));
+
+  ASSERT_TRUE(two.unpark_first("pay_1", "m-0"));
+  EXPECT_EQ(one.parked("pay_1").value_or(Ids{}), (Ids{"m-1"}));
+  ASSERT_TRUE(one.unpark_first("pay_1", "m-1"));
+  EXPECT_EQ(two.parked("pay_1").value_or(Ids{"not read"}), Ids{});
+  auto gone = BlockingStore(*store).get({StoreKeyHolds::tenant_of("billing"), "pay_1"});
+  ASSERT_TRUE(gone);
+  EXPECT_FALSE(gone->has_value()) << "the last unpark deletes the hold";
 }
 
 }  // namespace idem::testing

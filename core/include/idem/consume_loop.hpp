@@ -30,6 +30,7 @@
 
 #include "idem/broker.hpp"
 #include "idem/consumer.hpp"
+#include "idem/key_holds.hpp"
 #include "idem/latency_histogram.hpp"
 
 namespace idem {
@@ -126,9 +127,17 @@ struct ConsumeLoopOptions {
   /// Most deliveries held at once (received, not yet acked); at most the source's prefetch.
   /// With ordering = key, deliveries waiting for their key count too.
   std::size_t max_in_flight = 64;
-  /// ConsumeOrdering. After a delivery of a key is dead-lettered, the key's later deliveries
-  /// run (the broker's dead-letter queue holds the one that failed; docs/consumers.md).
+  /// ConsumeOrdering.
   ConsumeOrdering ordering = ConsumeOrdering::none;
+  /// ordering = key: where keys are held behind a dead letter (idem-consume: a StoreKeyHolds on
+  /// its store, unless `dead_letters = "pass"`). When set, a delivery of a key that is finally
+  /// dead-lettered holds its key, and the key's later deliveries are dead-lettered behind it
+  /// ("held", parked in order) until the parked ones have run again in that order: the operator
+  /// replays the key's dead letters once the cause is fixed (the first parked runs; each that is
+  /// settled lets the next run), or drops the first (`idemctl consumer holds`). When null, the
+  /// key's later deliveries run after a dead letter (the dead-letter queue keeps the one that
+  /// failed). Must outlive the loop; called from workers.
+  KeyHolds* holds = nullptr;
   /// A message body larger than this is dead-lettered ("too_large") without being processed.
   std::size_t max_message_bytes = 1024 * 1024;
   /// Tries before a failing message is dead-lettered ("poison") with its last error; the
@@ -194,6 +203,13 @@ class ConsumeLoop {
   // The receiving thread's side: acts on finished tasks (ack, dead-letter), batched.
   void settle_finished();
   std::optional<MessageDisposition> screen(const Delivery& d) const;
+  // ordering = key with holds: before a keyed task runs, whether its key is held (then it is
+  // parked behind the held one: a "held" dead letter, or a retry when the store cannot say).
+  std::optional<MessageDisposition> check_hold(Task& task);
+  // After a keyed task's final disposition, before it is settled: a dead letter parks it (its
+  // key is held from then on); a held key's first parked delivery, processed, lets the next
+  // parked one run. Why not, when the store failed (the task is tried again later).
+  std::optional<std::string> record_hold(Task& task, const MessageDisposition& disposition);
   void finish(std::unique_ptr<Task> task, MessageDisposition disposition);
   void tell(const Delivery& d, std::string_view outcome, std::string_view detail) const;
   void schedule(std::unique_ptr<Task> task, std::chrono::steady_clock::time_point at);

@@ -70,6 +70,8 @@ class Op {
   virtual bool wrote() const = 0;
   // Calls the callback, once.
   virtual void deliver() = 0;
+  // How many of the store's operations it carries (a batch call: one per item).
+  virtual std::size_t size() const { return 1; }
 
  private:
   OpClass op_class_;
@@ -102,6 +104,84 @@ class TypedOp final : public Op {
   Callback<T> done_;
   std::optional<StoreResult<T>> result_;
   Effects effects_;
+};
+
+// A batch call: its items, one after the other, each in a savepoint of its own inside the batch's
+// savepoint, so that an item that fails undoes only itself (as the single call's savepoint does).
+template <class Item, class T>
+class BatchOp final : public Op {
+ public:
+  using Body = StoreResult<T> (*)(Db&, const Item&, Effects&);
+  BatchOp(std::vector<Item> items, Body body, BatchCallback<T> done)
+      : Op(OpClass::write),
+        items_(std::move(items)),
+        body_(body),
+        done_(std::move(done)),
+        results_(items_.size()),
+        wrote_(items_.size(), false) {}
+
+  bool run(Db& db) override {
+    ran_ = true;
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+      if (auto opened = db.st.savepoint.run("savepoint"); !opened) return broken(opened.error());
+      Effects fx;
+      results_[i] = body_(db, items_[i], fx);
+      const bool keep = results_[i]->has_value() && !fx.rollback;
+      // An I/O error or a full disk can make SQLite roll the whole transaction back: the writer
+      // sees it and fails every operation still standing, this batch's earlier items included.
+      if (sqlite3_get_autocommit(db.raw)) return false;
+      if (!keep) {
+        if (auto undone = db.st.rollback_to_savepoint.run("roll back to savepoint"); !undone) {
+          return broken(undone.error());
+        }
+      }
+      if (auto released = db.st.release_savepoint.run("release savepoint"); !released) return broken(released.error());
+      wrote_[i] = keep && fx.wrote;
+    }
+    return true;
+  }
+  // Items that failed on their own keep their error; the others take this one, in doubt only if
+  // the item wrote.
+  void fail(const StoreError& error) override {
+    ran_ = true;
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+      if (results_[i] && !results_[i]->has_value()) continue;
+      StoreError item_error = error;
+      item_error.in_doubt = error.in_doubt && wrote_[i];
+      results_[i] = std::unexpected(std::move(item_error));
+    }
+  }
+  bool ran() const override { return ran_; }
+  bool succeeded() const override { return ran_ && !broken_; }
+  bool wrote() const override { return std::find(wrote_.begin(), wrote_.end(), true) != wrote_.end(); }
+  void deliver() override {
+    BatchResults<T> results;
+    results.reserve(results_.size());
+    for (auto& r : results_) {
+      results.push_back(r ? std::move(*r) : std::unexpected(internal_error("sqlite: batch item was never run")));
+    }
+    auto done = std::move(done_);
+    if (done) done(std::move(results));
+  }
+  std::size_t size() const override { return items_.size(); }
+
+ private:
+  // The savepoint statements themselves failed: nothing of the batch can be trusted, so every
+  // item fails and the batch's savepoint is undone.
+  bool broken(const StoreError& error) {
+    broken_ = true;
+    for (auto& r : results_) r = std::unexpected(error);
+    std::fill(wrote_.begin(), wrote_.end(), false);
+    return false;
+  }
+
+  std::vector<Item> items_;
+  Body body_;
+  BatchCallback<T> done_;
+  std::vector<std::optional<StoreResult<T>>> results_;
+  std::vector<bool> wrote_;
+  bool ran_ = false;
+  bool broken_ = false;
 };
 
 template <class T, class Body>
@@ -231,7 +311,7 @@ class SqliteStore::Impl {
     // so every read below sees the latest commit and nothing can change under the decisions.
     if (auto begun = (writes ? st_.begin_immediate : st_.begin_deferred).run("begin"); !begun) {
       failed_transactions_.fetch_add(1, std::memory_order_relaxed);
-      count_operations(ops.size());
+      count_operations(ops);
       for (auto& op : ops) op->fail(begun.error());
       return;
     }
@@ -243,13 +323,13 @@ class SqliteStore::Impl {
         if (op.op_class() == OpClass::read) {
           op.run(db);
         } else if (auto step = run_in_savepoint(db, op); !step) {
-          count_operations(ops.size());
+          count_operations(ops);
           abort_transaction(ops, step.error());
           return;
         }
         // Some errors (I/O, disk full) make SQLite roll the whole transaction back by itself.
         if (sqlite3_get_autocommit(db_.get())) {
-          count_operations(ops.size());
+          count_operations(ops);
           abort_transaction(ops,
                             StoreError{StoreErrc::unavailable,
                                        "sqlite: the transaction was rolled back by an error in one of its operations"});
@@ -260,7 +340,7 @@ class SqliteStore::Impl {
       std::lock_guard lock(mutex_);
       if (!take_locked(ops, /*reads_only=*/!writes)) break;
     }
-    count_operations(ops.size());
+    count_operations(ops);
     if (auto committed = st_.commit.run("commit"); !committed) {
       failed_transactions_.fetch_add(1, std::memory_order_relaxed);
       // A lock error means the commit never started; anything else (an I/O error while writing
@@ -279,7 +359,9 @@ class SqliteStore::Impl {
     if (writes) write_transactions_.fetch_add(1, std::memory_order_relaxed);
   }
 
-  void count_operations(std::size_t n) {
+  void count_operations(std::span<const std::unique_ptr<Op>> ops) {
+    std::size_t n = 0;
+    for (const auto& op : ops) n += op->size();
     operations_.fetch_add(n, std::memory_order_relaxed);
     if (n > largest_batch_.load(std::memory_order_relaxed)) largest_batch_.store(n, std::memory_order_relaxed);
   }
@@ -420,6 +502,37 @@ void SqliteStore::abandon(AbandonRequest request, Callback<FenceStatus> done) {
   impl_->submit(make_op<FenceStatus>(
       OpClass::write, [req = std::move(request)](Db& db, Effects& fx) { return run_abandon(db, req, fx); },
       std::move(done)));
+}
+
+namespace {
+
+// A batch call as one operation of the writer; null when there is nothing to queue (an empty
+// batch, answered here).
+template <class Item, class T>
+std::unique_ptr<Op> batch_op(std::vector<Item> items, typename BatchOp<Item, T>::Body body, BatchCallback<T>& done) {
+  if (items.empty()) {
+    done(BatchResults<T>{});
+    return nullptr;
+  }
+  return std::make_unique<BatchOp<Item, T>>(std::move(items), body, std::move(done));
+}
+
+}  // namespace
+
+void SqliteStore::claim_many(std::vector<ClaimRequest> requests, BatchCallback<ClaimResult> done) {
+  if (auto op = batch_op<ClaimRequest, ClaimResult>(std::move(requests), run_claim, done)) impl_->submit(std::move(op));
+}
+
+void SqliteStore::complete_many(std::vector<CompleteRequest> requests, BatchCallback<FenceStatus> done) {
+  if (auto op = batch_op<CompleteRequest, FenceStatus>(std::move(requests), run_complete, done)) impl_->submit(std::move(op));
+}
+
+void SqliteStore::fail_many(std::vector<FailRequest> requests, BatchCallback<FenceStatus> done) {
+  if (auto op = batch_op<FailRequest, FenceStatus>(std::move(requests), run_fail, done)) impl_->submit(std::move(op));
+}
+
+void SqliteStore::release_many(std::vector<Fence> fences, BatchCallback<FenceStatus> done) {
+  if (auto op = batch_op<Fence, FenceStatus>(std::move(fences), run_release, done)) impl_->submit(std::move(op));
 }
 
 void SqliteStore::get(RecordId id, Callback<std::optional<Record>> done) {

@@ -786,6 +786,85 @@ TEST_F(SqliteStoreTest, LockHeldPastBusyTimeoutIsUnavailableAndReadsStillWork) {
   EXPECT_GE(store->stats().failed_transactions, 2u);
 }
 
+// ---- batch calls ----------------------------------------------------------------------------------
+
+// A batch is one operation of the writer: one transaction, one commit, however many items (here
+// more than max_batch).
+TEST_F(SqliteStoreTest, ABatchCommitsInOneTransaction) {
+  auto store = open_store(path);
+  std::vector<ClaimRequest> requests;
+  for (int i = 0; i < 300; ++i) requests.push_back(request("key-one-tx-" + std::to_string(i)));
+  const auto before = store->stats();
+  auto claims = BlockingStore(*store).claim_many(std::move(requests));
+  const auto after = store->stats();
+  ASSERT_EQ(claims.size(), 300u);
+  for (const auto& c : claims) ASSERT_TRUE(c && c->status == ClaimStatus::claimed);
+  EXPECT_EQ(after.transactions - before.transactions, 1u);
+  EXPECT_EQ(after.write_transactions - before.write_transactions, 1u);
+  EXPECT_EQ(after.operations - before.operations, 300u);
+  EXPECT_GE(after.largest_batch, 300u);
+}
+
+// An item that fails after it wrote (a trigger refuses its key) is undone alone; the rest of the
+// batch commits.
+TEST_F(SqliteStoreTest, ABatchItemThatFailsAfterWritingIsUndoneAlone) {
+  auto store = open_store(path);
+  {
+    RawDb raw(path);
+    raw.exec("CREATE TRIGGER refuse_one AFTER INSERT ON idempotency_keys WHEN NEW.key = 'key-batch-refused' "
+             "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+  }
+  auto claims = BlockingStore(*store).claim_many(
+      {request("key-batch-a"), request("key-batch-refused"), request("key-batch-b"), request("key-batch-a")});
+  ASSERT_EQ(claims.size(), 4u);
+  ASSERT_TRUE(claims[0]);
+  EXPECT_EQ(claims[0]->status, ClaimStatus::claimed);
+  ASSERT_FALSE(claims[1]);
+  EXPECT_NE(claims[1].error().message.find("refused by the test"), std::string::npos) << claims[1].error().message;
+  EXPECT_FALSE(claims[1].error().in_doubt);
+  ASSERT_TRUE(claims[2]);
+  EXPECT_EQ(claims[2]->status, ClaimStatus::claimed);
+  ASSERT_TRUE(claims[3]);
+  EXPECT_EQ(claims[3]->status, ClaimStatus::in_progress);
+  store.reset();
+  RawDb raw(path);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys WHERE key IN ('key-batch-a', 'key-batch-b')"), 2);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM idempotency_keys WHERE key = 'key-batch-refused'"), 0);
+}
+
+// Another process holds the write lock past busy_timeout: every item of the batch fails as
+// unavailable, not in doubt, and nothing of it is written; the same batch succeeds afterwards.
+TEST_F(SqliteStoreTest, ABatchThatCannotTakeTheLockFailsEveryItemAndWritesNothing) {
+  SqliteOptions options;
+  options.path = path;
+  options.busy_timeout = 100ms;
+  auto store = open_store(options);
+  auto held = claim_ok(*store, "key-batch-locked-held");
+  RawDb other(path);
+  other.exec("BEGIN EXCLUSIVE; DELETE FROM idempotency_keys WHERE key = 'nothing';");
+  BlockingStore b(*store);
+  auto claims = b.claim_many({request("key-batch-locked-1"), request("key-batch-locked-2")});
+  auto completes = b.complete_many({completion(fence_of(held))});
+  ASSERT_EQ(claims.size(), 2u);
+  for (const auto& c : claims) {
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.error().code, StoreErrc::unavailable) << c.error().message;
+    EXPECT_FALSE(c.error().in_doubt);
+  }
+  ASSERT_EQ(completes.size(), 1u);
+  ASSERT_FALSE(completes[0]);
+  EXPECT_EQ(completes[0].error().code, StoreErrc::unavailable);
+  other.exec("COMMIT");
+  EXPECT_EQ(other.scalar("SELECT count(*) FROM idempotency_keys WHERE key LIKE 'key-batch-locked-_'"), 0);
+  EXPECT_EQ(other.scalar("SELECT count(*) FROM idempotency_keys WHERE state = 'completed'"), 0);
+  auto again = b.claim_many({request("key-batch-locked-1"), request("key-batch-locked-2")});
+  for (const auto& c : again) {
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->status, ClaimStatus::claimed);
+  }
+  EXPECT_EQ(b.complete_many({completion(fence_of(held))})[0], FenceStatus::ok);
+}
+
 // The disk fills up (here: the process's file-size limit, RLIMIT_FSIZE, is reached) under a running
 // store. Claims and completions fail as unavailable and lose nothing, reads go on, and the same
 // store object writes again once there is room. The limit's SIGXFSZ, which kills a process by

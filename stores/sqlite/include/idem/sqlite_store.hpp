@@ -101,6 +101,13 @@ class SqliteStore final : public Store, public StoreAdmin {
   void fail(FailRequest request, Callback<FenceStatus> done) override;
   void release(Fence fence, Callback<FenceStatus> done) override;
   void abandon(AbandonRequest request, Callback<FenceStatus> done) override;
+  /// A batch call is one operation of the writer: all of its items run in one transaction (the
+  /// one its group commit is in, never split between two), in order, each in a savepoint of its
+  /// own, then commit together with one fsync.
+  void claim_many(std::vector<ClaimRequest> requests, BatchCallback<ClaimResult> done) override;
+  void complete_many(std::vector<CompleteRequest> requests, BatchCallback<FenceStatus> done) override;
+  void fail_many(std::vector<FailRequest> requests, BatchCallback<FenceStatus> done) override;
+  void release_many(std::vector<Fence> fences, BatchCallback<FenceStatus> done) override;
   /// A read: never waits for another process's write lock (WAL), unless batched with writes.
   void get(RecordId id, Callback<std::optional<Record>> done) override;
   /// Runs in a transaction of its own, so reaping never makes a batch of requests wait long.

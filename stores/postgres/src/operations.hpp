@@ -28,6 +28,10 @@ class Op {
   virtual ~Op() = default;
   OpMode mode() const { return mode_; }
   bool writes() const { return writes_; }
+  // The operations of one batch call share one transaction: the first one counts them all, the
+  // others count 0. A single call's operation counts 1.
+  std::size_t group_size() const { return group_size_; }
+  void set_group_size(std::size_t size) { group_size_ = size; }
 
   // The record it touches, for lock ordering within a batch; null when none.
   virtual const RecordId* id() const { return nullptr; }
@@ -45,6 +49,7 @@ class Op {
  private:
   OpMode mode_;
   bool writes_;
+  std::size_t group_size_ = 1;
 };
 
 template <class T>

@@ -16,6 +16,7 @@
 #include "connection_setup.hpp"
 #include "errors.hpp"
 #include "idem/headers_codec.hpp"
+#include "idem/store_batch.hpp"
 #include "interactive.hpp"
 #include "operations.hpp"
 #include "records.hpp"
@@ -106,6 +107,30 @@ class PostgresStore::Impl {
     op->deliver();
   }
 
+  // Queues the operations of one batch call together, so that one thread takes them all into
+  // one transaction.
+  void submit_group(std::vector<std::unique_ptr<Op>> ops) {
+    if (ops.empty()) return;
+    ops.front()->set_group_size(ops.size());
+    for (std::size_t i = 1; i < ops.size(); ++i) ops[i]->set_group_size(0);
+    {
+      std::lock_guard lock(mutex_);
+      if (!closed_) {
+        for (auto& op : ops) queue_.push_back(std::move(op));
+        if (healthy_ == workers_.size()) {
+          cv_.notify_one();
+        } else {
+          cv_.notify_all();
+        }
+        return;
+      }
+    }
+    for (auto& op : ops) {
+      op->fail(StoreError{StoreErrc::unavailable, "postgres: the store is closed"});
+      op->deliver();
+    }
+  }
+
   bool on_store_thread() const {
     return std::find(thread_ids_.begin(), thread_ids_.end(), std::this_thread::get_id()) != thread_ids_.end();
   }
@@ -157,12 +182,13 @@ class PostgresStore::Impl {
           if (w.conn || healthy_ == 0 || SteadyClock::now() >= w.next_attempt) break;
           cv_.wait_until(lock, w.next_attempt);
         }
-        ops.push_back(std::move(queue_.front()));
-        queue_.pop_front();
+        take_group_locked(ops);
         if (ops.front()->mode() == OpMode::batched) {
-          while (!queue_.empty() && ops.size() < batch_limit() && queue_.front()->mode() == OpMode::batched) {
-            ops.push_back(std::move(queue_.front()));
-            queue_.pop_front();
+          // More queued operations join while their whole batch call fits; the first group
+          // comes whole, however large.
+          while (!queue_.empty() && queue_.front()->mode() == OpMode::batched &&
+                 ops.size() + queue_.front()->group_size() <= batch_limit()) {
+            take_group_locked(ops);
           }
         }
       }
@@ -173,6 +199,16 @@ class PostgresStore::Impl {
   }
 
   std::size_t batch_limit() const { return std::max<std::size_t>(options_.max_batch, 1); }
+
+  // Moves the operation at the front of the queue into `ops`, with the rest of its batch call.
+  // Requires mutex_.
+  void take_group_locked(std::vector<std::unique_ptr<Op>>& ops) {
+    const std::size_t size = std::max<std::size_t>(queue_.front()->group_size(), 1);
+    for (std::size_t i = 0; i < size && !queue_.empty(); ++i) {
+      ops.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+  }
 
   void process(Worker& w, std::vector<std::unique_ptr<Op>>& ops) {
     operations_.fetch_add(ops.size(), std::memory_order_relaxed);
@@ -470,43 +506,108 @@ PostgresStore::PostgresStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 
 PostgresStore::~PostgresStore() = default;
 
-void PostgresStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
-  if (auto bad = unstorable(request.id)) return done(std::unexpected(*bad));
-  if (!pd::valid_text(request.request_hash) || !pd::valid_text(request.lookup)) {
-    return done(std::unexpected(internal_error("postgres: request hash and lookup must be valid UTF-8")));
+// The operation of each call that takes part in batches; null when the request cannot be stored
+// (then `done` has been called with the error).
+namespace {
+
+std::unique_ptr<Op> claim_op(ClaimRequest request, Callback<ClaimResult>& done) {
+  if (auto bad = unstorable(request.id)) {
+    done(std::unexpected(*bad));
+    return nullptr;
   }
-  impl_->submit(statement_op<ClaimResult, ClaimRequest>(
+  if (!pd::valid_text(request.request_hash) || !pd::valid_text(request.lookup)) {
+    done(std::unexpected(internal_error("postgres: request hash and lookup must be valid UTF-8")));
+    return nullptr;
+  }
+  return statement_op<ClaimResult, ClaimRequest>(
       OpMode::batched, true, Stmt::claim, std::move(request), bind_claim, parse_claim,
-      [](const ClaimRequest& r) { return &r.id; }, std::move(done)));
+      [](const ClaimRequest& r) { return &r.id; }, std::move(done));
 }
 
-void PostgresStore::complete(CompleteRequest request, Callback<FenceStatus> done) {
-  if (auto bad = unstorable(request.fence.id)) return done(std::unexpected(*bad));
+std::unique_ptr<Op> complete_op(CompleteRequest request, Callback<FenceStatus>& done) {
+  if (auto bad = unstorable(request.fence.id)) {
+    done(std::unexpected(*bad));
+    return nullptr;
+  }
   std::string headers = encode_headers(request.response.headers);
-  impl_->submit(statement_op<FenceStatus, CompleteWrite>(
+  return statement_op<FenceStatus, CompleteWrite>(
       OpMode::batched, true, Stmt::complete, CompleteWrite{std::move(request), std::move(headers)}, bind_complete,
       [](const CompleteWrite&, const PGresult* r) { return fenced(r); },
-      [](const CompleteWrite& w) { return &w.req.fence.id; }, std::move(done)));
+      [](const CompleteWrite& w) { return &w.req.fence.id; }, std::move(done));
 }
 
-void PostgresStore::fail(FailRequest request, Callback<FenceStatus> done) {
-  if (auto bad = unstorable(request.fence.id)) return done(std::unexpected(*bad));
-  impl_->submit(statement_op<FenceStatus, FailRequest>(
+std::unique_ptr<Op> fail_op(FailRequest request, Callback<FenceStatus>& done) {
+  if (auto bad = unstorable(request.fence.id)) {
+    done(std::unexpected(*bad));
+    return nullptr;
+  }
+  return statement_op<FenceStatus, FailRequest>(
       OpMode::batched, true, Stmt::fail, std::move(request),
       [](const FailRequest& r, pd::Params& p) {
         bind_fence(r.fence, p);
         p.int8(to_epoch_ms(r.expires));
       },
       [](const FailRequest&, const PGresult* r) { return fenced(r); },
-      [](const FailRequest& r) { return &r.fence.id; }, std::move(done)));
+      [](const FailRequest& r) { return &r.fence.id; }, std::move(done));
+}
+
+std::unique_ptr<Op> release_op(Fence fence, Callback<FenceStatus>& done) {
+  if (auto bad = unstorable(fence.id)) {
+    done(std::unexpected(*bad));
+    return nullptr;
+  }
+  return statement_op<FenceStatus, Fence>(
+      OpMode::batched, true, Stmt::release, std::move(fence), bind_fence,
+      [](const Fence&, const PGresult* r) { return fenced(r); }, [](const Fence& f) { return &f.id; },
+      std::move(done));
+}
+
+// The operations of a batch call's items, each answering into its place of the batch's results.
+// Items that cannot be stored are answered at once and not queued.
+template <class T, class Item, class MakeOp>
+std::vector<std::unique_ptr<Op>> batch_ops(std::vector<Item> items, BatchCallback<T> done, MakeOp make_op) {
+  auto collector = BatchCollector<T>::make(items.size(), std::move(done));
+  std::vector<std::unique_ptr<Op>> ops;
+  ops.reserve(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    Callback<T> slot = BatchCollector<T>::slot(collector, i);
+    if (auto op = make_op(std::move(items[i]), slot)) ops.push_back(std::move(op));
+  }
+  return ops;
+}
+
+}  // namespace
+
+void PostgresStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
+  if (auto op = claim_op(std::move(request), done)) impl_->submit(std::move(op));
+}
+
+void PostgresStore::complete(CompleteRequest request, Callback<FenceStatus> done) {
+  if (auto op = complete_op(std::move(request), done)) impl_->submit(std::move(op));
+}
+
+void PostgresStore::fail(FailRequest request, Callback<FenceStatus> done) {
+  if (auto op = fail_op(std::move(request), done)) impl_->submit(std::move(op));
 }
 
 void PostgresStore::release(Fence fence, Callback<FenceStatus> done) {
-  if (auto bad = unstorable(fence.id)) return done(std::unexpected(*bad));
-  impl_->submit(statement_op<FenceStatus, Fence>(
-      OpMode::batched, true, Stmt::release, std::move(fence), bind_fence,
-      [](const Fence&, const PGresult* r) { return fenced(r); }, [](const Fence& f) { return &f.id; },
-      std::move(done)));
+  if (auto op = release_op(std::move(fence), done)) impl_->submit(std::move(op));
+}
+
+void PostgresStore::claim_many(std::vector<ClaimRequest> requests, BatchCallback<ClaimResult> done) {
+  impl_->submit_group(batch_ops<ClaimResult>(std::move(requests), std::move(done), claim_op));
+}
+
+void PostgresStore::complete_many(std::vector<CompleteRequest> requests, BatchCallback<FenceStatus> done) {
+  impl_->submit_group(batch_ops<FenceStatus>(std::move(requests), std::move(done), complete_op));
+}
+
+void PostgresStore::fail_many(std::vector<FailRequest> requests, BatchCallback<FenceStatus> done) {
+  impl_->submit_group(batch_ops<FenceStatus>(std::move(requests), std::move(done), fail_op));
+}
+
+void PostgresStore::release_many(std::vector<Fence> fences, BatchCallback<FenceStatus> done) {
+  impl_->submit_group(batch_ops<FenceStatus>(std::move(fences), std::move(done), release_op));
 }
 
 void PostgresStore::abandon(AbandonRequest request, Callback<FenceStatus> done) {

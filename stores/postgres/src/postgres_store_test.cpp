@@ -430,6 +430,138 @@ TEST(PostgresBatching, AnOperationTheServerRefusesFailsAloneNotItsBatch) {
   EXPECT_EQ(BlockingStore(*store).get(RecordId{"t", "key-refused-000000"}).value()->state, RecordState::in_progress);
 }
 
+// ---- batch calls -----------------------------------------------------------------------------------
+
+// A batch call is one pipelined transaction, one round trip, even past max_batch.
+TEST(PostgresBatchCalls, ABatchIsOneTransactionHoweverLarge) {
+  PostgresOptions o = options_for(fresh_schema());
+  o.pool_size = 1;
+  o.max_batch = 16;
+  auto store = open_store(o);
+  ManualClock clock;
+  std::vector<ClaimRequest> requests;
+  for (int i = 0; i < 100; ++i) requests.push_back(claim_request(clock, "key-one-trip-" + std::to_string(1000 + i)));
+  const auto before = store->stats();
+  auto claims = BlockingStore(*store).claim_many(std::move(requests));
+  const auto after = store->stats();
+  ASSERT_EQ(claims.size(), 100u);
+  for (const auto& c : claims) ASSERT_TRUE(c && c->status == ClaimStatus::claimed);
+  EXPECT_EQ(after.transactions - before.transactions, 1u);
+  EXPECT_EQ(after.operations - before.operations, 100u);
+  EXPECT_GE(after.largest_batch, 100u);
+}
+
+// An item the server refuses (a status the schema's check forbids) rolls the transaction back;
+// the items then run one by one, so that only it fails. An item the store refuses before the
+// server (text that is not UTF-8) fails alone without being sent.
+TEST(PostgresBatchCalls, AnItemTheServerRefusesFailsAloneNotItsBatch) {
+  auto store = open_store(options_for(fresh_schema()));
+  ManualClock clock;
+  auto a = must_claim(*store, claim_request(clock, "key-batch-refused-a"));
+  auto b = must_claim(*store, claim_request(clock, "key-batch-refused-b"));
+  auto c = must_claim(*store, claim_request(clock, "key-batch-refused-c"));
+  CompleteRequest refused = complete_request(clock, fence_of(b));
+  refused.response.status = 42;
+  auto results = BlockingStore(*store).complete_many(
+      {complete_request(clock, fence_of(a)), refused, complete_request(clock, fence_of(c))});
+  ASSERT_EQ(results.size(), 3u);
+  ASSERT_TRUE(results[0] && results[2]);
+  EXPECT_EQ(*results[0], FenceStatus::ok);
+  EXPECT_EQ(*results[2], FenceStatus::ok);
+  ASSERT_FALSE(results[1]);
+  EXPECT_NE(results[1].error().message.find("23514"), std::string::npos) << results[1].error().message;
+  EXPECT_GE(store->stats().isolated, 1u);
+  EXPECT_EQ(BlockingStore(*store).get(RecordId{"t", "key-batch-refused-b"}).value()->state, RecordState::in_progress);
+
+  auto claims = BlockingStore(*store).claim_many(
+      {claim_request(clock, "key-batch-utf8-ok"), claim_request(clock, "key-batch-utf8-bad", "h1", "tenant-\xff")});
+  ASSERT_TRUE(claims[0]);
+  EXPECT_EQ(claims[0]->status, ClaimStatus::claimed);
+  ASSERT_FALSE(claims[1]);
+  EXPECT_EQ(claims[1].error().code, StoreErrc::internal);
+}
+
+// The server cannot be reached: every item fails as unavailable, none in doubt, and nothing of
+// the batch is written; once it can, the same batch succeeds.
+TEST(PostgresBatchCalls, ABatchAgainstAnUnreachableServerFailsEveryItemAndWritesNothing) {
+  const std::string schema = fresh_schema();
+  pgtest::Proxy proxy("127.0.0.1", pgtest::port_of(pgtest::server_url()));
+  PostgresOptions o = options_for(schema, proxy.url_via(pgtest::server_url()));
+  o.connect_timeout = 300ms;
+  o.pool_size = 1;
+  auto store = open_store(o);
+  ManualClock clock;
+  auto held = must_claim(*store, claim_request(clock, "key-unreachable-held"));
+  proxy.cut();
+  proxy.freeze();  // the dropped connection cannot be replaced
+  std::vector<ClaimRequest> requests;
+  for (int i = 0; i < 5; ++i) requests.push_back(claim_request(clock, "key-unreachable-" + std::to_string(i)));
+  auto claims = BlockingStore(*store).claim_many(requests);
+  auto completes = BlockingStore(*store).complete_many({complete_request(clock, fence_of(held))});
+  ASSERT_EQ(claims.size(), 5u);
+  for (const auto& c : claims) {
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.error().code, StoreErrc::unavailable) << c.error().message;
+    EXPECT_FALSE(c.error().in_doubt);
+  }
+  ASSERT_FALSE(completes[0]);
+  EXPECT_FALSE(completes[0].error().in_doubt);
+  RawConn raw;
+  EXPECT_EQ(raw.exec("SELECT count(*) FROM " + qualified(schema, "idempotency_keys") + " WHERE key LIKE 'key-unreachable-_'"),
+            "0");
+  proxy.thaw();
+  const auto deadline = SteadyClock::now() + 5s;
+  BatchResults<ClaimResult> again;
+  do {
+    std::this_thread::sleep_for(100ms);
+    again = BlockingStore(*store).claim_many(requests);
+  } while (!again[0] && SteadyClock::now() < deadline);
+  for (const auto& c : again) {
+    ASSERT_TRUE(c) << c.error().message;
+    EXPECT_EQ(c->status, ClaimStatus::claimed);
+  }
+}
+
+// The connection is lost after the batch's commit was sent: every write of it is in doubt, and
+// the server commits all of it or nothing (here all, once the row it waited for is free).
+TEST(PostgresBatchCalls, ABatchLostAfterItsCommitWasSentIsInDoubtAndAllOrNothing) {
+  const std::string schema = fresh_schema();
+  pgtest::Proxy proxy("127.0.0.1", pgtest::port_of(pgtest::server_url()));
+  auto store = open_store(options_for(schema, proxy.url_via(pgtest::server_url())));
+  ManualClock clock;
+  std::vector<CompleteRequest> completions;
+  for (int i = 0; i < 3; ++i) {
+    auto c = must_claim(*store, claim_request(clock, "key-batch-doubt-" + std::to_string(i)));
+    completions.push_back(complete_request(clock, fence_of(c)));
+  }
+  RawConn locker;  // holds one row: the batch is sent, and waits
+  locker.exec("BEGIN");
+  locker.exec("SELECT 1 FROM " + qualified(schema, "idempotency_keys") + " WHERE key = 'key-batch-doubt-1' FOR UPDATE");
+  std::promise<BatchResults<FenceStatus>> answer;
+  store->complete_many(std::move(completions), [&](BatchResults<FenceStatus> r) { answer.set_value(std::move(r)); });
+  std::this_thread::sleep_for(300ms);
+  proxy.cut();
+  auto results = answer.get_future().get();
+  ASSERT_EQ(results.size(), 3u);
+  for (const auto& r : results) {
+    ASSERT_FALSE(r);
+    EXPECT_TRUE(r.error().in_doubt) << r.error().message;
+  }
+  RawConn raw;
+  const std::string completed =
+      "SELECT count(*) FROM " + qualified(schema, "idempotency_keys") + " WHERE key LIKE 'key-batch-doubt-_' AND state = 'completed'";
+  EXPECT_EQ(raw.exec(completed), "0");  // nothing before the commit
+  locker.exec("COMMIT");
+  const auto deadline = SteadyClock::now() + 5s;
+  std::optional<std::string> count;
+  while (SteadyClock::now() < deadline) {
+    count = raw.exec(completed);
+    if (count == "3") break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(count, "3");
+}
+
 // ---- transactional completion -------------------------------------------------------------------
 
 class PostgresTransactional : public ::testing::Test {

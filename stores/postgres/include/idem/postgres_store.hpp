@@ -35,7 +35,8 @@ struct PostgresOptions {
   /// Connections, each owned by one store thread. Operations queued while all are busy share
   /// the next transaction (group commit), so a few connections serve many concurrent requests.
   std::size_t pool_size = 4;
-  /// The most operations one transaction (one pipelined round trip) carries.
+  /// The most operations one transaction (one pipelined round trip) carries; a batch call with
+  /// more items still goes in one.
   std::size_t max_batch = 128;
   /// How long opening one connection may take. While the server is unreachable, an operation
   /// fails with StoreErrc::unavailable within about this time (at once during reconnect backoff).
@@ -141,6 +142,13 @@ class PostgresStore final : public Store, public StoreAdmin {
   void fail(FailRequest request, Callback<FenceStatus> done) override;
   void release(Fence fence, Callback<FenceStatus> done) override;
   void abandon(AbandonRequest request, Callback<FenceStatus> done) override;
+  /// A batch call's statements go out together, in one pipelined transaction (one round trip),
+  /// never split between two; other queued operations may join it up to `max_batch`. Its items
+  /// on one key run in their order.
+  void claim_many(std::vector<ClaimRequest> requests, BatchCallback<ClaimResult> done) override;
+  void complete_many(std::vector<CompleteRequest> requests, BatchCallback<FenceStatus> done) override;
+  void fail_many(std::vector<FailRequest> requests, BatchCallback<FenceStatus> done) override;
+  void release_many(std::vector<Fence> fences, BatchCallback<FenceStatus> done) override;
   void get(RecordId id, Callback<std::optional<Record>> done) override;
   /// Runs in a transaction of its own and skips rows other transactions hold, so reaping never
   /// makes a request wait.

@@ -69,6 +69,24 @@ void Node::submit(Op op) {
   fail(op, Failure{Failure::Kind::closing, "", address_.str()});
 }
 
+void Node::submit_many(std::vector<Op> ops) {
+  if (ops.empty()) return;
+  {
+    std::unique_lock lock(mutex_);
+    if (!closed_) {
+      const bool was_empty = queue_.empty();
+      for (auto& op : ops) queue_.push_back(std::move(op));
+      lock.unlock();
+      if (was_empty) {
+        const std::uint64_t one = 1;
+        [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+      }
+      return;
+    }
+  }
+  for (auto& op : ops) fail(op, Failure{Failure::Kind::closing, "", address_.str()});
+}
+
 void Node::fail(Op& op, const Failure& why) {
   counters_.replies.fetch_add(1, std::memory_order_relaxed);
   if (why.kind == Failure::Kind::timeout) counters_.timeouts.fetch_add(1, std::memory_order_relaxed);

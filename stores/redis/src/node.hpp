@@ -92,6 +92,9 @@ class Node {
 
   /// Queues a command; never blocks beyond a mutex. After close, fails it at once.
   void submit(Op op);
+  /// Queues commands together, in order, so that the thread writes them in one go (a batch
+  /// call's round trip). After close, fails them at once.
+  void submit_many(std::vector<Op> ops);
   /// Asks the thread to finish what is queued and in flight, then stop; returns at once.
   void stop();
   /// Waits for the thread after stop().

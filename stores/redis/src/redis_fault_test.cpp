@@ -584,8 +584,29 @@ TEST(RedisFaults, SlotMigrationIsFollowedThroughAskThenMoved) {
     }
   };
 
+  // A batch of that key and one in another slot: the first item alone follows the redirection.
+  RecordId elsewhere{"t", ""};
+  for (int i = 0; elsewhere.key.empty(); ++i) {
+    const std::string candidate = "elsewhere-" + std::to_string(i);
+    if (redis_detail::key_slot(store->redis_key(RecordId{"t", candidate})) != slot) elsewhere.key = candidate;
+  }
+  auto batch_of_both = [&](int n) {
+    return b.claim_many({claim_request(first.key, tokens++, clock),
+                         claim_request(elsewhere.key + "-" + std::to_string(n), tokens++, clock)});
+  };
+  auto expect_replay_and_claim = [](const BatchResults<ClaimResult>& results) {
+    ASSERT_EQ(results.size(), 2u);
+    ASSERT_TRUE(results[0]) << results[0].error().message;
+    EXPECT_EQ(results[0]->status, ClaimStatus::completed);
+    ASSERT_TRUE(results[1]) << results[1].error().message;
+    EXPECT_EQ(results[1]->status, ClaimStatus::claimed);
+  };
+
   // Migrating: the record moved to the target while the map still names the source -> ASK.
   move_slot(src, source, src_id, tgt, target, tgt_id);
+  const auto ask_before_batch = store->stats().ask;
+  expect_replay_and_claim(batch_of_both(1));
+  EXPECT_GT(store->stats().ask, ask_before_batch);
   ASSERT_EQ(drive(*store, clock, tokens, ledger, first.key, deadline()), Outcome::done);  // a replay
   EXPECT_GE(store->stats().ask, 1u);
   ASSERT_EQ(drive(*store, clock, tokens, ledger, second.key, deadline()), Outcome::done);  // created on the target
@@ -595,8 +616,9 @@ TEST(RedisFaults, SlotMigrationIsFollowedThroughAskThenMoved) {
   // Migrated: the target owns the slot -> MOVED, and the store follows it from then on.
   assign_slot(tgt_id);
   const auto moved_before = store->stats().moved;
-  ASSERT_EQ(drive(*store, clock, tokens, ledger, first.key, deadline()), Outcome::done);
+  expect_replay_and_claim(batch_of_both(2));
   EXPECT_GT(store->stats().moved, moved_before);
+  ASSERT_EQ(drive(*store, clock, tokens, ledger, first.key, deadline()), Outcome::done);
 
   // And back, leaving the cluster as it was.
   move_slot(tgt, target, tgt_id, src, source, src_id);
@@ -634,6 +656,37 @@ TEST(RedisFaults, StalledServerTimesOutInDoubtThenRecovers) {
   ASSERT_TRUE(r);
   if (*r) {
     EXPECT_EQ((*r)->state, RecordState::in_progress);
+  }
+}
+
+// A batch sent to a server that stalls (CLIENT PAUSE) times out item by item, each in doubt; each
+// key is afterwards what a single claim that timed out could leave: absent or held in progress.
+TEST(RedisFaults, ABatchToAStalledServerTimesOutEveryItemInDoubt) {
+  auto options = fast_options(redis_test::standalone_url(), "stall-batch");
+  options.command_timeout = 200ms;
+  auto store = open_store(options);
+  BlockingStore b(*store);
+  ManualClock clock;
+  ASSERT_TRUE(b.claim(claim_request("before-batch-stall", 1, clock)));
+  std::vector<ClaimRequest> requests;
+  for (int i = 0; i < 8; ++i) requests.push_back(claim_request("during-batch-stall-" + std::to_string(i), 10 + i, clock));
+  RawRedis admin(standalone_address());
+  ASSERT_EQ(admin.text({"CLIENT", "PAUSE", "1000", "ALL"}), "OK");
+  auto claims = b.claim_many(requests);
+  ASSERT_EQ(claims.size(), requests.size());
+  for (const auto& c : claims) {
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.error().code, StoreErrc::timeout) << c.error().message;
+    EXPECT_TRUE(c.error().in_doubt);
+  }
+  EXPECT_TRUE(eventually(5s, [&] { return b.claim(claim_request("after-batch-stall", 99, clock)).has_value(); }));
+  for (const auto& r : requests) {
+    auto record = b.get(r.id);
+    ASSERT_TRUE(record);
+    if (*record) {
+      EXPECT_EQ((*record)->state, RecordState::in_progress);
+      EXPECT_EQ((*record)->fencing_token, r.token);
+    }
   }
 }
 

@@ -9,8 +9,10 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "idem/headers_codec.hpp"
+#include "idem/store_batch.hpp"
 #include "record_codec.hpp"
 #include "router.hpp"
 #include "scripts.hpp"
@@ -213,7 +215,8 @@ class RedisStore::Impl {
     router.dispatch(script_op(id, key, std::move(argv), write, std::move(done)));
   }
 
-  void claim_by_script(ClaimRequest request, Callback<ClaimResult> done) {
+  // A claim by the script, which decides every case atomically on the server.
+  Op claim_script_op(ClaimRequest request, Callback<ClaimResult> done) {
     const std::string key = redis_detail::record_key(options.key_prefix, request.id);
     std::vector<std::string> argv{ms_text(request.now),
                                   request.request_hash,
@@ -223,11 +226,104 @@ class RedisStore::Impl {
                                   request.take_over_expired_lease ? "1" : "0",
                                   ttl_text(request.now, request.expires, options.ttl_grace),
                                   request.lookup};
-    eval(ScriptId::claim, key, std::move(argv), true,
-         [request = std::move(request), done = std::move(done)](StoreResult<Reply> reply) mutable {
-           if (!reply) return done(std::unexpected(std::move(reply.error())));
-           done(decode_claim(request, *reply));
-         });
+    return script_op(ScriptId::claim, key, std::move(argv), true,
+                     [request = std::move(request), done = std::move(done)](StoreResult<Reply> reply) mutable {
+                       if (!reply) return done(std::unexpected(std::move(reply.error())));
+                       done(decode_claim(request, *reply));
+                     });
+  }
+
+  void claim_by_script(ClaimRequest request, Callback<ClaimResult> done) {
+    router.dispatch(claim_script_op(std::move(request), std::move(done)));
+  }
+
+  // A claim: `SET NX GET` first (Redis 7.0 and later), the script when that is not enough, or
+  // at once when `by_script`.
+  Op claim_op(ClaimRequest request, Callback<ClaimResult> done, bool by_script) {
+    if (by_script || !set_nx_get.load(std::memory_order_relaxed)) {
+      return claim_script_op(std::move(request), std::move(done));
+    }
+    // A fresh key, the common case, is claimed without Lua: SET NX writes the new record unless one
+    // is there, and GET hands that one back. decide_claim then says whether it answers the claim
+    // (replay, conflict, in progress) or may be taken over, which only the script does atomically.
+    const std::string key = redis_detail::record_key(options.key_prefix, request.id);
+    Record fresh = claimed_record(request, std::nullopt);
+    std::vector<std::string> args{"SET", key, redis_detail::encode_record(fresh), "NX", "GET", "PX",
+                                  ttl_text(request.now, request.expires, options.ttl_grace)};
+    Op op = make_op(
+        std::move(args),
+        [this, request = std::move(request), fresh = std::move(fresh),
+         done = std::move(done)](StoreResult<Reply> reply) mutable {
+          if (!reply) return done(std::unexpected(std::move(reply.error())));
+          if (reply->type == Reply::Type::nil) {
+            return done(ClaimResult{ClaimStatus::claimed, ClaimKind::fresh, std::move(fresh)});
+          }
+          if (reply->is_error()) {
+            // WRONGTYPE: a record an earlier idem wrote as a hash, which the script converts. A
+            // syntax error: a Redis before 7.0, which has no SET NX GET; the script serves it.
+            if (reply->str.starts_with("ERR syntax")) {
+              set_nx_get.store(false, std::memory_order_relaxed);
+            } else if (!is_wrongtype(*reply)) {
+              return done(std::unexpected(reply_error(*reply)));
+            }
+            return claim_by_script(std::move(request), std::move(done));
+          }
+          if (reply->type != Reply::Type::string) return done(std::unexpected(bad_reply("claim", *reply)));
+          auto decoded = redis_detail::decode_record(request.id, reply->str);
+          if (!decoded) return done(std::unexpected(std::move(decoded.error())));
+          std::optional<Record> current(std::move(*decoded));
+          const ClaimDecision decision = decide_claim(current, request);
+          if (decision.status == ClaimStatus::claimed) return claim_by_script(std::move(request), std::move(done));
+          done(ClaimResult{decision.status, ClaimKind::fresh, std::move(*current)});
+        });
+    op.slot = redis_detail::key_slot(key);
+    op.write = true;
+    op.raw_errors = true;
+    return op;
+  }
+
+  // A fenced write by `id`'s script: ok or lost.
+  Op fenced_op(ScriptId id, const RecordId& record, std::vector<std::string> argv, const char* what,
+               Callback<FenceStatus> done) {
+    return script_op(id, redis_detail::record_key(options.key_prefix, record), std::move(argv), true,
+                     [what, done = std::move(done)](StoreResult<Reply> reply) mutable {
+                       if (!reply) return done(std::unexpected(std::move(reply.error())));
+                       done(fence_status(*reply, what));
+                     });
+  }
+
+  Op complete_op(CompleteRequest request, Callback<FenceStatus> done) {
+    std::vector<std::string> argv{std::to_string(request.fence.token),
+                                  ms_text(request.now),
+                                  ms_text(request.expires),
+                                  ttl_text(request.now, request.expires, options.ttl_grace),
+                                  std::to_string(request.response.status),
+                                  encode_headers(request.response.headers),
+                                  std::move(request.response.body)};
+    return fenced_op(ScriptId::complete, request.fence.id, std::move(argv), "complete", std::move(done));
+  }
+
+  Op fail_op(FailRequest request, Callback<FenceStatus> done) {
+    std::vector<std::string> argv{std::to_string(request.fence.token), ms_text(request.expires),
+                                  ttl_text(request.now, request.expires, options.ttl_grace)};
+    return fenced_op(ScriptId::fail, request.fence.id, std::move(argv), "fail", std::move(done));
+  }
+
+  Op release_op(const Fence& fence, Callback<FenceStatus> done) {
+    return fenced_op(ScriptId::release, fence.id, {std::to_string(fence.token)}, "release", std::move(done));
+  }
+
+  // A batch call: one command per item, each answering into its place, handed to the router
+  // together so that each node writes its share in one go. `make(item, index, callback)`.
+  template <class T, class Item, class Make>
+  void dispatch_batch(std::vector<Item> items, BatchCallback<T> done, Make&& make) {
+    auto collector = BatchCollector<T>::make(items.size(), std::move(done));
+    std::vector<Op> ops;
+    ops.reserve(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      ops.push_back(make(std::move(items[i]), i, BatchCollector<T>::slot(collector, i)));
+    }
+    router.dispatch_many(std::move(ops));
   }
 
   // A record an earlier idem stored as a hash, read as it is (only scripts rewrite it).
@@ -521,76 +617,55 @@ std::string RedisStore::redis_key(const RecordId& id) const {
 }
 
 void RedisStore::claim(ClaimRequest request, Callback<ClaimResult> done) {
-  if (!impl_->set_nx_get.load(std::memory_order_relaxed)) return impl_->claim_by_script(std::move(request), std::move(done));
-  // A fresh key, the common case, is claimed without Lua: SET NX writes the new record unless one
-  // is there, and GET hands that one back. decide_claim then says whether it answers the claim
-  // (replay, conflict, in progress) or may be taken over, which only the script does atomically.
-  const std::string key = redis_key(request.id);
-  Record fresh = claimed_record(request, std::nullopt);
-  std::vector<std::string> args{"SET", key, redis_detail::encode_record(fresh), "NX", "GET", "PX",
-                                ttl_text(request.now, request.expires, impl_->options.ttl_grace)};
-  Op op = impl_->make_op(
-      std::move(args),
-      [this, request = std::move(request), fresh = std::move(fresh),
-       done = std::move(done)](StoreResult<Reply> reply) mutable {
-        if (!reply) return done(std::unexpected(std::move(reply.error())));
-        if (reply->type == Reply::Type::nil) return done(ClaimResult{ClaimStatus::claimed, ClaimKind::fresh, std::move(fresh)});
-        if (reply->is_error()) {
-          // WRONGTYPE: a record an earlier idem wrote as a hash, which the script converts. A
-          // syntax error: a Redis before 7.0, which has no SET NX GET; the script serves it.
-          if (reply->str.starts_with("ERR syntax")) {
-            impl_->set_nx_get.store(false, std::memory_order_relaxed);
-          } else if (!is_wrongtype(*reply)) {
-            return done(std::unexpected(reply_error(*reply)));
-          }
-          return impl_->claim_by_script(std::move(request), std::move(done));
-        }
-        if (reply->type != Reply::Type::string) return done(std::unexpected(bad_reply("claim", *reply)));
-        auto decoded = redis_detail::decode_record(request.id, reply->str);
-        if (!decoded) return done(std::unexpected(std::move(decoded.error())));
-        std::optional<Record> current(std::move(*decoded));
-        const ClaimDecision decision = decide_claim(current, request);
-        if (decision.status == ClaimStatus::claimed) return impl_->claim_by_script(std::move(request), std::move(done));
-        done(ClaimResult{decision.status, ClaimKind::fresh, std::move(*current)});
-      });
-  op.slot = redis_detail::key_slot(key);
-  op.write = true;
-  op.raw_errors = true;
-  impl_->router.dispatch(std::move(op));
+  impl_->router.dispatch(impl_->claim_op(std::move(request), std::move(done), /*by_script=*/false));
 }
 
 void RedisStore::complete(CompleteRequest request, Callback<FenceStatus> done) {
-  const std::string key = redis_key(request.fence.id);
-  std::vector<std::string> argv{std::to_string(request.fence.token),
-                                ms_text(request.now),
-                                ms_text(request.expires),
-                                ttl_text(request.now, request.expires, impl_->options.ttl_grace),
-                                std::to_string(request.response.status),
-                                encode_headers(request.response.headers),
-                                std::move(request.response.body)};
-  impl_->eval(ScriptId::complete, key, std::move(argv), true, [done = std::move(done)](StoreResult<Reply> reply) mutable {
-    if (!reply) return done(std::unexpected(std::move(reply.error())));
-    done(fence_status(*reply, "complete"));
-  });
+  impl_->router.dispatch(impl_->complete_op(std::move(request), std::move(done)));
 }
 
 void RedisStore::fail(FailRequest request, Callback<FenceStatus> done) {
-  const std::string key = redis_key(request.fence.id);
-  std::vector<std::string> argv{std::to_string(request.fence.token), ms_text(request.expires),
-                                ttl_text(request.now, request.expires, impl_->options.ttl_grace)};
-  impl_->eval(ScriptId::fail, key, std::move(argv), true, [done = std::move(done)](StoreResult<Reply> reply) mutable {
-    if (!reply) return done(std::unexpected(std::move(reply.error())));
-    done(fence_status(*reply, "fail"));
-  });
+  impl_->router.dispatch(impl_->fail_op(std::move(request), std::move(done)));
 }
 
 void RedisStore::release(Fence fence, Callback<FenceStatus> done) {
-  const std::string key = redis_key(fence.id);
-  impl_->eval(ScriptId::release, key, {std::to_string(fence.token)}, true,
-              [done = std::move(done)](StoreResult<Reply> reply) mutable {
-                if (!reply) return done(std::unexpected(std::move(reply.error())));
-                done(fence_status(*reply, "release"));
-              });
+  impl_->router.dispatch(impl_->release_op(fence, std::move(done)));
+}
+
+void RedisStore::claim_many(std::vector<ClaimRequest> requests, BatchCallback<ClaimResult> done) {
+  // A key that comes more than once is claimed by the script every time. With SET NX GET, a
+  // claim that needs the script (a takeover) would run it a round trip later, after the key's
+  // next claim had already been decided on the record before the takeover; scripts queued in
+  // order on the key's node run in order, as single calls one after the other would.
+  std::unordered_map<std::string, int> seen;
+  std::vector<std::uint8_t> by_script(requests.size(), 0);
+  for (const auto& r : requests) ++seen[redis_key(r.id)];
+  for (std::size_t i = 0; i < requests.size(); ++i) by_script[i] = seen[redis_key(requests[i].id)] > 1;
+  impl_->dispatch_batch<ClaimResult>(std::move(requests), std::move(done),
+                                     [&](ClaimRequest r, std::size_t i, Callback<ClaimResult> cb) {
+                                       return impl_->claim_op(std::move(r), std::move(cb), by_script[i] != 0);
+                                     });
+}
+
+void RedisStore::complete_many(std::vector<CompleteRequest> requests, BatchCallback<FenceStatus> done) {
+  impl_->dispatch_batch<FenceStatus>(std::move(requests), std::move(done),
+                                     [&](CompleteRequest r, std::size_t, Callback<FenceStatus> cb) {
+                                       return impl_->complete_op(std::move(r), std::move(cb));
+                                     });
+}
+
+void RedisStore::fail_many(std::vector<FailRequest> requests, BatchCallback<FenceStatus> done) {
+  impl_->dispatch_batch<FenceStatus>(std::move(requests), std::move(done),
+                                     [&](FailRequest r, std::size_t, Callback<FenceStatus> cb) {
+                                       return impl_->fail_op(std::move(r), std::move(cb));
+                                     });
+}
+
+void RedisStore::release_many(std::vector<Fence> fences, BatchCallback<FenceStatus> done) {
+  impl_->dispatch_batch<FenceStatus>(std::move(fences), std::move(done),
+                                     [&](Fence f, std::size_t, Callback<FenceStatus> cb) {
+                                       return impl_->release_op(f, std::move(cb));
+                                     });
 }
 
 void RedisStore::abandon(AbandonRequest request, Callback<FenceStatus> done) {

@@ -336,6 +336,40 @@ TEST_P(RedisStoreTest, ConcurrentCallsArePipelinedOnOneConnectionPerNode) {
   EXPECT_EQ(stats.connects, GetParam() == "standalone" ? 1u : masters().size());
 }
 
+// A batch call is one write per node: every node gets its share of the items in one go (a
+// cluster: the items spread over every master).
+TEST_P(RedisStoreTest, ABatchIsOneWritePerNode) {
+  auto store = open_store(url(), redis_test::unique_prefix("batch-write"));
+  BlockingStore b(*store);
+  ASSERT_TRUE(b.ping());  // connected to every master before counting
+  std::vector<ClaimRequest> requests;
+  for (int i = 0; i < 64; ++i) requests.push_back(request("t", "batched-" + std::to_string(i)));
+  const auto before = store->stats();
+  auto claims = b.claim_many(requests);
+  const auto after = store->stats();
+  for (const auto& c : claims) ASSERT_TRUE(c && c->status == ClaimStatus::claimed);
+  EXPECT_EQ(after.commands - before.commands, 64u);
+  EXPECT_EQ(after.batches - before.batches, masters().size());
+  EXPECT_GE(after.largest_batch, 64u / masters().size());
+
+  std::vector<Fence> fences;
+  for (const auto& c : claims) fences.push_back(fence_of(*c));
+  std::vector<CompleteRequest> completions;
+  for (const auto& f : fences) completions.push_back(CompleteRequest{f, StoredResponse{200, {}, "ok"}, clock.now(), clock.now() + 24h});
+  const auto mid = store->stats();
+  for (const auto& r : b.complete_many(std::move(completions))) ASSERT_TRUE(r && *r == FenceStatus::ok);
+  // A node that does not have the script yet answers NOSCRIPT: its share goes again as EVAL, in
+  // one more write.
+  const auto end = store->stats();
+  EXPECT_GE(end.batches - mid.batches, masters().size());
+  EXPECT_LE(end.batches - mid.batches, masters().size() + (end.noscript - mid.noscript));
+  auto replays = b.claim_many(requests);
+  for (const auto& c : replays) {
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->status, ClaimStatus::completed);
+  }
+}
+
 TEST(RedisCluster, SlotsAgreeWithTheServer) {
   RawRedis raw(redis_test::cluster_nodes().front());
   auto store = open_store(redis_test::cluster_url(), "idem:");
@@ -436,6 +470,31 @@ TEST(RedisStoreOpen, UnreachableServer) {
   }
   EXPECT_GE(store->stats().connect_failures, 1u);
   EXPECT_FALSE(b.ping());
+}
+
+// A batch against a server that cannot be reached: every item fails fast as unavailable, none in
+// doubt (nothing was sent).
+TEST(RedisStoreOpen, ABatchAgainstAnUnreachableServerFailsEveryItem) {
+  RedisOptions options;
+  options.url = "redis://127.0.0.1:" + std::to_string(dead_port());
+  options.check_on_open = false;
+  auto store = open_store(options);
+  BlockingStore b(*store);
+  std::vector<ClaimRequest> requests(5);
+  for (std::size_t i = 0; i < requests.size(); ++i) requests[i].id = {"t", "k" + std::to_string(i)};
+  const auto start = std::chrono::steady_clock::now();
+  auto claims = b.claim_many(requests);
+  auto completes = b.complete_many({CompleteRequest{Fence{{"t", "k0"}, 1}, {}, {}, {}}});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  ASSERT_EQ(claims.size(), 5u);
+  for (const auto& c : claims) {
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.error().code, StoreErrc::unavailable) << c.error().message;
+    EXPECT_FALSE(c.error().in_doubt);
+  }
+  ASSERT_EQ(completes.size(), 1u);
+  ASSERT_FALSE(completes[0]);
+  EXPECT_EQ(completes[0].error().code, StoreErrc::unavailable);
 }
 
 TEST(RedisStoreOpen, UnreachableClusterSeeds) {

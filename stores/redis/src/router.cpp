@@ -1,6 +1,7 @@
 #include "router.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 
 namespace idem::redis_detail {
@@ -153,6 +154,37 @@ void Router::dispatch(Op op) {
     return;
   }
   node->submit(std::move(op));
+}
+
+Node* Router::route_locked(const Op& op) {
+  if (op.node) return node_locked(*op.node);
+  if (!url_.cluster) return nodes_.begin()->second.get();
+  if (op.slot < 0 || op.slot >= kSlots) return nullptr;
+  return slots_[static_cast<std::size_t>(op.slot)];
+}
+
+void Router::dispatch_many(std::vector<Op> ops) {
+  std::vector<std::pair<Node*, std::vector<Op>>> shares;  // few nodes: a vector beats a map
+  std::vector<Op> unrouted;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& op : ops) {
+      Node* node = route_locked(op);
+      if (!node) {
+        unrouted.push_back(std::move(op));
+        continue;
+      }
+      auto share = std::find_if(shares.begin(), shares.end(), [node](const auto& s) { return s.first == node; });
+      if (share == shares.end()) {
+        shares.emplace_back(node, std::vector<Op>{});
+        share = std::prev(shares.end());
+      }
+      share->second.push_back(std::move(op));
+    }
+  }
+  for (auto& [node, share] : shares) node->submit_many(std::move(share));
+  // dispatch says why each of these has no route (and asks for a fresh slot map).
+  for (auto& op : unrouted) dispatch(std::move(op));
 }
 
 void Router::send_to(const Address& to, Op op) {

@@ -42,6 +42,9 @@ class Router final : public Dispatcher {
   void request_refresh();
 
   void dispatch(Op op) override;
+  /// Sends many by slot at once: each node's share in one submission, in their order, so that
+  /// each node writes its share in one go. Commands no node is known for fail alone.
+  void dispatch_many(std::vector<Op> ops);
   void send_to(const Address& to, Op op) override;
   void retry_later(Op op, Millis delay) override;
   void moved(int slot, const Address& to) override;
@@ -56,6 +59,8 @@ class Router final : public Dispatcher {
   void refresher();
   void timer();
   void fail(Op& op, const Failure& why);
+  /// The node an Op goes to by slot (or the standalone server); null when none is known.
+  Node* route_locked(const Op& op);  // requires mutex_
 
   const RedisUrl url_;
   const Settings settings_;

@@ -117,6 +117,15 @@ class RedisStore final : public Store, public StoreAdmin {
   void fail(FailRequest request, Callback<FenceStatus> done) override;
   void release(Fence fence, Callback<FenceStatus> done) override;
   void abandon(AbandonRequest request, Callback<FenceStatus> done) override;
+  /// A batch call hands each node its share of the items at once: one pipelined write and one
+  /// round trip per node (a claim that must take a record over, or meets a legacy record, costs
+  /// one more). A cluster routes each item by its slot and follows MOVED/ASK item by item. A key
+  /// that comes more than once in one claim_many is claimed by the script each time, so that its
+  /// claims run in order.
+  void claim_many(std::vector<ClaimRequest> requests, BatchCallback<ClaimResult> done) override;
+  void complete_many(std::vector<CompleteRequest> requests, BatchCallback<FenceStatus> done) override;
+  void fail_many(std::vector<FailRequest> requests, BatchCallback<FenceStatus> done) override;
+  void release_many(std::vector<Fence> fences, BatchCallback<FenceStatus> done) override;
   void get(RecordId id, Callback<std::optional<Record>> done) override;
   /// SCANs the prefix (every master of a cluster) and deletes records whose logical expiry has
   /// passed: O(records). Redis also drops each record by itself `ttl_grace` after its expiry,

@@ -32,6 +32,9 @@ void register_reconcile(CLI::App& app);
 /// Adds `idemctl outbox` and its commands: list, show, retry, drop, stats.
 void register_outbox(CLI::App& app);
 
+/// Adds `idemctl holds` and its commands: list, show, drop, forget (keys a consumer holds).
+void register_holds(CLI::App& app);
+
 /// Adds `idemctl keys` and its commands: add, list, usage (encryption at rest).
 void register_keys(CLI::App& app);
 

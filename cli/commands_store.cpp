@@ -392,6 +392,10 @@ OpenedStore open_or_fail(const std::string& url, std::shared_ptr<const KeyRing> 
 
 }  // namespace
 
+OpenedStore open_store_or_fail(const std::string& url, std::shared_ptr<const KeyRing> keys) {
+  return open_or_fail(url, std::move(keys));
+}
+
 void register_store(CLI::App& app) {
   auto args = std::make_shared<StoreArgs>();
   const auto output = [args] { return Output{std::cout, std::cerr, args->json}; };

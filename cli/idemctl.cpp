@@ -1,6 +1,7 @@
 // idemctl: one CLI for users and operators of idem. Send requests with safe retries (send, and the
 // client journal: pending, dead-letters, resume), operate a store (get, list, purge, release,
-// resolve, stats, and reconcile: keys with an unknown outcome, asked about), operate an outbox (outbox list, show, retry, drop, stats), manage the keys that
+// resolve, stats, and reconcile: keys with an unknown outcome, asked about), operate an outbox (outbox list,
+// show, retry, drop, stats), the keys a consumer holds behind a dead letter (holds), manage the keys that
 // encrypt stored responses (keys add, list, usage), and check fingerprints (canonicalize,
 // fingerprint). One file per command group.
 
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   register_store(app);
   register_reconcile(app);
   register_outbox(app);
+  register_holds(app);
   register_keys(app);
   register_canonicalize(app);
   register_fingerprint(app);

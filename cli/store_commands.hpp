@@ -9,6 +9,7 @@
 
 #include "common.hpp"
 #include "idem/encryption.hpp"
+#include "idem/open_store.hpp"
 #include "idem/store.hpp"
 #include "idem/store_admin.hpp"
 
@@ -68,5 +69,10 @@ int run_stats(StoreAdmin& admin, TimePoint now, const Output& o);
 /// one not opened has no status, headers or body, and "error" when it could not be.
 nlohmann::json record_json(const Record& record, TimePoint now, bool with_body,
                            const std::optional<Encryption>& encryption = std::nullopt);
+
+/// Opens the store named by `url` for an operator's command, or ends the command (exit 2 for a
+/// bad URL, 1 when it cannot be opened; an SQLite path that does not exist is never created).
+/// With `keys`, through an EncryptedStore.
+OpenedStore open_store_or_fail(const std::string& url, std::shared_ptr<const KeyRing> keys = nullptr);
 
 }  // namespace idem::cli

@@ -28,6 +28,7 @@ void bind(sidecar::Settings& s, Config& c) {
   s.choice("ordering", {"none", "key"}, [&c](const std::string& v) {
     c.ordering = v == "key" ? ConsumeOrdering::key : ConsumeOrdering::none;
   });
+  s.choice("dead_letters", {"hold", "pass"}, [&c](const std::string& v) { c.hold_after_dead_letter = v == "hold"; });
   s.duration("retry_min", c.retry_min);
   s.duration("retry_max", c.retry_max);
   s.duration("drain_timeout", c.drain_timeout, /*allow_zero=*/true);

@@ -36,6 +36,9 @@ struct Config {
   /// "key": deliveries with the same ordering key go to the handler one at a time, in delivery
   /// order (ConsumeOrdering::key); "none": side by side.
   ConsumeOrdering ordering = ConsumeOrdering::none;
+  /// ordering = "key": after a delivery is dead-lettered, its key's later deliveries are parked
+  /// behind it until replayed in order ("hold", ConsumeLoopOptions::holds), or run ("pass").
+  bool hold_after_dead_letter = true;
   std::uint32_t max_attempts = 5;        ///< tries (the broker's deliveries included) before "poison"
   std::size_t max_message_bytes = 1024 * 1024;
   Millis handler_timeout = 30s;          ///< one POST to the handler, sent to answered

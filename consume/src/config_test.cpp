@@ -26,6 +26,7 @@ TEST(ConsumeConfig, DefaultsAndTheNameFromTheSource) {
   EXPECT_EQ(c.max_attempts, 5u);
   EXPECT_EQ(c.on_lease_expiry, LeaseExpiry::reexecute);
   EXPECT_EQ(c.ordering, ConsumeOrdering::none);
+  EXPECT_TRUE(c.hold_after_dead_letter);
   ASSERT_TRUE(c.admin_listen);
   EXPECT_EQ(c.admin_listen->port, 9101);
   const Config s = parse("", flags({{"source", "redis+stream://127.0.0.1:6379/events?group=mailer"},
@@ -36,10 +37,12 @@ TEST(ConsumeConfig, DefaultsAndTheNameFromTheSource) {
 TEST(ConsumeConfig, FlagsOverTheFile) {
   const Config c = parse(
       "source = \"redis+stream://127.0.0.1:6379/s?group=g\"\ndeliver = \"http://h/x\"\nworkers = 2\n"
-      "on_lease_expiry = \"unknown\"\nname = \"mailer\"\nlease = \"10m\"\nhandler_timeout = \"5s\"\n",
+      "on_lease_expiry = \"unknown\"\nname = \"mailer\"\nlease = \"10m\"\nhandler_timeout = \"5s\"\n"
+      "dead_letters = \"pass\"\n",
       flags({{"workers", "4"}, {"admin_listen", "off"}, {"ordering", "key"}}));
   EXPECT_EQ(c.workers, 4u);
   EXPECT_EQ(c.ordering, ConsumeOrdering::key);
+  EXPECT_FALSE(c.hold_after_dead_letter);
   EXPECT_EQ(c.on_lease_expiry, LeaseExpiry::unknown);
   EXPECT_EQ(c.name, "mailer");
   EXPECT_FALSE(c.admin_listen);

@@ -20,6 +20,7 @@
 #include "idem/client/curl_transport.hpp"
 #include "idem/consume_loop.hpp"
 #include "idem/gateway/log.hpp"
+#include "idem/key_holds.hpp"
 #include "idem/open_broker.hpp"
 #include "idem/open_store.hpp"
 #include "idem/redact.hpp"
@@ -163,6 +164,8 @@ int run(int argc, char** argv) {
   loop_options.workers = config.workers;
   loop_options.max_in_flight = config.prefetch;
   loop_options.ordering = config.ordering;
+  StoreKeyHolds holds(*opened->store, config.name);
+  if (config.ordering == ConsumeOrdering::key && config.hold_after_dead_letter) loop_options.holds = &holds;
   loop_options.max_message_bytes = config.max_message_bytes;
   loop_options.max_attempts = config.max_attempts;
   loop_options.retry_min = config.retry_min;

@@ -58,11 +58,11 @@ class Broker:
         self.kind = kind
         self.name = name or unique("q")
         self.private = private
-        suffix = ""
+        suffix = self.fifo_suffix = ""
         if fifo:  # SQS FIFO: the queue and its dead-letter queues (the source's default names)
             if kind != "sqs":
                 raise ValueError("only SQS queues are FIFO")
-            suffix = ".fifo"
+            suffix = self.fifo_suffix = ".fifo"
             self.name += suffix
         if kind == "kafka":
             self.base = "kafka://%s" % private.bootstrap
@@ -110,7 +110,9 @@ class Broker:
         if self.kind == "kafka":
             return "%s/%s.dead-letter?group=inspect&%s" % (self.base, self.name, KAFKA_SOURCE_PARAMETERS)
         if self.kind == "sqs":
-            return "%s/%s-dead-letter?region=%s&%s" % (self.base, self.name, self.private.region, SQS_SOURCE_PARAMETERS)
+            base = self.name[:len(self.name) - len(self.fifo_suffix)]
+            return "%s/%s-dead-letter%s?region=%s&%s" % (self.base, base, self.fifo_suffix, self.private.region,
+                                                        SQS_SOURCE_PARAMETERS)
         return "%s/%s:dead-letter?group=inspect" % (self.base, self.name)
 
     def take_dead_letters(self, tool, idle_ms=1000):
@@ -467,6 +469,20 @@ class PrivateSqs:
             self.queues[name] = self._admin("create-queue", name)
             return self.queues[name]
         return self.call("CreateQueue", {"QueueName": name, "Attributes": attributes or {}})["QueueUrl"]
+
+    def produce(self, name, messages):
+        """Sends `messages` to queue `name` with the AWS SDK (testing/sqs_emulator/produce.mjs: a
+        real client), one SendMessage each; the fields are produce.mjs's."""
+        script = os.path.join(ROOT, "testing", "sqs_emulator", "produce.mjs")
+        environment = dict(os.environ)
+        if not self.endpoint:
+            key_id, secret = self.CREDENTIALS.split(":")
+            environment.update(AWS_ACCESS_KEY_ID=key_id, AWS_SECRET_ACCESS_KEY=secret, AWS_REGION=self.region)
+        lines = "".join(json.dumps(m) + "\n" for m in messages)
+        out = subprocess.run(["node", "--no-warnings", script, self.queue_url(name)], input=lines, env=environment,
+                             capture_output=True, text=True, timeout=120)
+        if out.returncode != 0 or out.stdout.strip() != "sent %d" % len(messages):
+            raise RuntimeError("produce.mjs: %s %s" % (out.stdout.strip(), out.stderr.strip()))
 
     def depth(self, name):
         """Messages in the queue, visible or held by a consumer (or delayed)."""

@@ -5,7 +5,7 @@ outbox with the aggregate as the ordering key; idem-relay publishes them to a si
 (idem-consume with ordering = "key") deliver them to a handler that records what it gets. The
 handler must see each aggregate's events in version order, 1 to 25 without a gap, each once.
 
-    test_ordering.py storm|kills --outbox sqlite|postgres --sink webhook|amqp|redis_streams|kafka|sqs
+    test_ordering.py storm|kills|poison --outbox sqlite|postgres --sink webhook|amqp|redis_streams|kafka|sqs
 
   storm   PostgreSQL: 6 writer sessions commit concurrently, each transaction sleeping a little
           between its INSERT and its COMMIT, so that rows commit out of id order; 3 relays. SQLite:
@@ -17,9 +17,16 @@ handler must see each aggregate's events in version order, 1 to 25 without a gap
           SQS: the endpoint away): every event's first delivery to the handler in version order,
           none missing (a killed consumer's handler call may come again: the handler dedupes by
           Idempotency-Key, as handlers must).
+  poison  20 aggregates x 8 events; the handler fails one event (agg-003 version 4) until it is
+          fixed. With the webhook sink the relay gives up on its row (dead): the aggregate's later
+          rows are held, every other aggregate completes, and after `idemctl outbox retry` the held
+          one completes in order. Through a broker the consumer dead-letters it: the aggregate's
+          later events are parked behind it (`idemctl holds list` shows them), every other
+          aggregate completes, and once the operator replays the dead letters in their order the
+          held one completes in order and is no longer held.
 
 Binaries from the environment (set by ctest): IDEM_RELAY_BIN, IDEM_CONSUME_BIN,
-IDEM_BROKER_TOOL_BIN, IDEM_FAULT_PROXY_BIN, IDEM_KAFKA_MOCK, IDEM_SQS_EMULATOR; PostgreSQL,
+IDEM_BROKER_TOOL_BIN, IDEM_FAULT_PROXY_BIN, IDEM_KAFKA_MOCK, IDEM_SQS_EMULATOR, IDEMCTL_BIN; PostgreSQL,
 RabbitMQ and Redis from scripts/test's servers (IDEM_TEST_POSTGRES_URL, ...).
 """
 import argparse
@@ -61,6 +68,8 @@ class Handler:
     def __init__(self):
         self.lock = threading.Lock()
         self.calls = []
+        self.failing = set()  # message ids answered 500 (poison), not recorded as calls
+        self.refused = 0
         outer = self
 
         class Endpoint(http.server.BaseHTTPRequestHandler):
@@ -78,7 +87,17 @@ class Handler:
                 except (ValueError, KeyError, TypeError):
                     call = (self.headers.get("Idempotency-Key"), None, None, None)
                 with outer.lock:
-                    outer.calls.append(call)
+                    failed = call[0] in outer.failing
+                    if failed:
+                        outer.refused += 1
+                    else:
+                        outer.calls.append(call)
+                if failed:
+                    self.send_response(500)
+                    self.send_header("Content-Length", "9")
+                    self.end_headers()
+                    self.wfile.write(b"ledger is")
+                    return
                 self.send_response(200)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
@@ -257,8 +276,9 @@ class SqliteOutbox:
 # ---- the way out: relays, the broker, consumers ----------------------------------------------------
 
 class Chain:
-    def __init__(self, args, workdir, outbox, handler):
+    def __init__(self, args, workdir, outbox, handler, max_attempts=1000):
         self.args, self.workdir, self.outbox, self.handler = args, workdir, outbox, handler
+        self.max_attempts = max_attempts
         self.private = None
         self.broker = None
         self.consumers = []
@@ -291,9 +311,9 @@ class Chain:
                     # that the key's next message does not wait long behind it. A stable consumer
                     # name: a restarted one takes its own unacknowledged stream entries first.
                     f.write('source = "%s"\ndeliver = "%s"\nstore = "sqlite:%s"\nordering = "key"\nlease = "3s"\n'
-                            'handler_timeout = "2s"\nretry_min = "100ms"\nretry_max = "1s"\nmax_attempts = 1000\n'
+                            'handler_timeout = "2s"\nretry_min = "100ms"\nretry_max = "1s"\nmax_attempts = %d\n'
                             'admin_listen = "off"\nlog_level = "warn"\nname = "ordering"\nconsumer = "consumer-%d"\n'
-                            % (source, handler.url(), self.store, i))
+                            % (source, handler.url(), self.store, self.max_attempts, i))
                 self.consumers.append(Proc("consumer-%d" % i, [brokers.env("IDEM_CONSUME_BIN"), "--config", config],
                                            workdir))
         n_relays = 3 if args.outbox == "postgres" else 1
@@ -301,8 +321,9 @@ class Chain:
             config = os.path.join(workdir, "relay-%d.toml" % i)
             with open(config, "w") as f:
                 f.write('outbox = "%s"\nsink = "%s"\nadmin_listen = "off"\nlog_level = "warn"\nname = "relay-%d"\n'
-                        'poll_interval = "20ms"\nretry_min = "100ms"\nretry_max = "1s"\nmax_attempts = 1000\n'
-                        'lease = "20s"\nwebhook_timeout = "5s"\nconfirm_timeout = "5s"\n' % (outbox.relay_url(), sink_url, i))
+                        'poll_interval = "20ms"\nretry_min = "100ms"\nretry_max = "1s"\nmax_attempts = %d\n'
+                        'lease = "20s"\nwebhook_timeout = "5s"\nconfirm_timeout = "5s"\n'
+                        % (outbox.relay_url(), sink_url, i, self.max_attempts))
             self.relays.append(Proc("relay-%d" % i, [brokers.env("IDEM_RELAY_BIN"), "--config", config], workdir))
         brokers.wait_until(lambda: self.check_alive() and outbox.ready(), 30, what="the relays made the outbox")
 
@@ -408,13 +429,99 @@ def run(args, tmp):
         outbox.close()
 
 
+def idemctl(*argv):
+    out = subprocess.run([brokers.env("IDEMCTL_BIN")] + list(argv), capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        fail("idemctl %s: exit %d: %s" % (" ".join(argv[:2]), out.returncode, out.stderr.strip()))
+    return out.stdout
+
+
+def run_poison(args, tmp):
+    global AGGREGATES, EVENTS
+    AGGREGATES, EVENTS = 20, 8  # the point is the hold, not the volume
+    poisoned = "agg-003/4"
+    held = ["agg-003/%d" % v for v in range(4, EVENTS + 1)]
+    handler = Handler()
+    handler.failing.add(poisoned)
+    outbox = PostgresOutbox(brokers.unique("ord")) if args.outbox == "postgres" else SqliteOutbox(tmp)
+    chain = None
+    context = "poison over %s, %s" % (args.sink, args.outbox)
+    try:
+        chain = Chain(args, tmp, outbox, handler, max_attempts=3)
+        if args.sink == "kafka":
+            time.sleep(brokers.KAFKA_JOIN_MS / 1000.0)
+        outbox.write(aggregate_order(7), 6 if args.outbox == "postgres" else 1)
+        total = AGGREGATES * EVENTS
+        # Every other aggregate completes; the poisoned one stops before version 4.
+        brokers.wait_until(lambda: chain.check_alive() and len(handler.seen()) >= total - len(held), 120,
+                           interval=0.2, what="every event but the held ones at the handler (%s)" % context)
+        time.sleep(2.0)  # a held event that slipped through would arrive meanwhile
+        slipped = handler.seen() & set(held)
+        if slipped:
+            fail("events of the held aggregate reached the handler (%s): %s" % (context, sorted(slipped)))
+        if args.sink == "webhook":
+            counts = outbox.counts()
+            if counts.get("dead", 0) != 1 or counts.get("pending", 0) != len(held) - 1:
+                fail("expected 1 dead row and %d held behind it (%s): %s" % (len(held) - 1, context, counts))
+            stats = json.loads(idemctl("outbox", "stats", "--outbox", outbox.relay_url(), "--json"))
+            if stats.get("held_keys") != 1:
+                fail("idemctl outbox stats shows %s held keys, not 1 (%s)" % (stats.get("held_keys"), context))
+            rows = json.loads(idemctl("outbox", "list", "--outbox", outbox.relay_url(), "--state", "dead", "--json"))
+            dead = rows["rows"]
+            if [r["message_id"] for r in dead] != [poisoned]:
+                fail("the dead rows are %s, not [%s] (%s)" % (dead, poisoned, context))
+            handler.failing.clear()  # the receiver is fixed
+            idemctl("outbox", "retry", "--outbox", outbox.relay_url(), str(dead[0]["id"]))
+        else:
+            store = "sqlite:" + chain.store
+            holds = json.loads(idemctl("holds", "list", "--store", store, "--consumer", "ordering", "--json"))
+            want = [{"key": "agg-003", "parked": len(held), "first": poisoned}]
+            got = [{k: h[k] for k in ("key", "parked", "first")} for h in holds["held_keys"]]
+            if got != want:
+                fail("idemctl holds list shows %s, not %s (%s)" % (got, want, context))
+            handler.failing.clear()  # the handler is fixed
+            tool = brokers.BrokerTool(brokers.env("IDEM_BROKER_TOOL_BIN"))
+            dead = chain.broker.take_dead_letters(tool, idle_ms=3000)
+            ids = [d["id"] for d in dead]
+            if ids != held:
+                fail("the dead-letter queue holds %s, not %s in order (%s)" % (ids, held, context))
+            # The operator's replay: the dead letters, in their order, back to the queue. On an SQS
+            # FIFO queue with new deduplication ids (AWS SDK): SQS drops a copy sent again within 5
+            # minutes under the id it came with.
+            if args.sink == "sqs":
+                chain.private.produce(chain.broker.name, [
+                    {"body": d["body"], "id": d["id"], "group": "agg-003", "dedup": d["id"] + "#replay",
+                     "attributes": {"ordering_key": "agg-003"}} for d in dead])
+            else:
+                tool.publish(chain.broker.sink_url(),
+                             [{"id": d["id"], "body": d["body"], "ordering_key": "agg-003"} for d in dead])
+        wait_delivered(chain, outbox, handler, context, timeout=120)
+        calls, twice = handler.check(once=True, context=context)
+        if args.sink != "webhook":
+            brokers.wait_until(
+                lambda: json.loads(idemctl("holds", "list", "--store", "sqlite:" + chain.store, "--consumer",
+                                           "ordering", "--json"))["held_keys"] == [], 30,
+                what="the key no longer held (%s)" % context)
+        codes = chain.stop()
+        chain = None
+        if set(codes.values()) != {0}:
+            fail("exit codes %s (%s)" % (codes, context))
+        log("%s: %d aggregates x %d events in version order, the poisoned one held (%d refusals) then completed, "
+            "%d handler calls" % (context, AGGREGATES, EVENTS, handler.refused, calls))
+    finally:
+        if chain:
+            chain.stop()
+        handler.close()
+        outbox.close()
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["storm", "kills"])
+    parser.add_argument("scenario", choices=["storm", "kills", "poison"])
     parser.add_argument("--outbox", choices=["sqlite", "postgres"], required=True)
     parser.add_argument("--sink", choices=["webhook", "amqp", "redis_streams", "kafka", "sqs"], required=True)
     args = parser.parse_args()
-    run_in_scratch_dir("idem-ordering-", lambda tmp: run(args, tmp))
+    run_in_scratch_dir("idem-ordering-", lambda tmp: (run_poison if args.scenario == "poison" else run)(args, tmp))
 
 
 if __name__ == "__main__":

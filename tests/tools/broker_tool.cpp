@@ -2,14 +2,16 @@
 //
 //   idem-broker-tool publish SINK_URL       messages from stdin, one JSON object a line:
 //                                           {"id": "m-1", "body": "...", "content_type": "...",
-//                                            "headers": {"k": "v"}, "destination": "..."}
+//                                            "headers": {"k": "v"}, "destination": "...",
+//                                            "ordering_key": "..."}
 //                                           ("id": null publishes a message without an id; a
 //                                           "body_bytes": N fills the body with N 'x's). Prints
 //                                           the count published; every message confirmed.
 //   idem-broker-tool take SOURCE_URL        receives (and acks) every message there is, until none
 //          [--idle-ms N] [--claim-idle-ms N] came for --idle-ms (default 1000); one JSON object a
 //                                           line on stdout: id, body (or body_bytes when longer
-//                                           than 1 KiB), headers, redelivered, delivery_count.
+//                                           than 1 KiB), content_type, ordering_key, headers,
+//                                           redelivered, delivery_count.
 //
 // Exit codes: 0 done, 1 a broker error (said on stderr), 2 bad usage or input.
 #include <nlohmann/json.hpp>
@@ -82,6 +84,7 @@ int publish(const std::string& url) {
     m.body = j.value("body", std::string());
     if (j.contains("body_bytes")) m.body.assign(j["body_bytes"].get<std::size_t>(), 'x');
     m.destination = j.value("destination", std::string());
+    m.ordering_key = j.value("ordering_key", std::string());
     if (j.contains("headers")) {
       for (const auto& [k, v] : j["headers"].items()) m.headers.emplace_back(k, v.get<std::string>());
     }
@@ -121,6 +124,7 @@ int take(const std::string& url, long idle_ms, long claim_idle_ms) {
         j["body"] = d.body;
       }
       j["content_type"] = d.content_type;
+      j["ordering_key"] = d.ordering_key.empty() ? json(nullptr) : json(d.ordering_key);
       json headers = json::object();
       for (const auto& [k, v] : d.headers) headers[k] = v;
       j["headers"] = headers;

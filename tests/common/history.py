@@ -4,8 +4,9 @@ A chaos test (replica crashes, payments crash loops, consumer kill loops) writes
   {"type": "op", "key": K, "attempt": n, "sent": t, "answered": t, "status": s,
    "execution": id or null, "replayed": bool, "body": sha256 of the answer's body or null}
       one client operation (one try of a key); status null when no answer came
-  {"type": "exec", "key": K, "execution": id, "attempt": n or null}
-      one execution of the upstream (or a handler's effect), as the upstream itself recorded it
+  {"type": "exec", "key": K, "execution": id, "attempt": n or null[, "group": G, "seq": n]}
+      one execution of the upstream (or a handler's effect), as the upstream itself recorded it;
+      with an ordering group (an aggregate, the ordering key) and the event's place in it (1, 2, ...)
   {"type": "event", "what": "kill" | "lease_expired" | ..., "at": t, ...}
       what the test did meanwhile
   {"type": "parked", "key": K}
@@ -19,7 +20,9 @@ check() verifies, and on failure names the offending key with its excerpt of the
   - every 2xx for a key carries that key's execution id (an execution recorded for that key);
   - every replay is byte-equal to the first stored response (all 2xx bodies of a key agree);
   - no answer for one key carries another key's response (its execution id is another key's);
-  - no acknowledged operation lost: a key answered 2xx has an execution.
+  - no acknowledged operation lost: a key answered 2xx has an execution;
+  - in order per group: the first executions of a group's keys, in the order they were recorded,
+    carry seq 1, 2, 3, ... (no step back, no gap, no seq twice).
 
     python3 history.py check FILE [--policy unknown|reexecute]   exit 1 and the excerpts on failure
 """
@@ -62,8 +65,11 @@ class History:
                      "status": status, "execution": execution, "replayed": bool(replayed), "code": code,
                      "body": body_digest(body)})
 
-    def execution(self, key, execution, attempt=None):
-        self._write({"type": "exec", "key": key, "execution": execution, "attempt": attempt})
+    def execution(self, key, execution, attempt=None, group=None, seq=None):
+        record = {"type": "exec", "key": key, "execution": execution, "attempt": attempt}
+        if group is not None:
+            record.update(group=group, seq=seq)
+        self._write(record)
 
     def parked(self, key):
         self._write({"type": "parked", "key": key})
@@ -121,11 +127,30 @@ def check(records, policy="unknown"):
                              % len(bodies)))
         if ok and not execs.get(key) and key not in parked:
             problems.append((key, "answered 2xx but no execution is recorded: an acknowledged operation was lost"))
+    problems.extend(check_order(records))
+    return problems
+
+
+def check_order(records):
+    """Per ordering group: the seqs of its keys' first executions, in recorded order, are 1..n."""
+    firsts = collections.defaultdict(list)  # group -> seqs of first executions, in recorded order
+    executed = set()
+    for r in records:
+        if r["type"] != "exec" or r.get("group") is None or r["key"] in executed:
+            continue
+        executed.add(r["key"])
+        firsts[r["group"]].append(r.get("seq"))
+    problems = []
+    for group, seqs in firsts.items():
+        if seqs != list(range(1, len(seqs) + 1)):
+            at = next(i for i, s in enumerate(seqs) if s != i + 1)
+            problems.append((group, "executed out of order: event %d of the group ran as its #%d (the first %d: %s)"
+                             % (seqs[at] if seqs[at] is not None else -1, at + 1, min(len(seqs), 30), seqs[:30])))
     return problems
 
 
 def excerpt(records, key, limit=20):
-    lines = [json.dumps(r, sort_keys=True) for r in records if r.get("key") == key]
+    lines = [json.dumps(r, sort_keys=True) for r in records if key in (r.get("key"), r.get("group"))]
     return "\n".join(lines[:limit]) + ("\n... %d more" % (len(lines) - limit) if len(lines) > limit else "")
 
 

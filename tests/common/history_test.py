@@ -12,8 +12,11 @@ def op(key, status=200, execution="e1", body="b", replayed=False):
             "execution": execution, "replayed": replayed, "body": history.body_digest(body)}
 
 
-def ex(key, execution, attempt=None):
-    return {"type": "exec", "key": key, "execution": execution, "attempt": attempt}
+def ex(key, execution, attempt=None, group=None, seq=None):
+    r = {"type": "exec", "key": key, "execution": execution, "attempt": attempt}
+    if group is not None:
+        r.update(group=group, seq=seq)
+    return r
 
 
 class Checker(unittest.TestCase):
@@ -54,6 +57,21 @@ class Checker(unittest.TestCase):
 
     def test_a_parked_key_is_accounted_for(self):
         self.assertEqual(history.check([op("k", execution=None), {"type": "parked", "key": "k"}]), [])
+
+    def test_groups_in_order_hold_even_interleaved_and_with_a_second_execution(self):
+        records = [ex("a/1", "e1", "1", "a", 1), ex("b/1", "e2", None, "b", 1), ex("a/2", "e3", "1", "a", 2),
+                   ex("a/1", "e4", "2", "a", 1), ex("b/2", "e5", None, "b", 2)]
+        self.assertEqual(history.check(records, "reexecute"), [])
+
+    def test_a_group_out_of_order(self):
+        records = [ex("a/1", "e1", None, "a", 1), ex("a/3", "e2", None, "a", 3), ex("a/2", "e3", None, "a", 2)]
+        sentences = self.sentences(records)
+        self.assertEqual(len(sentences), 1)
+        self.assertIn("out of order: event 3 of the group ran as its #2", sentences[0])
+
+    def test_a_group_with_a_gap_or_a_late_first(self):
+        self.assertIn("out of order", self.sentences([ex("a/2", "e1", None, "a", 2)])[0])
+        self.assertIn("out of order", self.sentences([ex("a/1", "e1", None, "a", 1), ex("a/1b", "e2", None, "a", 1)])[0])
 
     def test_the_report_names_the_key_with_its_excerpt(self):
         ok, text = history.report([ex("k", "e1"), ex("k", "e2"), op("k")])

@@ -25,6 +25,9 @@ handler must see each aggregate's events in version order, 1 to 25 without a gap
           aggregate completes, and once the operator replays the dead letters in their order the
           held one completes in order and is no longer held.
 
+Every scenario's handler writes a history (tests/common/history.py) that the chaos tests'
+checker verifies, its order invariant included: each aggregate's events took effect in order.
+
 Binaries from the environment (set by ctest): IDEM_RELAY_BIN, IDEM_CONSUME_BIN,
 IDEM_BROKER_TOOL_BIN, IDEM_FAULT_PROXY_BIN, IDEM_KAFKA_MOCK, IDEM_SQS_EMULATOR, IDEMCTL_BIN; PostgreSQL,
 RabbitMQ and Redis from scripts/test's servers (IDEM_TEST_POSTGRES_URL, ...).
@@ -44,6 +47,7 @@ import urllib.parse
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
 import brokers  # noqa: E402
+import history  # noqa: E402
 from procs import Proc  # noqa: E402
 from scratch import run_in_scratch_dir  # noqa: E402
 
@@ -63,11 +67,17 @@ def log(message):
 
 class Handler:
     """The consumers' (or the webhook sink's) HTTP handler: records every POST it gets, in order,
-    as (message id, aggregate, version, the Idem-Ordering-Key header)."""
+    as (message id, aggregate, version, the Idem-Ordering-Key header), and its effects in a history
+    (tests/common/history.py) that the chaos tests' checker verifies, order per aggregate included:
+    every call with `every_call`, else each message's first call (the effect of a handler that
+    dedupes by Idempotency-Key)."""
 
-    def __init__(self):
+    def __init__(self, history_path, every_call=True):
         self.lock = threading.Lock()
         self.calls = []
+        self.history_path = history_path
+        self.history = history.History(history_path)
+        self.effects = set()
         self.failing = set()  # message ids answered 500 (poison), not recorded as calls
         self.refused = 0
         outer = self
@@ -92,6 +102,10 @@ class Handler:
                         outer.refused += 1
                     else:
                         outer.calls.append(call)
+                        if call[1] is not None and (every_call or call[0] not in outer.effects):
+                            outer.effects.add(call[0])
+                            outer.history.execution(call[0], "%s#%d" % (call[0], len(outer.calls)),
+                                                    group=call[1], seq=call[2])
                 if failed:
                     self.send_response(500)
                     self.send_header("Content-Length", "9")
@@ -151,8 +165,16 @@ class Handler:
             fail("%d aggregates seen of %d (%s)" % (len(first), AGGREGATES, context))
         return len(calls), len(twice)
 
+    def verify_history(self, context):
+        """The history checker's verdict on what the handler recorded."""
+        ok, text = history.report(history.load(self.history_path))
+        if not ok:
+            fail("%s: %s" % (context, text))
+        return text
+
     def close(self):
         self.server.shutdown()
+        self.history.close()
 
 
 # ---- the outbox and its writers ------------------------------------------------------------------
@@ -247,8 +269,9 @@ class SqliteOutbox:
         finally:
             db.close()
 
-    def write(self, order, sessions):
-        """One writer (SQLite has one): a transaction per event, its version from the aggregate row."""
+    def write(self, order, sessions, pace=0.0):
+        """One writer (SQLite has one): a transaction per event, its version from the aggregate row;
+        `pace` seconds between transactions (the kill loop needs the writing to last)."""
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         db.execute("PRAGMA journal_mode = WAL")
         for aggregate in order:
@@ -260,6 +283,8 @@ class SqliteOutbox:
             db.execute("INSERT INTO idem_outbox (message_id, body, ordering_key) VALUES (?, ?, ?)",
                        ("%s/%d" % (aggregate, version), body, aggregate))
             db.execute("COMMIT")
+            if pace:
+                time.sleep(pace)
         db.close()
 
     def counts(self):
@@ -379,7 +404,7 @@ def wait_delivered(chain, outbox, handler, context, timeout=300):
 
 
 def run(args, tmp):
-    handler = Handler()
+    handler = Handler(os.path.join(tmp, "history.jsonl"), every_call=args.scenario == "storm")
     outbox = PostgresOutbox(brokers.unique("ord")) if args.outbox == "postgres" else SqliteOutbox(tmp)
     chain = None
     try:
@@ -387,7 +412,9 @@ def run(args, tmp):
         if args.sink == "kafka":
             time.sleep(brokers.KAFKA_JOIN_MS / 1000.0)  # the group settles before the storm
         context = "%s over %s, %s" % (args.scenario, args.sink, args.outbox)
-        writer = threading.Thread(target=outbox.write, args=(aggregate_order(7), 6))
+        # SQLite's one writer commits 5,000 events in about a second: the kill loop needs longer.
+        pace = 0.002 if args.scenario == "kills" and args.outbox == "sqlite" else 0.0
+        writer = threading.Thread(target=outbox.write, args=(aggregate_order(7), 6) + ((pace,) if pace else ()))
         started = time.monotonic()
         writer.start()
         kills = 0
@@ -414,14 +441,16 @@ def run(args, tmp):
         written = time.monotonic() - started
         wait_delivered(chain, outbox, handler, context)
         calls, twice = handler.check(once=args.scenario == "storm", context=context)
+        checked = handler.verify_history(context)
         restarts = chain.restarts
         codes = chain.stop()
         chain = None
         if set(codes.values()) != {0}:
             fail("exit codes %s (%s)" % (codes, context))
         log("%s: %d aggregates x %d events in version order, %d handler calls (%d again after kills), %d kills, "
-            "%d restarts after exits, written in %.1f s, delivered in %.1f s"
-            % (context, AGGREGATES, EVENTS, calls, twice, kills, restarts, written, time.monotonic() - started))
+            "%d restarts after exits, written in %.1f s, delivered in %.1f s; %s"
+            % (context, AGGREGATES, EVENTS, calls, twice, kills, restarts, written, time.monotonic() - started,
+               checked))
     finally:
         if chain:
             chain.stop()
@@ -441,7 +470,7 @@ def run_poison(args, tmp):
     AGGREGATES, EVENTS = 20, 8  # the point is the hold, not the volume
     poisoned = "agg-003/4"
     held = ["agg-003/%d" % v for v in range(4, EVENTS + 1)]
-    handler = Handler()
+    handler = Handler(os.path.join(tmp, "history.jsonl"))
     handler.failing.add(poisoned)
     outbox = PostgresOutbox(brokers.unique("ord")) if args.outbox == "postgres" else SqliteOutbox(tmp)
     chain = None
@@ -497,6 +526,7 @@ def run_poison(args, tmp):
                              [{"id": d["id"], "body": d["body"], "ordering_key": "agg-003"} for d in dead])
         wait_delivered(chain, outbox, handler, context, timeout=120)
         calls, twice = handler.check(once=True, context=context)
+        checked = handler.verify_history(context)
         if args.sink != "webhook":
             brokers.wait_until(
                 lambda: json.loads(idemctl("holds", "list", "--store", "sqlite:" + chain.store, "--consumer",
@@ -507,7 +537,7 @@ def run_poison(args, tmp):
         if set(codes.values()) != {0}:
             fail("exit codes %s (%s)" % (codes, context))
         log("%s: %d aggregates x %d events in version order, the poisoned one held (%d refusals) then completed, "
-            "%d handler calls" % (context, AGGREGATES, EVENTS, handler.refused, calls))
+            "%d handler calls; %s" % (context, AGGREGATES, EVENTS, handler.refused, calls, checked))
     finally:
         if chain:
             chain.stop()

@@ -8,7 +8,11 @@
 //   idem-consume-bench raw SOURCE_URL N                   the baseline: receive, ack at once, no store
 //   idem-consume-bench inprocess SOURCE_URL N STORE_URL [key]
 //                                                         ConsumeLoop + process_once (a no-op
-//                                                         handler); "key": ordering = key
+//                                                         handler); "key": ordering = key with
+//                                                         keys held behind dead letters in the
+//                                                         store (idem-consume's default: a hold
+//                                                         read per keyed message); "key-pass":
+//                                                         ordering = key without holds
 //   idem-consume-bench raw-http SOURCE_URL N HANDLER_URL  the sidecar's baseline: receive, POST each
 //                                                         to the handler (libcurl, 8 at once), ack;
 //                                                         no store
@@ -122,12 +126,13 @@ int raw(const std::string& url, std::size_t n) {
 
 // Runs a ConsumeLoop with `processor` until n deliveries were settled.
 int loop_until(const char* mode, const std::string& url, std::size_t n, DeliveryProcessor processor,
-               ConsumeOrdering ordering = ConsumeOrdering::none) {
+               ConsumeOrdering ordering = ConsumeOrdering::none, KeyHolds* holds = nullptr) {
   auto source = source_or_die(url);
   ConsumeLoopOptions options;
   options.workers = kWorkers;
   options.max_in_flight = kPrefetch;
   options.ordering = ordering;
+  options.holds = holds;
   std::atomic<std::size_t> settled{0};
   std::atomic<bool> started{false};
   Steady::time_point t0{};
@@ -156,14 +161,15 @@ int loop_until(const char* mode, const std::string& url, std::size_t n, Delivery
   return 0;
 }
 
-int inprocess(const std::string& url, std::size_t n, const std::string& store_url, ConsumeOrdering ordering) {
+int inprocess(const std::string& url, std::size_t n, const std::string& store_url, const std::string& ordering) {
   auto opened = open_store(store_url, {});
   if (!opened) die(opened.error().message);
   auto consumer = Consumer::create(*opened->store, {.name = "bench"});
   if (!consumer) die(consumer.error());
+  StoreKeyHolds holds(*opened->store, "bench");
   return loop_until("inprocess", url, n, [&](const Delivery& d, const DeliveryAttempt&) {
     return disposition_of(consumer->process_once(d.message_id, d.body, [] { return std::expected<std::string, std::string>("ok"); }));
-  }, ordering);
+  }, ordering.starts_with("key") ? ConsumeOrdering::key : ConsumeOrdering::none, ordering == "key" ? &holds : nullptr);
 }
 
 int raw_http(const std::string& url, std::size_t n, const std::string& handler) {
@@ -195,7 +201,7 @@ int main(int argc, char** argv) {
   if (mode == "outbox-raw") return publish(url, n, 300, "outbox-raw");
   if (mode == "raw") return raw(url, n);
   if (mode == "inprocess" && argc > 4) {
-    return inprocess(url, n, argv[4], argc > 5 && std::string(argv[5]) == "key" ? ConsumeOrdering::key : ConsumeOrdering::none);
+    return inprocess(url, n, argv[4], argc > 5 ? argv[5] : "none");
   }
   if (mode == "raw-http" && argc > 4) return raw_http(url, n, argv[4]);
   std::fprintf(stderr, "idem-consume-bench: unknown mode or missing argument\n");

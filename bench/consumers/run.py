@@ -334,20 +334,23 @@ class Run:
 
     def ordering_round(self):
         """Issue 36's figures: relay rows/s and in-process consumer messages/s (memory store) with
-        ordering keys (10,000 keys, 10 keys) against the same without, on Kafka and RabbitMQ."""
+        ordering keys (10,000 keys, 10 keys) against the same without, on Kafka and RabbitMQ. The
+        consumer with keys held behind dead letters (the default: a hold read per message), and
+        without holds ("consumer-pass")."""
         out = {}
         for broker in ("kafka", "amqp"):
             for keys in (0, 10000, 10):
                 _, sink = self.urls(broker)
                 out["%s/relay/%d" % (broker, keys)] = self.relay_rate(sink, keys)
-            for keys in (0, 10000, 10):
+            for keys, what, mode in ((0, "consumer", "none"), (10000, "consumer", "key"), (10, "consumer", "key"),
+                                     (10000, "consumer-pass", "key-pass"), (10, "consumer-pass", "key-pass")):
                 source, sink = self.urls(broker)
                 if broker != "kafka":
                     subprocess.run([self.bin("tests", "tools", "idem-broker-tool"), "take", source, "--idle-ms", "50"],
                                    check=True, stdout=subprocess.DEVNULL)
                 self.tool("publish", sink, self.args.messages, 100, keys)
-                out["%s/consumer/%d" % (broker, keys)] = self.tool("inprocess", source, self.args.messages, "memory:",
-                                                                   "key" if keys else "none")
+                out["%s/%s/%d" % (broker, what, keys)] = self.tool("inprocess", source, self.args.messages, "memory:",
+                                                                   mode)
         return out
 
     def outbox_round(self):
@@ -390,8 +393,9 @@ def main():
             run.close()
         print("| broker | what | no keys | 10,000 keys | ratio | 10 keys | ratio |\n|---|---|---:|---:|---:|---:|---:|")
         for broker in ("kafka", "amqp"):
-            for what in ("relay", "consumer"):
-                case = lambda k: "%s/%s/%d" % (broker, what, k)  # noqa: E731
+            for what in ("relay", "consumer", "consumer-pass"):
+                case = lambda k: "%s/%s/%d" % (broker, "consumer" if k == 0 and what == "consumer-pass" else what,  # noqa: E731
+                                               k)
                 ratio = lambda k: statistics.median(r[case(k)]["msgs_per_s"] / r[case(0)]["msgs_per_s"]  # noqa: E731
                                                     for r in rounds)
                 print("| %s | %s | %.0f | %.0f | %.2f | %.0f | %.2f |" % (

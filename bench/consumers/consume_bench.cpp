@@ -6,9 +6,12 @@
 //                                                         KEYS > 0: message i has ordering key
 //                                                         k(i % KEYS)
 //   idem-consume-bench raw SOURCE_URL N                   the baseline: receive, ack at once, no store
-//   idem-consume-bench inprocess SOURCE_URL N STORE_URL [key]
-//                                                         ConsumeLoop + process_once (a no-op
-//                                                         handler); "key": ordering = key with
+//   idem-consume-bench inprocess SOURCE_URL N STORE_URL [key|key-pass|single]
+//                                                         the batched ConsumeLoop (a no-op effect;
+//                                                         claims per receive, completions shared);
+//                                                         "single": ConsumeLoop + process_once (a
+//                                                         claim and a completion per message);
+//                                                         "key": ordering = key with
 //                                                         keys held behind dead letters in the
 //                                                         store (idem-consume's default: a hold
 //                                                         read per keyed message); "key-pass":
@@ -28,6 +31,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -124,9 +128,11 @@ int raw(const std::string& url, std::size_t n) {
   return 0;
 }
 
-// Runs a ConsumeLoop with `processor` until n deliveries were settled.
-int loop_until(const char* mode, const std::string& url, std::size_t n, DeliveryProcessor processor,
-               ConsumeOrdering ordering = ConsumeOrdering::none, KeyHolds* holds = nullptr) {
+// Runs a ConsumeLoop that `make` builds (the processor form or the batched one) until n deliveries
+// were settled.
+template <class Make>
+int run_loop_until(const char* mode, const std::string& url, std::size_t n, Make make, ConsumeOrdering ordering,
+                   KeyHolds* holds) {
   auto source = source_or_die(url);
   ConsumeLoopOptions options;
   options.workers = kWorkers;
@@ -147,18 +153,35 @@ int loop_until(const char* mode, const std::string& url, std::size_t n, Delivery
     }
     ++settled;
   };
-  ConsumeLoop loop(*source, std::move(processor), options);
+  std::unique_ptr<ConsumeLoop> loop = make(*source, options);
   std::thread runner([&] {
-    if (auto r = loop.run(); !r) die(r.error().message);
+    if (auto r = loop->run(); !r) die(r.error().message);
   });
   while (settled.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   {
     const std::lock_guard lock(m);
     report(mode, n, t0, cpu0);
   }
-  loop.stop();
+  loop->stop();
   runner.join();
   return 0;
+}
+
+int loop_until(const char* mode, const std::string& url, std::size_t n, DeliveryProcessor processor,
+               ConsumeOrdering ordering = ConsumeOrdering::none, KeyHolds* holds = nullptr) {
+  return run_loop_until(mode, url, n, [&](MessageSource& source, ConsumeLoopOptions options) {
+    return std::make_unique<ConsumeLoop>(source, std::move(processor), std::move(options));
+  }, ordering, holds);
+}
+
+// The batched form with a no-op effect.
+int loop_until(const char* mode, const std::string& url, std::size_t n, Consumer& consumer, ConsumeOrdering ordering,
+               KeyHolds* holds) {
+  return run_loop_until(mode, url, n, [&](MessageSource& source, ConsumeLoopOptions options) {
+    return std::make_unique<ConsumeLoop>(source, consumer, [](const Delivery&, const DeliveryAttempt&) -> std::expected<std::string, MessageDisposition> {
+      return "ok";
+    }, std::move(options));
+  }, ordering, holds);
 }
 
 int inprocess(const std::string& url, std::size_t n, const std::string& store_url, const std::string& ordering) {
@@ -167,9 +190,13 @@ int inprocess(const std::string& url, std::size_t n, const std::string& store_ur
   auto consumer = Consumer::create(*opened->store, {.name = "bench"});
   if (!consumer) die(consumer.error());
   StoreKeyHolds holds(*opened->store, "bench");
-  return loop_until("inprocess", url, n, [&](const Delivery& d, const DeliveryAttempt&) {
-    return disposition_of(consumer->process_once(d.message_id, d.body, [] { return std::expected<std::string, std::string>("ok"); }));
-  }, ordering.starts_with("key") ? ConsumeOrdering::key : ConsumeOrdering::none, ordering == "key" ? &holds : nullptr);
+  if (ordering == "single") {
+    return loop_until("inprocess-single", url, n, [&](const Delivery& d, const DeliveryAttempt&) {
+      return disposition_of(consumer->process_once(d.message_id, d.body, [] { return std::expected<std::string, std::string>("ok"); }));
+    });
+  }
+  return loop_until("inprocess", url, n, *consumer, ordering.starts_with("key") ? ConsumeOrdering::key : ConsumeOrdering::none,
+                    ordering == "key" ? &holds : nullptr);
 }
 
 int raw_http(const std::string& url, std::size_t n, const std::string& handler) {

@@ -164,7 +164,8 @@ class Run:
         self.work = tempfile.mkdtemp(prefix="idem-consumers-bench-")
         os.chmod(self.work, 0o755)  # the servers drop root (rabbitmq, postgres) and must reach it
         self.bin = lambda *p: os.path.join(args.build, *p)
-        subprocess.run(["bash", SERVERS, "start", os.path.join(self.work, "servers"), "rabbitmq", "redis"], check=True,
+        subprocess.run(["bash", SERVERS, "start", os.path.join(self.work, "servers"), "rabbitmq", "redis", "postgres"],
+                       check=True,
                        stdout=subprocess.DEVNULL)
         self.env = {}
         with open(os.path.join(self.work, "servers", "env")) as f:
@@ -238,6 +239,12 @@ class Run:
             return "memory:"
         if store == "sqlite":
             return "sqlite:%s" % os.path.join(self.work, "store-%d.db" % self.n)
+        if store == "postgres":  # a database of its own
+            base = self.env["IDEM_TEST_POSTGRES_URL"]
+            subprocess.run(["psql", base, "-qc", "CREATE DATABASE bench_%d" % self.n], check=True,
+                           stdout=subprocess.DEVNULL)
+            parts = urllib.parse.urlsplit(base)
+            return urllib.parse.urlunsplit(parts._replace(path="/bench_%d" % self.n))
         return self.env["IDEM_TEST_REDIS_URL"] + "/%d" % (self.n % 15 + 1)  # a database of its own
 
     def sidecar(self, source, store):
@@ -267,10 +274,13 @@ class Run:
         out = {}
         n = self.args.messages
         out["raw"] = self.tool("raw", self.prepared(broker), n)
-        for store in ("memory", "sqlite", "redis"):
+        for store in ("memory", "sqlite", "redis", "postgres"):
             out["inprocess/" + store] = self.tool("inprocess", self.prepared(broker), n, self.store_url(store))
+        for store in ("sqlite", "redis"):  # a claim and a completion per message, as before batching
+            out["inprocess-single/" + store] = self.tool("inprocess", self.prepared(broker), n, self.store_url(store),
+                                                         "single")
         out["raw-http"] = self.tool("raw-http", self.prepared(broker), n, self.handler)
-        for store in ("memory", "sqlite", "redis"):
+        for store in ("memory", "sqlite", "redis", "postgres"):
             out["sidecar/" + store] = self.sidecar(self.prepared(broker), store)
         return out
 

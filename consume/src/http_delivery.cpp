@@ -4,17 +4,6 @@
 #include "idem/sidecar/message_http.hpp"
 
 namespace idem::consume {
-namespace {
-
-// What one POST came to, for the disposition.
-struct Answer {
-  enum class Kind { ok, retry, reject } kind = Kind::ok;
-  std::string detail;
-  std::optional<Millis> retry_after;
-};
-
-}  // namespace
-
 HttpDelivery::HttpDelivery(Consumer& consumer, client::Transport& transport, HttpDeliveryOptions options)
     : consumer_(consumer), transport_(transport), options_(std::move(options)) {}
 
@@ -31,33 +20,34 @@ client::HttpRequest HttpDelivery::request_for(const Delivery& d, const DeliveryA
   return request;
 }
 
+std::expected<std::string, MessageDisposition> HttpDelivery::effect(const Delivery& d,
+                                                                    const DeliveryAttempt& attempt) const {
+  auto response = transport_.perform(request_for(d, attempt), options_.timeout);
+  if (!response) {
+    return std::unexpected(MessageDisposition::retry_it(
+        "handler_failed", "the handler did not answer: " + response.error().message, /*counts=*/true));
+  }
+  const int status = response->status;
+  if (status >= 200 && status < 300) return "HTTP " + std::to_string(status);
+  std::string detail = sidecar::describe_answer("the handler", status, response->body);
+  if (!sidecar::retryable_status(status)) return std::unexpected(MessageDisposition::dead_letter_it("rejected", std::move(detail)));
+  std::optional<Millis> retry_after;
+  if (auto value = client::find_header(response->headers, "Retry-After")) {
+    retry_after = client::parse_retry_after(*value, SystemClock::instance().now());
+  }
+  return std::unexpected(MessageDisposition::retry_it("handler_failed", std::move(detail), /*counts=*/true, retry_after));
+}
+
 MessageDisposition HttpDelivery::operator()(const Delivery& d, const DeliveryAttempt& attempt) const {
-  Answer answer;
+  std::optional<MessageDisposition> failed;
   auto outcome = consumer_.process_once(d.message_id, d.body, [&]() -> std::expected<std::string, std::string> {
-    auto response = transport_.perform(request_for(d, attempt), options_.timeout);
-    if (!response) {
-      answer.kind = Answer::Kind::retry;
-      answer.detail = "the handler did not answer: " + response.error().message;
-      return std::unexpected(answer.detail);
-    }
-    const int status = response->status;
-    if (status >= 200 && status < 300) return "HTTP " + std::to_string(status);
-    answer.detail = sidecar::describe_answer("the handler", status, response->body);
-    if (sidecar::retryable_status(status)) {
-      answer.kind = Answer::Kind::retry;
-      if (auto value = client::find_header(response->headers, "Retry-After")) {
-        answer.retry_after = client::parse_retry_after(*value, SystemClock::instance().now());
-      }
-    } else {
-      answer.kind = Answer::Kind::reject;
-    }
-    return std::unexpected(answer.detail);
+    auto ran = effect(d, attempt);
+    if (ran) return std::move(*ran);
+    failed = std::move(ran.error());
+    return std::unexpected(failed->detail);
   });
   // handler_failed released the claim: the message may run again, here or wherever it goes.
-  if (outcome && outcome->status == MessageStatus::handler_failed) {
-    if (answer.kind == Answer::Kind::reject) return MessageDisposition::dead_letter_it("rejected", answer.detail);
-    return MessageDisposition::retry_it("handler_failed", answer.detail, /*counts=*/true, answer.retry_after);
-  }
+  if (outcome && outcome->status == MessageStatus::handler_failed && failed) return std::move(*failed);
   return disposition_of(outcome);
 }
 

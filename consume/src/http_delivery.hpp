@@ -12,6 +12,7 @@
 // database the one delivery no sidecar can: one whose 2xx came back just before the sidecar died;
 // and Idem-Ordering-Key: <ordering key> when the message has one.
 
+#include <expected>
 #include <string>
 
 #include "idem/client/transport.hpp"
@@ -34,12 +35,18 @@ struct HttpDeliveryOptions {
   std::string source_name;  ///< the source's URL without its password (Idem-Source)
 };
 
-/// A DeliveryProcessor that POSTs each message to the handler through process_once.
+/// POSTs each message to the handler: as the batched ConsumeLoop's MessageEffect (effect(), what
+/// idem-consume runs: the loop claims and records), or as a DeliveryProcessor through
+/// process_once (operator()).
 class HttpDelivery {
  public:
   HttpDelivery(Consumer& consumer, client::Transport& transport, HttpDeliveryOptions options);
 
-  /// Runs on the loop's workers; thread-safe.
+  /// One POST: the result to remember on a 2xx, else what to do with the delivery (the table
+  /// above). Runs on the loop's workers; thread-safe.
+  std::expected<std::string, MessageDisposition> effect(const Delivery& delivery, const DeliveryAttempt& attempt) const;
+
+  /// The same through process_once: claim, POST, record. Thread-safe.
   MessageDisposition operator()(const Delivery& delivery, const DeliveryAttempt& attempt) const;
 
   /// The request the handler gets for a delivery (tests, logs).

@@ -116,5 +116,30 @@ TEST_F(Fixture, RetryableAnswersAreRetriedAndCountedOthersDeadLettered) {
   EXPECT_EQ(http(delivery("retry-503"), {}).reason, "processed");
 }
 
+TEST_F(Fixture, TheEffectAloneSaysWhatEachAnswerMeansWithoutTouchingTheStore) {
+  handler.response = {201, {}, "created"};
+  auto ok = http.effect(delivery("e-1"), {});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(*ok, "HTTP 201");
+  handler.response = {503, {{"Retry-After", "2"}}, "busy"};
+  auto busy = http.effect(delivery("e-2"), {});
+  ASSERT_FALSE(busy);
+  EXPECT_EQ(busy.error().action, MessageDisposition::Action::retry);
+  EXPECT_EQ(busy.error().reason, "handler_failed");
+  EXPECT_TRUE(busy.error().counts_as_attempt);
+  EXPECT_EQ(busy.error().retry_after, Millis(2000));
+  handler.response = {422, {}, "no such account"};
+  auto bad = http.effect(delivery("e-3"), {});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().action, MessageDisposition::Action::dead_letter);
+  EXPECT_EQ(bad.error().reason, "rejected");
+  // The loop claims and records; the effect never does.
+  for (const char* id : {"e-1", "e-2", "e-3"}) {
+    auto record = BlockingStore(store).get({"consumer receipts", id});
+    ASSERT_TRUE(record);
+    EXPECT_FALSE(record->has_value()) << id;
+  }
+}
+
 }  // namespace
 }  // namespace idem::consume

@@ -173,7 +173,9 @@ int run(int argc, char** argv) {
   loop_options.drain_timeout = config.drain_timeout;
   loop_options.on_outcome = log_outcome;
   loop_options.on_warning = [](std::string_view line) { log::write(LogLevel::warn, line); };
-  ConsumeLoop loop(**source, [&delivery](const Delivery& d, const DeliveryAttempt& a) { return delivery(d, a); },
+  // The batched form: each receive's messages claimed with one store call, completions shared.
+  ConsumeLoop loop(**source, *consumer,
+                   [&delivery](const Delivery& d, const DeliveryAttempt& a) { return delivery.effect(d, a); },
                    loop_options);
 
   std::unique_ptr<admin::AdminServer> admin_server;

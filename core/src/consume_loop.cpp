@@ -82,6 +82,11 @@ struct ConsumeLoop::Task {
   // With holds: its key is held and it is the first parked delivery (its dead letter replayed):
   // it runs, and once settled the next parked one may.
   bool first_parked = false;
+  // The batched form: this try's claim (taken with its batch at receipt, or by the worker), or
+  // what the claim found instead; the completion of an effect that ran, for settle_finished.
+  std::optional<Consumer::Held> held;
+  std::optional<StoreResult<MessageOutcome>> found;
+  std::optional<CompleteRequest> completion;
 };
 
 ConsumeLoop::ConsumeLoop(MessageSource& source, DeliveryProcessor processor, ConsumeLoopOptions options)
@@ -89,6 +94,12 @@ ConsumeLoop::ConsumeLoop(MessageSource& source, DeliveryProcessor processor, Con
   options_.workers = std::max<std::size_t>(options_.workers, 1);
   options_.max_in_flight = std::max<std::size_t>(options_.max_in_flight, 1);
   options_.max_attempts = std::max<std::uint32_t>(options_.max_attempts, 1);
+}
+
+ConsumeLoop::ConsumeLoop(MessageSource& source, Consumer& consumer, MessageEffect effect, ConsumeLoopOptions options)
+    : ConsumeLoop(source, DeliveryProcessor{}, std::move(options)) {
+  consumer_ = &consumer;
+  effect_ = std::move(effect);
 }
 
 ConsumeLoop::~ConsumeLoop() {
@@ -190,9 +201,125 @@ std::optional<std::string> ConsumeLoop::record_hold(Task& task, const MessageDis
   return std::nullopt;
 }
 
+namespace {
+
+// What a completion's answer makes of a delivery whose effect happened.
+MessageDisposition completed(const StoreResult<FenceStatus>& answer) {
+  if (!answer) {
+    return MessageDisposition::retry_it("store_error",
+                                        "recording the message failed after its effect: store " +
+                                            std::string(to_string(answer.error().code)) + ": " + answer.error().message,
+                                        /*counts=*/false);
+  }
+  if (*answer == FenceStatus::lost) {
+    return MessageDisposition::retry_it("lost",
+                                        "the effect ran, but the lease ran out and another delivery took the message "
+                                        "over before it was recorded (make the consumer's lease longer than its "
+                                        "effect's worst case)",
+                                        /*counts=*/false);
+  }
+  return MessageDisposition::ack_it("processed");
+}
+
+}  // namespace
+
+void ConsumeLoop::claim_batch(std::vector<std::unique_ptr<Task>>& tasks) {
+  std::vector<Consumer::Message> messages;
+  messages.reserve(tasks.size());
+  for (const auto& task : tasks) messages.push_back({task->delivery.message_id, task->delivery.body});
+  auto answers = consumer_->claim_many(messages);
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    Task& task = *tasks[i];
+    if (!answers[i]) {
+      task.found = std::unexpected(std::move(answers[i].error()));
+    } else if (auto* held = std::get_if<Consumer::Held>(&*answers[i])) {
+      task.held = *held;
+    } else {
+      task.found = std::get<MessageOutcome>(std::move(*answers[i]));
+    }
+  }
+}
+
+void ConsumeLoop::release_claim(Task& task) {
+  task.found.reset();
+  if (!task.held) return;
+  (void)consumer_->release(*task.held);  // best effort: if it fails, the lease runs out instead
+  task.held.reset();
+}
+
+MessageDisposition ConsumeLoop::run_effect(Task& task) {
+  const Delivery& d = task.delivery;
+  if (!task.held && !task.found) {
+    auto claimed = consumer_->claim(d.message_id, d.body);
+    if (!claimed) {
+      task.found = std::unexpected(std::move(claimed.error()));
+    } else if (auto* held = std::get_if<Consumer::Held>(&*claimed)) {
+      task.held = *held;
+    } else {
+      task.found = std::get<MessageOutcome>(std::move(*claimed));
+    }
+  }
+  if (task.found) {
+    const StoreResult<MessageOutcome> found = std::move(*task.found);
+    task.found.reset();
+    return disposition_of(found);
+  }
+  const Consumer::Held held = *task.held;
+  task.held.reset();
+  std::expected<std::string, MessageDisposition> ran;
+  try {
+    ran = effect_(d, task.attempt);
+  } catch (const std::exception& e) {
+    ran = std::unexpected(MessageDisposition::retry_it("handler_failed", std::string("the effect threw: ") + e.what(), true));
+  } catch (...) {
+    ran = std::unexpected(MessageDisposition::retry_it("handler_failed", "the effect threw", true));
+  }
+  if (!ran) {
+    MessageDisposition failed = std::move(ran.error());
+    if (auto released = consumer_->release(held); !released) {
+      failed.detail += " (forgetting the claim failed: " + released.error().message +
+                       "; the message stays in progress until its lease runs out)";
+    }
+    return failed;
+  }
+  CompleteRequest completion = consumer_->completion(held, std::move(*ran));
+  if (task.first_parked) {
+    // Its key's hold moves on as soon as this is settled: record it now, not with a batch.
+    std::vector<CompleteRequest> one;
+    one.push_back(std::move(completion));
+    auto answers = consumer_->complete_many(std::move(one));
+    return completed(answers.front());
+  }
+  task.completion = std::move(completion);
+  return MessageDisposition::ack_it("processed");
+}
+
+void ConsumeLoop::complete_batch(std::vector<std::pair<std::unique_ptr<Task>, MessageDisposition>>& done) {
+  std::vector<CompleteRequest> requests;
+  std::vector<std::size_t> which;
+  for (std::size_t i = 0; i < done.size(); ++i) {
+    Task& task = *done[i].first;
+    if (!task.completion) continue;
+    if (done[i].second.action == MessageDisposition::Action::ack) {
+      requests.push_back(std::move(*task.completion));
+      which.push_back(i);
+    }
+    task.completion.reset();
+  }
+  if (requests.empty()) return;
+  auto answers = consumer_->complete_many(std::move(requests));
+  for (std::size_t j = 0; j < which.size(); ++j) {
+    const StoreResult<FenceStatus> answer =
+        j < answers.size() ? std::move(answers[j])
+                           : std::unexpected(StoreError{StoreErrc::internal, "the store answered fewer completions than it was asked", false});
+    done[which[j]].second = completed(answer);
+  }
+}
+
 void ConsumeLoop::handle_received(std::vector<Delivery> deliveries) {
   const auto now = Steady::now();
   std::size_t to_run = 0;
+  std::vector<std::unique_ptr<Task>> to_claim;  // the batched form: what runs at once, claimed first
   {
     const std::lock_guard lock(mutex_);
     for (Delivery& d : deliveries) {
@@ -223,9 +350,20 @@ void ConsumeLoop::handle_received(std::vector<Delivery> deliveries) {
           continue;
         }
       }
+      if (consumer_ != nullptr && !task->pending) {
+        to_claim.push_back(std::move(task));
+        continue;
+      }
       waiting_.push_back(std::move(task));
       ++to_run;
     }
+  }
+  if (!to_claim.empty()) {
+    // One store call for the lot, outside the lock: workers go on with what they have meanwhile.
+    claim_batch(to_claim);
+    const std::lock_guard lock(mutex_);
+    for (auto& task : to_claim) waiting_.push_back(std::move(task));
+    to_run += to_claim.size();
   }
   // As many workers as there are new tasks: waking all eight for one message only has seven go
   // back to sleep.
@@ -312,7 +450,11 @@ void ConsumeLoop::worker() {
     std::unique_ptr<Task> task = std::move(*soonest);
     waiting_.erase(soonest);
     if (stopping_.load()) {
-      // Not started again once stopping: the broker gives it to whoever runs next.
+      // Not started again once stopping: the broker gives it to whoever runs next, at once (its
+      // claim forgotten).
+      lock.unlock();
+      release_claim(*task);
+      lock.lock();
       task->requeue = true;
       finished_.emplace_back(std::move(task), MessageDisposition{});
       lock.unlock();
@@ -328,11 +470,12 @@ void ConsumeLoop::worker() {
     if (task->pending) {
       disposition = *task->pending;
     } else if (auto held = check_hold(*task)) {
+      release_claim(*task);
       disposition = std::move(*held);
     } else {
       const auto t0 = Steady::now();
       try {
-        disposition = processor_(task->delivery, task->attempt);
+        disposition = consumer_ != nullptr ? run_effect(*task) : processor_(task->delivery, task->attempt);
       } catch (const std::exception& e) {
         disposition = MessageDisposition::retry_it("handler_failed", std::string("the processor threw: ") + e.what(), true);
       } catch (...) {
@@ -387,6 +530,7 @@ void ConsumeLoop::settle_finished() {
     done.swap(finished_);
   }
   if (done.empty()) return;
+  if (consumer_ != nullptr) complete_batch(done);
 
   std::size_t settled = 0;
   // Keys whose settled delivery lets the next one run; with the connection of a delivery that
@@ -413,7 +557,7 @@ void ConsumeLoop::settle_finished() {
       if (task->keyed) released.emplace_back(d.ordering_key, d.connection);
       continue;
     }
-    if (task->keyed && disposition.action != MessageDisposition::Action::dead_letter) released.emplace_back(d.ordering_key, std::nullopt);
+    if (task->keyed && disposition.action == MessageDisposition::Action::ack) released.emplace_back(d.ordering_key, std::nullopt);
     switch (disposition.action) {
       case MessageDisposition::Action::ack:
         acks.push_back(d);
@@ -449,8 +593,16 @@ void ConsumeLoop::settle_finished() {
         }
         break;
       }
-      case MessageDisposition::Action::retry:
-        break;  // workers schedule retries themselves; never here
+      case MessageDisposition::Action::retry: {
+        // A completion that did not take (complete_batch): the effect happened; its record
+        // decides what the next try does.
+        stats_.retried.fetch_add(1, std::memory_order_relaxed);
+        tell(d, "retry:" + disposition.reason, disposition.detail);
+        ++task->tries;
+        const auto delay = backoff(task->tries);
+        schedule(std::move(task), Steady::now() + delay);
+        break;
+      }
     }
   }
 

@@ -733,6 +733,157 @@ TEST(ConsumeLoop, OrderingByKeyDoesNotRunALostConnectionsLaterDeliveriesAfterAnU
   EXPECT_EQ(ran[2], "a-3");
 }
 
+// ---- the batched form (a Consumer and an effect) ------------------------------------------------
+
+// A memory store that counts its calls, single and batched.
+class CountingStore final : public Store {
+ public:
+  MemoryStore inner;
+  std::atomic<int> claims{0}, claim_batches{0}, claim_items{0}, completes{0}, complete_batches{0}, complete_items{0},
+      releases{0};
+
+  void claim(ClaimRequest r, Callback<ClaimResult> done) override {
+    ++claims;
+    inner.claim(std::move(r), std::move(done));
+  }
+  void claim_many(std::vector<ClaimRequest> r, BatchCallback<ClaimResult> done) override {
+    ++claim_batches;
+    claim_items += static_cast<int>(r.size());
+    inner.claim_many(std::move(r), std::move(done));
+  }
+  void complete(CompleteRequest r, Callback<FenceStatus> done) override {
+    ++completes;
+    inner.complete(std::move(r), std::move(done));
+  }
+  void complete_many(std::vector<CompleteRequest> r, BatchCallback<FenceStatus> done) override {
+    ++complete_batches;
+    complete_items += static_cast<int>(r.size());
+    inner.complete_many(std::move(r), std::move(done));
+  }
+  void fail(FailRequest r, Callback<FenceStatus> done) override { inner.fail(std::move(r), std::move(done)); }
+  void release(Fence f, Callback<FenceStatus> done) override {
+    ++releases;
+    inner.release(std::move(f), std::move(done));
+  }
+  void abandon(AbandonRequest r, Callback<FenceStatus> done) override { inner.abandon(std::move(r), std::move(done)); }
+  void get(RecordId id, Callback<std::optional<Record>> done) override { inner.get(std::move(id), std::move(done)); }
+  void purge_expired(TimePoint now, std::size_t limit, Callback<std::size_t> done) override {
+    inner.purge_expired(now, limit, std::move(done));
+  }
+  void ping(Callback<Done> done) override { inner.ping(std::move(done)); }
+};
+
+Consumer batch_consumer(Store& store) {
+  auto c = Consumer::create(store, {.name = "ledger"});
+  EXPECT_TRUE(c) << (c ? "" : c.error());
+  return std::move(*c);
+}
+
+TEST(ConsumeLoop, TheBatchedFormClaimsAReceiveWithOneCallAndSharesCompletions) {
+  CountingStore store;
+  Consumer consumer = batch_consumer(store);
+  FakeSource source;
+  constexpr int kMessages = 64;
+  for (int i = 0; i < kMessages; ++i) source.publish("m-" + std::to_string(i), "body");
+  Effects effects;
+  auto options = fast_options();
+  options.max_in_flight = 64;
+  ConsumeLoop loop(source, consumer, [&](const Delivery& d, const DeliveryAttempt&) -> std::expected<std::string, MessageDisposition> {
+    effects.add(d.message_id);
+    return "done";
+  }, options);
+  ASSERT_TRUE(run_until(loop, [&] { return source.acks() == static_cast<std::size_t>(kMessages); }));
+  for (int i = 0; i < kMessages; ++i) EXPECT_EQ(effects.of("m-" + std::to_string(i)), 1);
+  EXPECT_EQ(store.claims.load(), 0) << "every delivery was claimed with its receive's batch";
+  EXPECT_EQ(store.claim_items.load(), kMessages);
+  EXPECT_LE(store.claim_batches.load(), 4);
+  EXPECT_EQ(store.completes.load(), 0);
+  EXPECT_EQ(store.complete_items.load(), kMessages);
+  EXPECT_LT(store.complete_batches.load(), kMessages) << "completions finishing together share a call";
+  EXPECT_EQ(loop.stats().processed.load(), static_cast<std::uint64_t>(kMessages));
+  // Delivered again: duplicates, acked without running.
+  for (int i = 0; i < 8; ++i) source.publish("m-" + std::to_string(i), "body");
+  ConsumeLoop again(source, consumer, [&](const Delivery& d, const DeliveryAttempt&) -> std::expected<std::string, MessageDisposition> {
+    effects.add(d.message_id);
+    return "done";
+  }, options);
+  ASSERT_TRUE(run_until(again, [&] { return source.acks() == static_cast<std::size_t>(kMessages + 8); }));
+  EXPECT_EQ(again.stats().duplicates.load(), 8u);
+  EXPECT_EQ(effects.of("m-0"), 1);
+}
+
+TEST(ConsumeLoop, TheBatchedFormRunsAnIdTwiceInOneReceiveOnce) {
+  CountingStore store;
+  Consumer consumer = batch_consumer(store);
+  FakeSource source;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 5; ++i) source.publish("m-" + std::to_string(i), "body");
+  }
+  Effects effects;
+  ConsumeLoop loop(source, consumer, [&](const Delivery& d, const DeliveryAttempt&) -> std::expected<std::string, MessageDisposition> {
+    effects.add(d.message_id);
+    std::this_thread::sleep_for(2ms);
+    return "done";
+  }, fast_options());
+  ASSERT_TRUE(run_until(loop, [&] { return source.acks() == 15u; }));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(effects.of("m-" + std::to_string(i)), 1);
+}
+
+TEST(ConsumeLoop, TheBatchedFormRetriesAFailedEffectAndDeadLettersARejectedOne) {
+  CountingStore store;
+  Consumer consumer = batch_consumer(store);
+  FakeSource source;
+  source.publish("flaky", "b");
+  source.publish("bad", "b");
+  source.publish("fine", "b");
+  std::atomic<int> flaky_tries{0};
+  Effects effects;
+  ConsumeLoop loop(source, consumer, [&](const Delivery& d, const DeliveryAttempt&) -> std::expected<std::string, MessageDisposition> {
+    if (d.message_id == "flaky" && ++flaky_tries < 3) {
+      return std::unexpected(MessageDisposition::retry_it("handler_failed", "try again", true));
+    }
+    if (d.message_id == "bad") return std::unexpected(MessageDisposition::dead_letter_it("rejected", "HTTP 422"));
+    effects.add(d.message_id);
+    return "done";
+  }, fast_options());
+  ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  EXPECT_EQ(effects.of("flaky"), 1);
+  EXPECT_EQ(effects.of("fine"), 1);
+  EXPECT_EQ(flaky_tries.load(), 3);
+  ASSERT_EQ(source.dead_.size(), 1u);
+  EXPECT_EQ(source.dead_[0].second.reason, "rejected");
+  EXPECT_GE(store.claims.load(), 2) << "a retry claims on its own";
+  // The failed tries' claims were forgotten: the rejected message's record is gone, so it runs
+  // when replayed.
+  auto record = BlockingStore(store).get({"consumer ledger", "bad"});
+  ASSERT_TRUE(record);
+  EXPECT_FALSE(record->has_value());
+}
+
+TEST(ConsumeLoop, TheBatchedFormForgetsTheClaimsOfWhatItHandsBackOnStop) {
+  CountingStore store;
+  Consumer consumer = batch_consumer(store);
+  FakeSource source;
+  for (int i = 0; i < 6; ++i) source.publish("m-" + std::to_string(i), "b");
+  auto options = fast_options();
+  options.workers = 1;
+  std::atomic<int> started{0};
+  ConsumeLoop loop(source, consumer, [&](const Delivery&, const DeliveryAttempt&) -> std::expected<std::string, MessageDisposition> {
+    ++started;
+    std::this_thread::sleep_for(100ms);
+    return "done";
+  }, options);
+  ASSERT_TRUE(run_until(loop, [&] { return started.load() >= 1; }));
+  ASSERT_TRUE(loop.drained());
+  // What did not run went back to the broker with its claim forgotten: no record in progress.
+  ListQuery query;
+  query.state = RecordState::in_progress;
+  auto in_progress = wait_for<std::vector<Record>>([&](auto cb) { store.inner.list(query, std::move(cb)); });
+  ASSERT_TRUE(in_progress);
+  EXPECT_TRUE(in_progress->empty()) << in_progress->size() << " claims left behind";
+  EXPECT_GE(store.releases.load(), 1);
+}
+
 TEST(ConsumeLoop, RefusedAtTheStartIsReturned) {
   FakeSource source;
   source.refuse_ = true;

@@ -91,11 +91,7 @@ TimePoint Consumer::now() const {
   return options_.clock ? options_.clock->now() : SystemClock::instance().now();
 }
 
-StoreResult<std::variant<Consumer::Held, MessageOutcome>> Consumer::claim(std::string_view message_id,
-                                                                          std::string_view payload) {
-  if (message_id.empty() || message_id.size() > kMaxMessageId || !all_visible_ascii(message_id)) {
-    return invalid_id(message_id);
-  }
+ClaimRequest Consumer::claim_request(std::string_view message_id, std::string_view payload) const {
   ClaimRequest request;
   request.id = RecordId{tenant_, std::string(message_id)};
   request.request_hash = payload_hash(payload);
@@ -104,18 +100,18 @@ StoreResult<std::variant<Consumer::Held, MessageOutcome>> Consumer::claim(std::s
   request.lease_expires = request.now + options_.lease;
   request.expires = request.now + options_.retention;
   request.take_over_expired_lease = options_.on_lease_expiry == LeaseExpiry::reexecute;
-  const Fence fence{request.id, request.token};
-  const TimePoint lease_expires = request.lease_expires;
+  return request;
+}
 
-  auto claimed = BlockingStore(*store_).claim(std::move(request));
-  if (!claimed) return std::unexpected(std::move(claimed.error()));
+std::variant<Consumer::Held, MessageOutcome> Consumer::claim_answer(ClaimResult claimed, const Fence& fence,
+                                                                    TimePoint lease_expires) {
   MessageOutcome outcome;
-  switch (claimed->status) {
+  switch (claimed.status) {
     case ClaimStatus::claimed:
-      return Held{fence, lease_expires, claimed->kind, claimed->record.attempt};
+      return Held{fence, lease_expires, claimed.kind, claimed.record.attempt};
     case ClaimStatus::completed:
       outcome.status = MessageStatus::duplicate;
-      if (claimed->record.response) outcome.result = std::move(claimed->record.response->body);
+      if (claimed.record.response) outcome.result = std::move(claimed.record.response->body);
       outcome.detail = "processed before; the handler did not run";
       break;
     case ClaimStatus::in_progress:
@@ -134,6 +130,56 @@ StoreResult<std::variant<Consumer::Held, MessageOutcome>> Consumer::claim(std::s
       break;
   }
   return outcome;
+}
+
+StoreResult<std::variant<Consumer::Held, MessageOutcome>> Consumer::claim(std::string_view message_id,
+                                                                          std::string_view payload) {
+  if (message_id.empty() || message_id.size() > kMaxMessageId || !all_visible_ascii(message_id)) {
+    return invalid_id(message_id);
+  }
+  ClaimRequest request = claim_request(message_id, payload);
+  const Fence fence{request.id, request.token};
+  const TimePoint lease_expires = request.lease_expires;
+  auto claimed = BlockingStore(*store_).claim(std::move(request));
+  if (!claimed) return std::unexpected(std::move(claimed.error()));
+  return claim_answer(std::move(*claimed), fence, lease_expires);
+}
+
+std::vector<StoreResult<std::variant<Consumer::Held, MessageOutcome>>> Consumer::claim_many(
+    const std::vector<Message>& messages) {
+  std::vector<StoreResult<std::variant<Held, MessageOutcome>>> answers(messages.size());
+  std::vector<ClaimRequest> requests;
+  std::vector<std::size_t> asked;  // which message each request is
+  requests.reserve(messages.size());
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    const std::string_view id = messages[i].id;
+    if (id.empty() || id.size() > kMaxMessageId || !all_visible_ascii(id)) {
+      answers[i] = invalid_id(id);
+      continue;
+    }
+    requests.push_back(claim_request(id, messages[i].payload));
+    asked.push_back(i);
+  }
+  if (requests.empty()) return answers;
+  std::vector<std::pair<Fence, TimePoint>> fences;
+  fences.reserve(requests.size());
+  for (const ClaimRequest& r : requests) fences.emplace_back(Fence{r.id, r.token}, r.lease_expires);
+  auto claimed = BlockingStore(*store_).claim_many(std::move(requests));
+  for (std::size_t j = 0; j < asked.size(); ++j) {
+    StoreResult<std::variant<Held, MessageOutcome>>& answer = answers[asked[j]];
+    if (j >= claimed.size()) {  // a store that broke the one-answer-per-item rule
+      answer = std::unexpected(StoreError{StoreErrc::internal, "the store answered fewer claims than it was asked", false});
+    } else if (!claimed[j]) {
+      answer = std::unexpected(std::move(claimed[j].error()));
+    } else {
+      answer = claim_answer(std::move(*claimed[j]), fences[j].first, fences[j].second);
+    }
+  }
+  return answers;
+}
+
+BatchResults<FenceStatus> Consumer::complete_many(std::vector<CompleteRequest> completions) {
+  return BlockingStore(*store_).complete_many(std::move(completions));
 }
 
 CompleteRequest Consumer::completion(const Held& held, std::string result) const {

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <expected>
 #include <functional>
 #include <map>
 #include <memory>
@@ -74,6 +75,14 @@ struct DeliveryAttempt {
 /// Processes one delivery: blocking, on one of the loop's worker threads. Must not throw
 /// (a throw is taken as a failed try with its message).
 using DeliveryProcessor = std::function<MessageDisposition(const Delivery&, const DeliveryAttempt&)>;
+
+/// The effect of one message, for a loop that claims and records its messages itself (the
+/// ConsumeLoop constructor taking a Consumer): runs once per message id, on a worker, blocking;
+/// returns a short result to remember (an id the effect created), or, when it failed, what to do
+/// with the delivery: MessageDisposition::retry_it (counted, with the reason "handler_failed"
+/// for the metrics) or dead_letter_it. A failure forgets the claim, so the message runs again
+/// when it comes back. Must not throw (a throw is a failed, counted try).
+using MessageEffect = std::function<std::expected<std::string, MessageDisposition>(const Delivery&, const DeliveryAttempt&)>;
 
 /// The disposition of a process_once / process_once_in_transaction answer:
 ///   processed, duplicate                      -> ack
@@ -171,6 +180,13 @@ struct ConsumeLoopOptions {
 class ConsumeLoop {
  public:
   ConsumeLoop(MessageSource& source, DeliveryProcessor processor, ConsumeLoopOptions options = {});
+  /// The batched form, for an effect outside the store (what process_once does, one round trip
+  /// per batch instead of two per message): the deliveries of each receive that can run at once
+  /// are claimed in `consumer`'s store with one call (Consumer::claim_many); a retried or a
+  /// key's waiting delivery is claimed on its own when it runs; the completions of effects that
+  /// finished close together are written with one call (Consumer::complete_many) before their
+  /// acks. Outcomes as with process_once (disposition_of). `consumer` must outlive the loop.
+  ConsumeLoop(MessageSource& source, Consumer& consumer, MessageEffect effect, ConsumeLoopOptions options = {});
   ~ConsumeLoop();
   ConsumeLoop(const ConsumeLoop&) = delete;
   ConsumeLoop& operator=(const ConsumeLoop&) = delete;
@@ -203,6 +219,16 @@ class ConsumeLoop {
   // The receiving thread's side: acts on finished tasks (ack, dead-letter), batched.
   void settle_finished();
   std::optional<MessageDisposition> screen(const Delivery& d) const;
+  // The batched form: claims `tasks` with one store call; each gets its claim or its outcome.
+  void claim_batch(std::vector<std::unique_ptr<Task>>& tasks);
+  // The batched form's processor: claim (unless claimed in a batch), run the effect, leave the
+  // completion for settle_finished (or write it now when the key's hold must follow it).
+  MessageDisposition run_effect(Task& task);
+  // Forgets a task's unused claim (it will not run here), so that its next delivery runs at once.
+  void release_claim(Task& task);
+  // The batched form: writes the completions of finished tasks with one store call; a lost or
+  // failed one becomes a retry.
+  void complete_batch(std::vector<std::pair<std::unique_ptr<Task>, MessageDisposition>>& done);
   // ordering = key with holds: before a keyed task runs, whether its key is held (then it is
   // parked behind the held one: a "held" dead letter, or a retry when the store cannot say).
   std::optional<MessageDisposition> check_hold(Task& task);
@@ -222,6 +248,8 @@ class ConsumeLoop {
 
   MessageSource& source_;
   DeliveryProcessor processor_;
+  Consumer* consumer_ = nullptr;  // the batched form
+  MessageEffect effect_;
   ConsumeLoopOptions options_;
   ConsumeStats stats_;
   std::atomic<bool> stopping_{false};

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "idem/clock.hpp"
 #include "idem/engine.hpp"
@@ -125,8 +126,19 @@ class Consumer {
   };
   /// Claims the message: Held to run it, or the outcome that says why not.
   StoreResult<std::variant<Held, MessageOutcome>> claim(std::string_view message_id, std::string_view payload);
+  /// One message to claim with claim_many.
+  struct Message {
+    std::string_view id;
+    std::string_view payload;
+  };
+  /// Claims many messages in one store call (Store::claim_many): one answer per message, in
+  /// order, each what claim() would have answered (an id claimed twice in one batch: the second
+  /// finds the first's claim, in_progress).
+  std::vector<StoreResult<std::variant<Held, MessageOutcome>>> claim_many(const std::vector<Message>& messages);
   /// The completion that records a held message as processed, remembering `result`.
   CompleteRequest completion(const Held& held, std::string result) const;
+  /// Records completions: one store call for all of them (Store::complete_many), one answer each.
+  BatchResults<FenceStatus> complete_many(std::vector<CompleteRequest> completions);
   /// Forgets a held message whose handler failed, so the next delivery runs it again.
   StoreResult<FenceStatus> release(const Held& held);
   /// The transactional forms' common path: claims, then calls `complete(request, declined)`,
@@ -147,6 +159,10 @@ class Consumer {
  private:
   Consumer(Store& store, ConsumerOptions options);
   TimePoint now() const;
+  // The claim of one message, and what its store answer means.
+  ClaimRequest claim_request(std::string_view message_id, std::string_view payload) const;
+  static std::variant<Held, MessageOutcome> claim_answer(ClaimResult claimed, const Fence& fence,
+                                                         TimePoint lease_expires);
   // Forgets the claim of a message whose handler failed; handler_failed with `detail`.
   MessageOutcome handler_failed(const Held& held, std::string detail);
 

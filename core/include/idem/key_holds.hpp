@@ -39,11 +39,13 @@ class KeyHolds {
 /// KeyHolds in a Store (any backend), for consumer `consumer_name`.
 ///
 /// A hold is an in_progress record whose lease never runs out (ten years) and whose lookup field
-/// carries the parked ids, one a line. A change reads the record, ends its lease with the token
-/// it read (`abandon`, fenced: a change made meanwhile by anyone else makes it fail, and the
-/// read is done again), then claims it back with the new list (a takeover, so the record is
-/// never absent in between); the last unpark deletes it (`release`, fenced). Blocking: call it
-/// from a consumer's worker threads or a tool, never from an event loop.
+/// carries the parked ids, one a line. Its writers take turns under a lock (a claim on a record
+/// of the tenant "consumer NAME held lock", released after the change; its 5-second lease is how
+/// long a writer that died holding it delays the next). Under it a change reads the hold, ends
+/// its lease (`abandon`) and claims it back with the new list: rewritten in place, so a reader
+/// (who takes no lock) always sees the old list or the new one. The last unpark deletes it
+/// (`release`). Blocking: call it from a consumer's worker threads or a tool, never from an
+/// event loop.
 class StoreKeyHolds final : public KeyHolds {
  public:
   /// `clock` (nullable: the system clock) must outlive this.
@@ -62,14 +64,17 @@ class StoreKeyHolds final : public KeyHolds {
   static std::vector<std::string> parked_ids(const Record& hold);
 
  private:
-  // Reads the hold, applies `change` to its list, writes it back; again when someone else
-  // changed it in between. `change` returns false for "nothing to write".
+  // Takes the hold's lock, reads the hold, applies `change` to its list, writes it back.
+  // `change` returns false for "nothing to write".
   template <class Change>
   StoreResult<Done> update(std::string_view key, Change change);
+  template <class Change>
+  StoreResult<Done> write_locked(BlockingStore& store, std::string_view key, Change& change);
   TimePoint now() const;
 
   Store& store_;
   std::string tenant_;
+  std::string lock_tenant_;
   const Clock* clock_;
 };
 

@@ -555,4 +555,74 @@ TEST(Config, VolatileFingerprintHeadersAreRefused) {
   EXPECT_EQ(error_of("[idempotency]\nfingerprint.headers = [\"Content-Type\", \"X-Api-Version\"]\n"), "");
 }
 
+
+class WebhookConfig : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/idem-gw-webhook-config-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    dir_ = dir;
+    secret_ = dir_ + "/stripe.secret";
+    std::ofstream(secret_) << "whsec_config_test_secret\n";
+    std::filesystem::permissions(secret_, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string route(const std::string& webhook) const {
+    return "[[route]]\nmethod = \"POST\"\npath = \"/hooks/stripe\"\n[route.webhook]\n" + webhook;
+  }
+  std::string dir_, secret_;
+};
+
+TEST_F(WebhookConfig, AWebhookRouteKeepsEventsAWeekInItsOwnTenant) {
+  const Config c = parse_config(route("provider = \"stripe\"\nsecret_file = \"" + secret_ + "\"\n"), "config.toml");
+  ASSERT_EQ(c.routes.size(), 1u);
+  ASSERT_TRUE(c.routes[0].webhook.has_value());
+  EXPECT_EQ(c.routes[0].webhook->tenant, "webhook /hooks/stripe");
+  EXPECT_EQ(c.routes[0].webhook->verifier->profile(), WebhookProfile::stripe);
+  EXPECT_EQ(c.routes[0].webhook->verifier->secret_count(), 1u);
+  EXPECT_EQ(c.routes[0].policy.retention, 24h * 7);
+  EXPECT_EQ(c.routes[0].policy.key.min_length, 1u);
+  EXPECT_TRUE(c.routes[0].policy.key_required);
+  // A route's own retention and tenant win.
+  const Config own = parse_config("[[route]]\nmethod = \"POST\"\npath = \"/h\"\nretention = \"72h\"\n"
+                                  "webhook = { provider = \"stripe\", secret_file = \"" + secret_ + "\", tenant = \"acct-1\" }\n",
+                                  "config.toml");
+  EXPECT_EQ(own.routes[0].policy.retention, 72h);
+  EXPECT_EQ(own.routes[0].webhook->tenant, "acct-1");
+}
+
+TEST_F(WebhookConfig, MistakesAreOneLineErrorsWithoutSecrets) {
+  EXPECT_NE(error_of(route("provider = \"paypal\"\nsecret_file = \"" + secret_ + "\"\n")).find("provider: expected"),
+            std::string::npos);
+  EXPECT_NE(error_of(route("provider = \"stripe\"\n")).find("missing key \"secret_file\""), std::string::npos);
+  EXPECT_NE(error_of(route("secret_file = \"" + secret_ + "\"\n")).find("missing key \"provider\""), std::string::npos);
+  EXPECT_NE(error_of(route("provider = \"stripe\"\nsecret_file = \"" + secret_ + "\"\nprefix = \"x\"\n"))
+                .find("only provider = \"custom\""),
+            std::string::npos);
+  EXPECT_NE(error_of(route("provider = \"github\"\nsecret_file = \"" + secret_ + "\"\ntolerance = \"1m\"\n"))
+                .find("signs no timestamp"),
+            std::string::npos);
+  EXPECT_NE(error_of(route("provider = \"custom\"\nsecret_file = \"" + secret_ + "\"\nsignature_header = \"X-S\"\n"))
+                .find("exactly one of key_header and key_pointer"),
+            std::string::npos);
+  EXPECT_NE(error_of(route("provider = \"custom\"\nsecret_file = \"" + secret_ +
+                           "\"\nsignature_header = \"X-S\"\nkey_pointer = \"/id\"\nsigned = \"{key}.{body}\"\n"))
+                .find("{key} only with key_header"),
+            std::string::npos);
+  EXPECT_NE(error_of(route("provider = \"custom\"\nsecret_file = \"" + secret_ +
+                           "\"\nsignature_header = \"X-S\"\nkey_header = \"X-Id\"\nsigned = \"{key}\"\n"))
+                .find("must contain {body}"),
+            std::string::npos);
+  // A secret file others can read stops the start, naming the file and never its contents.
+  std::filesystem::permissions(secret_, std::filesystem::perms::others_read, std::filesystem::perm_options::add);
+  const std::string open = error_of(route("provider = \"stripe\"\nsecret_file = \"" + secret_ + "\"\n"));
+  EXPECT_NE(open.find("chmod 600"), std::string::npos) << open;
+  EXPECT_EQ(open.find("whsec_config_test_secret"), std::string::npos) << open;
+  // A webhook route's tenant is its own.
+  EXPECT_NE(error_of("[[route]]\nmethod = \"POST\"\npath = \"/h\"\ntenant.from = \"authorization\"\n"
+                     "webhook = { provider = \"stripe\", secret_file = \"x\" }\n")
+                .find("webhook.tenant"),
+            std::string::npos);
+}
+
 }  // namespace idem::gateway

@@ -116,6 +116,7 @@ std::string_view to_string(Outcome outcome) {
     case Outcome::bad_request: return "bad_request";
     case Outcome::unauthorized: return "unauthorized";
     case Outcome::record_unreadable: return "record_unreadable";
+    case Outcome::webhook_refused: return "webhook_refused";
     case Outcome::count_: break;
   }
   return "?";
@@ -219,6 +220,16 @@ std::string Metrics::render() const {
     sample(out, "idem_lookups_total", "answer=\"" + std::string(to_string(static_cast<LookupOutcome>(i))) + "\"",
            std::to_string(sum([i](const MetricsShard& s) -> auto& { return s.lookups[i]; })));
   }
+  header(out, "idem_webhook_refusals_total", "counter",
+         "Webhook requests refused before anything was claimed or forwarded, by reason.");
+  for (std::size_t i = 0; i < static_cast<std::size_t>(WebhookRefusal::count_); ++i) {
+    sample(out, "idem_webhook_refusals_total",
+           "reason=\"" + std::string(to_string(static_cast<WebhookRefusal>(i))) + "\"",
+           std::to_string(sum([i](const MetricsShard& s) -> auto& { return s.webhook_refusals[i]; })));
+  }
+  header(out, "idem_webhooks_verified_total", "counter", "Webhook requests whose signature and timestamp verified.");
+  sample(out, "idem_webhooks_verified_total", "",
+         std::to_string(sum([](const MetricsShard& s) -> auto& { return s.webhooks_verified; })));
   header(out, "idem_upstream_connections_total", "counter", "Upstream connections used, new or reused from the pool.");
   sample(out, "idem_upstream_connections_total", "kind=\"new\"",
          std::to_string(sum([](const MetricsShard& s) -> auto& { return s.upstream_connects; })));

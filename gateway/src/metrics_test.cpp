@@ -22,17 +22,25 @@ TEST(Metrics, SumsShardsPerOutcome) {
   m.shard(1).reaper_deleted.fetch_add(7);
   m.shard(0).in_flight.fetch_add(2);
   m.shard(1).in_flight.fetch_sub(1);
+  m.shard(0).count(WebhookRefusal::signature_invalid);
+  m.shard(1).count(WebhookRefusal::signature_invalid);
+  m.shard(1).webhooks_verified.fetch_add(5);
   const std::string text = m.render();
   EXPECT_TRUE(has_line(text, "idem_requests_total{outcome=\"executed\"} 2")) << text;
   EXPECT_TRUE(has_line(text, "idem_requests_total{outcome=\"replayed\"} 1"));
   for (const auto* o : {"in_use", "mismatch", "missing", "invalid", "store_unavailable", "outcome_unknown",
-                        "passed_through", "unauthorized", "record_unreadable"}) {
+                        "passed_through", "unauthorized", "record_unreadable", "webhook_refused"}) {
     EXPECT_TRUE(has_line(text, std::string("idem_requests_total{outcome=\"") + o + "\"} 0")) << o;
   }
   EXPECT_TRUE(has_line(text, "idem_finish_total{result=\"stored\"} 1"));
   EXPECT_TRUE(has_line(text, "idem_upstream_errors_total{kind=\"unreachable\"} 1"));
   EXPECT_TRUE(has_line(text, "idem_lease_takeovers_total 3"));
   EXPECT_TRUE(has_line(text, "idem_reaper_deleted_total 7"));
+  EXPECT_TRUE(has_line(text, "idem_webhook_refusals_total{reason=\"signature_invalid\"} 2"));
+  for (const auto* r : {"signature_missing", "timestamp_outside_tolerance", "webhook_id_missing"}) {
+    EXPECT_TRUE(has_line(text, std::string("idem_webhook_refusals_total{reason=\"") + r + "\"} 0")) << r;
+  }
+  EXPECT_TRUE(has_line(text, "idem_webhooks_verified_total 5"));
   EXPECT_TRUE(has_line(text, "idem_requests_in_flight 1"));
   EXPECT_TRUE(has_line(text, "# TYPE idem_requests_total counter"));
   EXPECT_TRUE(has_line(text, "# TYPE idem_store_call_duration_seconds histogram"));

@@ -36,6 +36,9 @@ constexpr std::string_view kForwardedFor = "X-Forwarded-For";
 constexpr std::string_view kForwardedProto = "X-Forwarded-Proto";
 /// Sent with executed and replayed keyed responses that the store keeps (docs/gateway.md).
 constexpr std::string_view kExpiresHeader = "Idempotency-Key-Expires";
+/// Sent to the upstream with a webhook route's verified events: the provider profile that verified
+/// it. Removed from every request a client sends, so only the gateway can say it.
+constexpr std::string_view kWebhookVerified = "Idem-Webhook-Verified";
 
 UpstreamError failure_kind(const beast::error_code& ec) {
   return ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped;
@@ -415,7 +418,7 @@ void Handler::prepare_forward(Request& req, const Ticket* ticket) {
   // One scan for the fields rewritten below: each lookup by name would be a case-insensitive
   // tree search, and most requests carry none of them but Host.
   bool has_host = false, has_expect = false, has_xff = false, has_xfp = false, has_attempt = false,
-       has_tenant = false;
+       has_tenant = false, has_verified = false;
   for (const auto& f : req) {
     switch (f.name()) {
       case bhttp::field::host: has_host = true; break;
@@ -426,6 +429,7 @@ void Handler::prepare_forward(Request& req, const Ticket* ticket) {
         if (iequals(name, kForwardedProto)) has_xfp = true;
         if (iequals(name, cfg_->upstream_attempt_header)) has_attempt = true;
         if (iequals(name, cfg_->upstream_tenant_header)) has_tenant = true;
+        if (iequals(name, kWebhookVerified)) has_verified = true;
         break;
       }
     }
@@ -435,6 +439,8 @@ void Handler::prepare_forward(Request& req, const Ticket* ticket) {
   // later attempt (and fence out the real one at an upstream that honours the numbers).
   if (has_attempt) req.erase(cfg_->upstream_attempt_header);
   if (has_tenant) req.erase(cfg_->upstream_tenant_header);
+  if (has_verified) req.erase(kWebhookVerified);
+  if (!webhook_.empty()) req.insert(kWebhookVerified, webhook_);
   if (ticket) {
     req.insert(cfg_->upstream_attempt_header, std::to_string(ticket->attempt));
     if (tenant_) req.insert(cfg_->upstream_tenant_header, *tenant_);
@@ -764,6 +770,7 @@ Task<bool> Handler::handle(Request& req, std::shared_ptr<LoopConfig> config, Rou
   upstream_ms_.reset();
   tenant_ = nullptr;
   lookup_ = {};
+  webhook_ = {};
   const bool keep_alive = req.keep_alive() && !w_.draining;
   const unsigned version = req.version();
   const Policy* policy = route.policy;
@@ -773,14 +780,41 @@ Task<bool> Handler::handle(Request& req, std::shared_ptr<LoopConfig> config, Rou
     co_return ex.keep_alive;
   }
 
-  const RequestView& view = s_.view.assign(req);
+  const RequestView* view = &s_.view.assign(req);
   TenantSource& source = config_->tenants.for_route(route.route);
+  const Route* listed = route.route < cfg_->routes.size() ? &cfg_->routes[route.route] : nullptr;
   std::string tenant;
-  // A verified token scopes keys, so a request without a key needs none: it passes through (or
-  // gets 400 idempotency_key_missing) and the upstream authenticates it as it always does. With
-  // a key, the token is checked before anything is claimed, forwarded or replayed.
-  if (!source.verifies_tokens() || has_header(view.headers, policy->key_header)) {
-    auto derived = source.derive(view.headers);
+  if (listed != nullptr && listed->webhook) {
+    // The signature is checked over the body exactly as received, before anything else: a request
+    // that fails it makes no store call, claims nothing and reaches no upstream.
+    const WebhookRoute& webhook = *listed->webhook;
+    const std::int64_t now = to_epoch_ms(engine_.clock().now()) / 1000;
+    auto verified = webhook.verifier->verify(view->headers, view->body, now);
+    if (!verified) {
+      m_.count(Outcome::webhook_refused);
+      m_.count(verified.error().reason);
+      const std::string_view code = to_string(verified.error().reason);
+      const Problem refusal = make_problem(400, std::string(code), "The webhook request was not verified",
+                                           verified.error().detail);  // the detail holds no secret, no signature
+      Response res = problem(refusal, version, keep_alive);
+      Exchange ex;
+      ex.status = res.result_int();
+      const bool written = co_await write(res);
+      log_key(nullptr, &refusal, *policy, nullptr, req, ex);
+      co_return written && keep_alive;
+    }
+    m_.webhooks_verified.fetch_add(1, std::memory_order_relaxed);
+    // From here on it is an ordinary keyed request: the event's id is its key (replacing any key
+    // header a sender set), in the route's own tenant.
+    req.set(policy->key_header, *verified);
+    view = &s_.view.assign(req);  // the key header changed the fields the view points into
+    tenant = webhook.tenant;
+    webhook_ = to_string(webhook.verifier->profile());
+  } else if (!source.verifies_tokens() || has_header(view->headers, policy->key_header)) {
+    // A verified token scopes keys, so a request without a key needs none: it passes through (or
+    // gets 400 idempotency_key_missing) and the upstream authenticates it as it always does. With
+    // a key, the token is checked before anything is claimed, forwarded or replayed.
+    auto derived = source.derive(view->headers);
     if (!derived) {
       const Problem& refusal = derived.error();
       m_.count(refusal.status == 401 ? Outcome::unauthorized : Outcome::bad_request);
@@ -794,7 +828,7 @@ Task<bool> Handler::handle(Request& req, std::shared_ptr<LoopConfig> config, Rou
     tenant = std::move(*derived);
   }
   const auto t0 = Clock::now();
-  Decision d = co_await async_begin_within(*policy, view, tenant);
+  Decision d = co_await async_begin_within(*policy, *view, tenant);
   if (d.verdict != Verdict::pass_through && d.verdict != Verdict::key_missing && d.verdict != Verdict::key_invalid) {
     m_.store_call(StoreCall::begin).observe(Clock::now() - t0);
   }

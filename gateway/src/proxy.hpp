@@ -120,6 +120,7 @@ class Handler {
   std::optional<double> upstream_ms_;  // until the upstream's response head, when forwarded
   const std::string* tenant_ = nullptr;  // the key's tenant, sent upstream with a claimed key
   std::string_view lookup_;             // what the lookup answered, for the log line
+  std::string_view webhook_;            // a webhook route's verified event: the profile, sent upstream
 };
 
 /// The envelope-rendered answer to a problem (docs/gateway.md, Errors).

@@ -64,6 +64,13 @@ std::string describe_reload(const Config& config) {
   if (config.encryption_keys) {
     line += ", " + std::to_string(config.encryption_keys->keys().size()) + " encryption key(s)";
   }
+  // Counts only: the secrets themselves never reach a log line.
+  for (const auto& route : config.routes) {
+    if (!route.webhook) continue;
+    line += std::string(", webhook ").append(route.path.text()).append(" (");
+    line.append(to_string(route.webhook->verifier->profile())).append(", ");
+    line += std::to_string(route.webhook->verifier->secret_count()) + " secret(s))";
+  }
   return line;
 }
 

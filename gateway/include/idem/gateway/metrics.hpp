@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "idem/engine.hpp"
+#include "idem/gateway/webhook.hpp"
 
 namespace idem::gateway {
 
@@ -31,6 +32,9 @@ enum class Outcome : std::uint8_t {
   /// 500 idempotency_record_unreadable: an encrypted record the keys cannot open (key missing,
   /// bytes altered); neither replayed nor executed. Alert on it: nothing but an operator fixes it.
   record_unreadable,
+  /// 400 on a webhook route: the signature or timestamp did not verify, or the event had no id
+  /// (idem_webhook_refusals_total says which); nothing was claimed or forwarded.
+  webhook_refused,
   count_
 };
 
@@ -105,6 +109,9 @@ struct alignas(64) MetricsShard {
   std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(UpstreamError::count_)> upstream_errors{};
   std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(LookupOutcome::count_)> lookups{};
   Histogram lookup;  ///< lookups sent: from sending to the whole answer
+  /// Webhook requests refused, by reason (idem_webhook_refusals_total).
+  std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(WebhookRefusal::count_)> webhook_refusals{};
+  std::atomic<std::uint64_t> webhooks_verified{0};  ///< webhook requests that verified
   std::atomic<std::uint64_t> lease_takeovers{0};
   std::atomic<std::uint64_t> failure_retries{0};
   std::atomic<std::uint64_t> reaper_deleted{0};
@@ -122,6 +129,9 @@ struct alignas(64) MetricsShard {
   void count(FinishResult r) { finish[static_cast<std::size_t>(r)].fetch_add(1, std::memory_order_relaxed); }
   void count(UpstreamError e) { upstream_errors[static_cast<std::size_t>(e)].fetch_add(1, std::memory_order_relaxed); }
   void count(LookupOutcome l) { lookups[static_cast<std::size_t>(l)].fetch_add(1, std::memory_order_relaxed); }
+  void count(WebhookRefusal r) {
+    webhook_refusals[static_cast<std::size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+  }
   Histogram& store_call(StoreCall c) { return store[static_cast<std::size_t>(c)]; }
 };
 

@@ -10,6 +10,7 @@
 #include "idem/engine.hpp"
 #include "idem/error_envelope.hpp"
 #include "idem/gateway/tenant.hpp"
+#include "idem/gateway/webhook.hpp"
 
 namespace idem::gateway {
 
@@ -54,6 +55,8 @@ struct Route {
   RouteOptions options;  ///< resolved: the route's own keys over the top-level defaults
   /// The route's own `tenant` table; nullopt: [tenant]'s.
   std::optional<TenantSetting> tenant;
+  /// `webhook`: the route receives a provider's signed events (docs/webhooks.md); nullopt: not.
+  std::optional<WebhookRoute> webhook;
 };
 
 /// Chooses the policy for a request (SPEC §3). Holds pointers into the routes and default

@@ -116,6 +116,15 @@ class WebhookVerifier {
   std::vector<std::string> pointer_tokens_;  // custom.key_pointer, split and unescaped
 };
 
+/// What makes a route a webhook endpoint: its verifier (with the secrets) and the tenant its
+/// events' keys are scoped to.
+struct WebhookRoute {
+  std::shared_ptr<const WebhookVerifier> verifier;  ///< never null
+  /// `webhook.tenant`; by default "webhook " and the route's path (a space: no HTTP tenant has
+  /// one, so a client's X-Tenant-Id can never name it).
+  std::string tenant;
+};
+
 /// Splits an RFC 6901 JSON Pointer into its unescaped tokens; an error for one not starting
 /// with "/" or with a "~" not followed by 0 or 1.
 std::expected<std::vector<std::string>, std::string> split_json_pointer(std::string_view pointer);

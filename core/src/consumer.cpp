@@ -53,6 +53,26 @@ StoreResult<MessageOutcome> completion_outcome(const StoreResult<FenceStatus>& c
   return outcome;
 }
 
+// Notes on a handler_failed outcome that its claim could not be forgotten.
+void note_release_failure(MessageOutcome& outcome, const StoreError& error) {
+  outcome.detail += " (forgetting the claim failed: " + error.message +
+                    "; the message stays in progress until its lease runs out)";
+}
+
+// The outcome of one held message of a transactional batch, from its item's answer.
+StoreResult<MessageOutcome> work_outcome(StoreResult<WorkResult> answer) {
+  if (!answer) return std::unexpected(std::move(answer.error()));
+  switch (answer->status) {
+    case WorkStatus::committed:
+      return MessageOutcome{MessageStatus::processed, std::string(), std::string()};
+    case WorkStatus::declined:
+      return MessageOutcome{MessageStatus::handler_failed, std::string(), std::move(answer->error)};
+    case WorkStatus::lost:
+      break;
+  }
+  return MessageOutcome{MessageStatus::lost, std::string(), std::string(kLostRolledBack)};
+}
+
 }  // namespace
 
 std::string_view to_string(MessageStatus status) {
@@ -196,10 +216,7 @@ StoreResult<FenceStatus> Consumer::release(const Held& held) { return BlockingSt
 
 MessageOutcome Consumer::handler_failed(const Held& held, std::string detail) {
   MessageOutcome outcome{MessageStatus::handler_failed, std::string(), std::move(detail)};
-  if (auto released = release(held); !released) {
-    outcome.detail += " (forgetting the claim failed: " + released.error().message +
-                      "; the message stays in progress until its lease runs out)";
-  }
+  if (auto released = release(held); !released) note_release_failure(outcome, released.error());
   return outcome;
 }
 
@@ -242,6 +259,55 @@ StoreResult<MessageOutcome> Consumer::process_once_with(
     return std::unexpected(std::move(completed.error()));
   }
   return completion_outcome(completed, std::string(), kLostRolledBack);
+}
+
+std::vector<StoreResult<MessageOutcome>> Consumer::process_batch_with(
+    const std::vector<Message>& messages,
+    std::move_only_function<BatchResults<WorkResult>(std::vector<CompleteRequest>, const std::vector<std::size_t>&)>
+        complete) {
+  auto claims = claim_many(messages);
+  std::vector<StoreResult<MessageOutcome>> outcomes(messages.size());
+  std::vector<Held> held;
+  std::vector<std::size_t> indexes;  // which message each held one is
+  std::vector<CompleteRequest> completions;
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    if (!claims[i]) {
+      outcomes[i] = std::unexpected(std::move(claims[i].error()));
+    } else if (auto* outcome = std::get_if<MessageOutcome>(&*claims[i])) {
+      outcomes[i] = std::move(*outcome);
+    } else {
+      held.push_back(std::get<Held>(*claims[i]));
+      indexes.push_back(i);
+      completions.push_back(completion(held.back(), std::string()));
+    }
+  }
+  if (held.empty()) return outcomes;
+
+  auto answers = complete(std::move(completions), indexes);
+  std::vector<Fence> forget;
+  std::vector<std::size_t> forgotten;  // which message each fence to forget is
+  for (std::size_t j = 0; j < held.size(); ++j) {
+    StoreResult<WorkResult> answer =
+        j < answers.size() ? std::move(answers[j])
+                           : std::unexpected(StoreError{StoreErrc::internal,
+                                                        "the store answered fewer completions than it was asked", false});
+    // Declined: nothing of it committed. A failure not in doubt: nothing committed either. Both
+    // are forgotten so that the next delivery runs them at once; in doubt, the record stays.
+    const bool declined = answer && answer->status == WorkStatus::declined;
+    if (declined || (!answer && !answer.error().in_doubt)) {
+      forget.push_back(held[j].fence);
+      forgotten.push_back(indexes[j]);
+    }
+    outcomes[indexes[j]] = work_outcome(std::move(answer));
+  }
+  if (forget.empty()) return outcomes;
+  auto released = BlockingStore(*store_).release_many(std::move(forget));
+  for (std::size_t k = 0; k < forgotten.size(); ++k) {
+    StoreResult<MessageOutcome>& outcome = outcomes[forgotten[k]];
+    if (!outcome || k >= released.size() || released[k]) continue;
+    note_release_failure(*outcome, released[k].error());
+  }
+  return outcomes;
 }
 
 }  // namespace idem

@@ -4,6 +4,7 @@
 // messages twice; process_once runs a message's handler once per message id, on any store.
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <expected>
 #include <functional>
@@ -150,6 +151,17 @@ class Consumer {
   StoreResult<MessageOutcome> process_once_with(
       std::string_view message_id, std::string_view payload,
       std::move_only_function<StoreResult<FenceStatus>(CompleteRequest, bool& declined)> complete);
+  /// The batch transactional forms' common path: claims `messages` with one claim_many, then, if
+  /// any is held, calls `complete` once with the held ones' completions and, for each, its index
+  /// in `messages`; `complete` must run the store's complete_many_in_transaction with the
+  /// application's work and return its answers, one per completion. One outcome per message, in
+  /// order, each what process_once_with gives for its case: declined (handler_failed) and failed
+  /// items not in doubt have their claims forgotten, with one release_many for all of them.
+  std::vector<StoreResult<MessageOutcome>> process_batch_with(
+      const std::vector<Message>& messages,
+      std::move_only_function<BatchResults<WorkResult>(std::vector<CompleteRequest> completions,
+                                                       const std::vector<std::size_t>& indexes)>
+          complete);
   /// The store this consumer claims in.
   const Store& store() const { return *store_; }
   /// The tenant this consumer's records carry: "consumer NAME".
@@ -190,6 +202,33 @@ StoreResult<MessageOutcome> process_once_in_transaction(Consumer& consumer, Tran
       return ok;
     });
   });
+}
+
+/// process_batch_in_transaction for any store with a complete_many_in_transaction taking Items
+/// of {CompleteRequest, Work} whose Work is `bool(Handle, std::string& error)` (SqliteStore,
+/// PostgresStore). `work` is `bool(std::size_t index, Handle, std::string& error)`, index into
+/// `messages`; it is called on the store's thread while this call waits.
+template <class Item, class TransactionalStore, class BatchWork>
+std::vector<StoreResult<MessageOutcome>> process_batch_in_transaction(Consumer& consumer, TransactionalStore& store,
+                                                                      const std::vector<Consumer::Message>& messages,
+                                                                      BatchWork& work) {
+  if (&consumer.store() != static_cast<const Store*>(&store)) {
+    return std::vector<StoreResult<MessageOutcome>>(
+        messages.size(), std::unexpected(StoreError{StoreErrc::internal,
+                                                    "process_batch_in_transaction: the consumer was created on another store",
+                                                    false}));
+  }
+  return consumer.process_batch_with(
+      messages, [&](std::vector<CompleteRequest> completions, const std::vector<std::size_t>& indexes) {
+        std::vector<Item> items;
+        items.reserve(completions.size());
+        for (std::size_t j = 0; j < completions.size(); ++j) {
+          items.push_back(Item{std::move(completions[j]), [&work, index = indexes[j]](auto&& handle, std::string& error) {
+                                 return work(index, std::forward<decltype(handle)>(handle), error);
+                               }});
+        }
+        return store.complete_many_in_transaction(std::move(items));
+      });
 }
 }  // namespace detail
 

@@ -92,6 +92,23 @@ enum class FenceStatus : std::uint8_t {
   lost,  ///< the record is gone or carries another token; nothing was changed
 };
 
+/// How one item of a transactional batch completion ended (SqliteStore and PostgresStore's
+/// complete_many_in_transaction: many completions, each with the application's work, in one
+/// transaction with a savepoint per item).
+enum class WorkStatus : std::uint8_t {
+  committed,  ///< the item's work and its completion committed together
+  declined,   ///< its work returned false or threw (PostgreSQL: or one of its statements failed): its
+              ///< writes and its completion were rolled back to its savepoint, the others' were not
+  lost,       ///< the caller no longer held the record: its work did not run, or was rolled back
+};
+
+/// The answer for one item of complete_many_in_transaction.
+struct WorkResult {
+  WorkStatus status = WorkStatus::committed;
+  /// declined: why (the work's message, or the error of its statement that failed).
+  std::string error{};
+};
+
 /// One result per item of a batch call, in the order of the items.
 template <class T>
 using BatchResults = std::vector<StoreResult<T>>;

@@ -4,6 +4,7 @@
 // PostgresTransaction) and the operator's (mark_retryable, resolve). Each runs on a Session.
 
 #include <string>
+#include <vector>
 
 #include "idem/postgres_store.hpp"
 #include "idem/store_admin.hpp"
@@ -29,5 +30,15 @@ StoreResult<AdminStatus> run_resolve(Session& s, const ResolveArgs& a);
 
 /// complete_in_transaction: locks the fenced record, runs `work`, completes, commits.
 StoreResult<FenceStatus> run_complete_in_transaction(Session& s, const CompleteWrite& w, PostgresWork& work);
+
+/// One item of complete_many_in_transaction, its headers encoded once.
+struct WorkWrite {
+  CompleteWrite completion;
+  PostgresWork work;
+};
+
+/// complete_many_in_transaction: locks every item's fenced record (in key order), then runs each
+/// item's work and completion in a savepoint of its own, then commits. One answer per item.
+BatchResults<WorkResult> run_complete_many_in_transaction(Session& s, std::vector<WorkWrite>& items);
 
 }  // namespace idem::postgres_detail

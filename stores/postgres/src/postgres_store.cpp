@@ -745,6 +745,58 @@ StoreResult<FenceStatus> PostgresStore::complete_in_transaction(CompleteRequest 
   return future.get();
 }
 
+void PostgresStore::complete_many_in_transaction(std::vector<PostgresWorkItem> items, BatchCallback<WorkResult> done) {
+  // Items the server would refuse fail alone, here; the others go in one interactive transaction.
+  BatchResults<WorkResult> refused(items.size());
+  std::vector<std::size_t> sent;  // which item each write is
+  std::vector<pd::WorkWrite> writes;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (auto bad = unstorable(items[i].request.fence.id)) {
+      refused[i] = std::unexpected(*bad);
+      continue;
+    }
+    std::string headers = encode_headers(items[i].request.response.headers);
+    writes.push_back(pd::WorkWrite{CompleteWrite{std::move(items[i].request), std::move(headers)}, std::move(items[i].work)});
+    sent.push_back(i);
+  }
+  if (writes.empty()) return done(std::move(refused));
+  // The answers of the sent items go back to their places; an operation that failed as a whole
+  // (no connection) fails each of them.
+  auto merge = [refused = std::move(refused), sent, done = std::move(done)](
+                   StoreResult<BatchResults<WorkResult>> answered) mutable {
+    for (std::size_t j = 0; j < sent.size(); ++j) {
+      if (!answered) {
+        refused[sent[j]] = std::unexpected(answered.error());
+      } else if (j < answered->size()) {
+        refused[sent[j]] = std::move((*answered)[j]);
+      } else {
+        refused[sent[j]] = std::unexpected(internal_error("postgres: batch item was never run"));
+      }
+    }
+    done(std::move(refused));
+  };
+  impl_->submit(std::make_unique<InteractiveOp<BatchResults<WorkResult>>>(
+      true,
+      [writes = std::move(writes)](Session& s) mutable -> StoreResult<BatchResults<WorkResult>> {
+        return pd::run_complete_many_in_transaction(s, writes);
+      },
+      std::move(merge)));
+}
+
+BatchResults<WorkResult> PostgresStore::complete_many_in_transaction(std::vector<PostgresWorkItem> items) {
+  if (impl_->on_store_thread()) {
+    return BatchResults<WorkResult>(
+        items.size(),
+        std::unexpected(internal_error(
+            "postgres: blocking complete_many_in_transaction called from a store callback (would deadlock)")));
+  }
+  std::promise<BatchResults<WorkResult>> promise;
+  auto future = promise.get_future();
+  complete_many_in_transaction(std::move(items),
+                               [&promise](BatchResults<WorkResult> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
 PostgresStoreStats PostgresStore::stats() const { return impl_->stats(); }
 
 int PostgresStore::schema_version() { return pd::latest_schema_version(); }

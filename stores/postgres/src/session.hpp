@@ -38,11 +38,33 @@ class PostgresTransaction::Session {
     if (poison_) return std::unexpected(*poison_);
     return settle(pd::exec(conn_, sql, params, result_format, silence_, ex));
   }
+  /// An application's statement (PostgresTransaction::exec). A server's error that left the
+  /// connection alive with only the transaction aborted (a missing table, a constraint) does not
+  /// poison the session, whatever it would mean for the store's own statements: a savepoint can
+  /// undo it (complete_many_in_transaction's items), or the transaction rolls back.
+  StoreResult<pd::Result> application_sql(const std::string& sql, const pd::Params& params, const pd::Exchange& ex) {
+    if (poison_) return std::unexpected(*poison_);
+    auto r = pd::exec(conn_, sql, params, 0, silence_, ex);
+    if (!r && r.error().poison && PQstatus(conn_) == CONNECTION_OK && PQtransactionStatus(conn_) == PQTRANS_INERROR) {
+      r.error().poison = false;
+    }
+    return settle(std::move(r));
+  }
   StoreResult<Done> begin(std::string_view what) { return simple("BEGIN", {what, false, false}); }
   StoreResult<Done> commit(std::string_view what) { return simple("COMMIT", {what, true, true}); }
   // Rolls back; a failure here leaves the connection poisoned, which is all that matters.
   void rollback() {
     if (!poison_ && PQtransactionStatus(conn_) != PQTRANS_IDLE) (void)simple("ROLLBACK", {"rollback", false, false});
+  }
+
+  /// Runs statements without parameters in one round trip (simple protocol): e.g. releasing one
+  /// savepoint and opening the next.
+  StoreResult<Done> script(const std::string& sql, const pd::Exchange& ex) {
+    if (poison_) return std::unexpected(*poison_);
+    auto r = pd::exec_script(conn_, sql, silence_, ex);
+    if (r) return Done{};
+    if (r.error().poison) poison_ = r.error().error;
+    return std::unexpected(r.error().error);
   }
 
   std::optional<StoreError> app_failure;  // the first failure of the application's statements

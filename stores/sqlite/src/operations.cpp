@@ -271,36 +271,71 @@ StoreResult<Done> run_ping(Db& db) {
   return q.run("ping");
 }
 
-StoreResult<FenceStatus> run_complete_in_transaction(Db& db, const CompleteRequest& req, SqliteWork& work,
-                                                     Effects& fx) {
-  {
-    Statement& q = db.st.check_fence;
-    ResetOnExit reset(q);
-    bind_fence(q, req.fence);
-    const int rc = q.step();
-    if (rc == SQLITE_DONE) return FenceStatus::lost;  // `work` must not run for a lost lease
-    if (rc != SQLITE_ROW) return std::unexpected(map_error(rc, "check fence", db.raw));
-  }
+namespace {
+
+// Whether the caller still holds the record: in progress under its token.
+StoreResult<bool> holds(Db& db, const Fence& fence) {
+  Statement& q = db.st.check_fence;
+  ResetOnExit reset(q);
+  bind_fence(q, fence);
+  const int rc = q.step();
+  if (rc == SQLITE_DONE) return false;
+  if (rc != SQLITE_ROW) return std::unexpected(map_error(rc, "check fence", db.raw));
+  return true;
+}
+
+// Runs the application's work; nullopt when it succeeded, else why not (its message, or what it
+// threw).
+std::optional<std::string> run_work(Db& db, SqliteWork& work) {
   std::string error;
-  bool ok = false;
   try {
     WriterTransaction marked(db.raw, db.st.outbox_insert);  // enqueue inside `work` reuses its INSERT
-    ok = work(db.raw, error);
+    if (work(db.raw, error)) return std::nullopt;
   } catch (const std::exception& e) {
     error = std::string("threw: ") + e.what();
   } catch (...) {
     error = "threw a non-standard exception";
   }
-  if (sqlite3_get_autocommit(db.raw)) {
-    return std::unexpected(internal_error("sqlite: complete_in_transaction: work ended the store's transaction"));
-  }
-  if (!ok) {
-    return std::unexpected(internal_error("sqlite: complete_in_transaction: work failed: " +
-                                          (error.empty() ? std::string("(no message)") : error)));
-  }
+  return error.empty() ? std::string("(no message)") : error;
+}
+
+StoreError work_ended_transaction(std::string_view what) {
+  return internal_error(std::string("sqlite: ").append(what) + ": work ended the store's transaction");
+}
+
+}  // namespace
+
+StoreResult<FenceStatus> run_complete_in_transaction(Db& db, const CompleteRequest& req, SqliteWork& work,
+                                                     Effects& fx) {
+  auto held = holds(db, req.fence);
+  if (!held) return std::unexpected(held.error());
+  if (!*held) return FenceStatus::lost;  // `work` must not run for a lost lease
+  const auto failed = run_work(db, work);
+  if (sqlite3_get_autocommit(db.raw)) return std::unexpected(work_ended_transaction("complete_in_transaction"));
+  if (failed) return std::unexpected(internal_error("sqlite: complete_in_transaction: work failed: " + *failed));
   auto status = run_complete(db, req, fx);
   if (status && *status == FenceStatus::lost) fx.rollback = true;  // `work` changed the record: undo both
   return status;
+}
+
+StoreResult<WorkResult> run_work_item(Db& db, SqliteWorkItem& item, Effects& fx) {
+  auto held = holds(db, item.request.fence);
+  if (!held) return std::unexpected(held.error());
+  if (!*held) return WorkResult{WorkStatus::lost};  // `work` must not run for a lost lease
+  auto failed = run_work(db, item.work);
+  // The batch's other items are in this transaction too: the writer fails them all.
+  if (sqlite3_get_autocommit(db.raw)) return std::unexpected(work_ended_transaction("complete_many_in_transaction"));
+  if (failed) {
+    fx.rollback = true;
+    return WorkResult{WorkStatus::declined, std::move(*failed)};
+  }
+  auto status = run_complete(db, item.request, fx);
+  if (!status) return std::unexpected(status.error());
+  if (*status == FenceStatus::lost) {
+    fx.rollback = true;  // `work` changed the record: undo both
+    return WorkResult{WorkStatus::lost};
+  }
+  return WorkResult{WorkStatus::committed};
 }
 
 // ---- operator actions ---------------------------------------------------------------------------

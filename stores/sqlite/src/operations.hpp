@@ -63,6 +63,9 @@ StoreResult<Done> run_ping(Db& db);
 /// Checks the fence, runs `work`, completes; a lost fence or a failed `work` changes nothing.
 StoreResult<FenceStatus> run_complete_in_transaction(Db& db, const CompleteRequest& req, SqliteWork& work,
                                                      Effects& fx);
+/// One item of complete_many_in_transaction, inside its own savepoint: checks the fence, runs
+/// the work, completes. Sets fx.rollback when the savepoint must be undone (declined, lost).
+StoreResult<WorkResult> run_work_item(Db& db, SqliteWorkItem& item, Effects& fx);
 
 // Operator actions (StoreAdmin).
 StoreResult<std::vector<Record>> run_list(Db& db, const ListQuery& query);

@@ -108,10 +108,11 @@ class TypedOp final : public Op {
 
 // A batch call: its items, one after the other, each in a savepoint of its own inside the batch's
 // savepoint, so that an item that fails undoes only itself (as the single call's savepoint does).
-template <class Item, class T>
+// The body takes its item as ItemRef: const, but for items whose work it runs.
+template <class Item, class T, class ItemRef = const Item&>
 class BatchOp final : public Op {
  public:
-  using Body = StoreResult<T> (*)(Db&, const Item&, Effects&);
+  using Body = StoreResult<T> (*)(Db&, ItemRef, Effects&);
   BatchOp(std::vector<Item> items, Body body, BatchCallback<T> done)
       : Op(OpClass::write),
         items_(std::move(items)),
@@ -568,6 +569,26 @@ StoreResult<FenceStatus> SqliteStore::complete_in_transaction(CompleteRequest re
   auto future = promise.get_future();
   complete_in_transaction(std::move(request), std::move(work),
                           [&promise](StoreResult<FenceStatus> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+void SqliteStore::complete_many_in_transaction(std::vector<SqliteWorkItem> items, BatchCallback<WorkResult> done) {
+  if (items.empty()) return done(BatchResults<WorkResult>{});
+  impl_->submit(std::make_unique<BatchOp<SqliteWorkItem, WorkResult, SqliteWorkItem&>>(std::move(items), run_work_item,
+                                                                                       std::move(done)));
+}
+
+BatchResults<WorkResult> SqliteStore::complete_many_in_transaction(std::vector<SqliteWorkItem> items) {
+  if (impl_->on_writer_thread()) {
+    return BatchResults<WorkResult>(
+        items.size(),
+        std::unexpected(internal_error(
+            "sqlite: blocking complete_many_in_transaction called from a store callback (would deadlock)")));
+  }
+  std::promise<BatchResults<WorkResult>> promise;
+  auto future = promise.get_future();
+  complete_many_in_transaction(std::move(items),
+                               [&promise](BatchResults<WorkResult> r) { promise.set_value(std::move(r)); });
   return future.get();
 }
 

@@ -15,6 +15,7 @@
 #include <barrier>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <future>
 #include <memory>
 #include <stdexcept>
@@ -22,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "idem/testing/consumer_batches.hpp"
 #include "idem/testing/manual_clock.hpp"
 #include "idem/testing/redeliveries.hpp"
 #include "idem/testing/store_conformance.hpp"
@@ -1027,6 +1029,289 @@ TEST_F(SqliteConsumerTest, ConcurrentRedeliveriesApplyEachEffectExactlyOnce) {
   testing::expect_each_processed_once(tally, kMessages, kThreads * kDeliveries);
   EXPECT_EQ(raw->scalar("SELECT count(*) FROM ledger"), kMessages);
   EXPECT_EQ(raw->scalar("SELECT count(*) FROM (SELECT message_id FROM ledger GROUP BY message_id HAVING count(*) > 1)"), 0);
+}
+
+// ---- a batch of messages in one transaction, a savepoint each (process_batch_in_transaction) ----
+
+TEST_F(TransactionalCompletionTest, ManyCompletionsCommitInOneTransactionEachInItsOwnSavepoint) {
+  auto ok = claim_ok(*store, "key-many-ok-000001");
+  auto declined = claim_ok(*store, "key-many-declined1");
+  auto stale = claim_ok(*store, "key-many-stale-001");
+  auto thrown = claim_ok(*store, "key-many-throws-01");
+  auto last = claim_ok(*store, "key-many-last-0001");
+  clock.advance(61s);
+  auto taker = BlockingStore(*store).claim(request("key-many-stale-001"));  // the stale holder's lease is taken over
+  ASSERT_EQ(taker->status, ClaimStatus::claimed);
+  bool stale_ran = false;
+  std::vector<SqliteWorkItem> items;
+  items.push_back({completion(fence_of(ok)), insert_row("key-many-ok-000001")});
+  items.push_back({completion(fence_of(declined)), insert_row("key-many-declined1", false)});
+  items.push_back({completion(fence_of(stale)), insert_row("key-many-stale-001", true, &stale_ran)});
+  items.push_back({completion(fence_of(thrown)), [](sqlite3* db, std::string&) -> bool {
+                     sqlite3_exec(db, "INSERT INTO business (key, amount) VALUES ('key-many-throws-01', 1)", nullptr,
+                                  nullptr, nullptr);
+                     throw std::runtime_error("boom");
+                   }});
+  items.push_back({completion(fence_of(last)), insert_row("key-many-last-0001")});
+  const auto before = store->stats();
+  auto results = store->complete_many_in_transaction(std::move(items));
+  EXPECT_EQ(store->stats().transactions - before.transactions, 1u);
+  ASSERT_EQ(results.size(), 5u);
+  for (const auto& r : results) ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(results[0]->status, WorkStatus::committed);
+  EXPECT_EQ(results[1]->status, WorkStatus::declined);
+  EXPECT_NE(results[1]->error.find("insufficient funds"), std::string::npos) << results[1]->error;
+  EXPECT_EQ(results[2]->status, WorkStatus::lost);
+  EXPECT_FALSE(stale_ran);
+  EXPECT_EQ(results[3]->status, WorkStatus::declined);
+  EXPECT_NE(results[3]->error.find("boom"), std::string::npos) << results[3]->error;
+  EXPECT_EQ(results[4]->status, WorkStatus::committed);
+
+  EXPECT_EQ(business_rows("key-many-ok-000001"), 1);
+  EXPECT_EQ(business_rows("key-many-last-0001"), 1);
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM business"), 2);
+  BlockingStore b(*store);
+  EXPECT_EQ(b.get(RecordId{"t", "key-many-ok-000001"}).value()->state, RecordState::completed);
+  EXPECT_EQ(b.get(RecordId{"t", "key-many-declined1"}).value()->state, RecordState::in_progress);
+  EXPECT_EQ(b.get(RecordId{"t", "key-many-stale-001"}).value()->fencing_token, taker->record.fencing_token);
+  EXPECT_EQ(b.get(RecordId{"t", "key-many-throws-01"}).value()->state, RecordState::in_progress);
+}
+
+// A work that ends the store's transaction takes the whole batch with it: no item commits.
+TEST_F(TransactionalCompletionTest, AWorkThatEndsTheTransactionFailsEveryItem) {
+  auto first = claim_ok(*store, "key-many-end-00001");
+  auto second = claim_ok(*store, "key-many-end-00002");
+  std::vector<SqliteWorkItem> items;
+  items.push_back({completion(fence_of(first)), insert_row("key-many-end-00001")});
+  items.push_back({completion(fence_of(second)), [](sqlite3* db, std::string&) {
+                     return sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr) == SQLITE_OK;
+                   }});
+  auto results = store->complete_many_in_transaction(std::move(items));
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& r : results) EXPECT_FALSE(r);
+  EXPECT_EQ(business_rows("key-many-end-00001"), 0);
+  EXPECT_EQ(BlockingStore(*store).get(RecordId{"t", "key-many-end-00001"}).value()->state, RecordState::in_progress);
+  // The store recovers: its next transaction works.
+  EXPECT_EQ(BlockingStore(*store).complete(completion(fence_of(first))), FenceStatus::ok);
+}
+
+class SqliteBatchConsumerTest : public SqliteConsumerTest {
+ protected:
+  // The batch's effect: a ledger row for messages[index], then the batch's `fails` decides; the
+  // ids of the works that ran are counted in `ran`.
+  static SqliteBatchWork post_batch(const testing::MessageBatch& batch, std::map<std::string, int>* ran = nullptr) {
+    return [&batch, ran](std::size_t index, sqlite3* db, std::string& error) {
+      if (ran) ++(*ran)[batch.ids[index]];
+      const std::string sql = "INSERT INTO ledger (message_id, amount) VALUES ('" + batch.ids[index] + "', 100)";
+      if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+        error = sqlite3_errmsg(db);
+        return false;
+      }
+      if (batch.fails[index]) error = "account frozen";
+      return !batch.fails[index];
+    };
+  }
+  std::int64_t records(const std::string& id, const std::string& state = "completed") {
+    return raw->scalar("SELECT count(*) FROM idempotency_keys WHERE tenant_id = 'consumer ledger' AND key = '" + id +
+                       "' AND state = '" + state + "'");
+  }
+  // The first column of the first row, as text.
+  static std::string text_of(sqlite3* db, const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) throw std::runtime_error(sql);
+    std::string value;
+    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0)) {
+      value = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    }
+    sqlite3_finalize(stmt);
+    return value;
+  }
+  static std::vector<MessageStatus> statuses(const std::vector<StoreResult<MessageOutcome>>& outcomes) {
+    std::vector<MessageStatus> out;
+    for (const auto& o : outcomes) {
+      EXPECT_TRUE(o) << o.error().message;
+      out.push_back(o ? o->status : MessageStatus::invalid_id);
+    }
+    return out;
+  }
+};
+
+// Fifty new messages in one transaction; the 8th declines and the 32nd throws: they alone roll
+// back, leaving no row and no record, and their next delivery runs them.
+TEST_F(SqliteBatchConsumerTest, FiftyMessagesCommitTogetherButTheTwoThatFail) {
+  auto consumer = consumer_on(*store);
+  testing::MessageBatch batch;
+  for (int i = 0; i < 50; ++i) batch.add(std::string("batch-") + std::to_string(100 + i), "p", i == 7);
+  SqliteBatchWork post = post_batch(batch);
+  const auto before = store->stats();
+  auto outcomes = process_batch_in_transaction(
+      consumer, *store, batch.messages(), [&](std::size_t index, sqlite3* db, std::string& error) -> bool {
+        if (index == 31) {
+          sqlite3_exec(db, "INSERT INTO ledger (message_id, amount) VALUES ('batch-131', 1)", nullptr, nullptr, nullptr);
+          throw std::runtime_error("bug in the consumer");
+        }
+        return post(index, db, error);
+      });
+  // One transaction claims, one applies, one forgets the two failed claims.
+  EXPECT_EQ(store->stats().transactions - before.transactions, 3u);
+  ASSERT_EQ(outcomes.size(), 50u);
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    ASSERT_TRUE(outcomes[i]) << outcomes[i].error().message;
+    if (i == 7 || i == 31) {
+      EXPECT_EQ(outcomes[i]->status, MessageStatus::handler_failed) << i;
+      EXPECT_EQ(rows(batch.ids[i]), 0) << i;
+      EXPECT_EQ(raw->scalar("SELECT count(*) FROM idempotency_keys WHERE key = '" + batch.ids[i] + "'"), 0) << i;
+    } else {
+      EXPECT_EQ(outcomes[i]->status, MessageStatus::processed) << i;
+      EXPECT_EQ(rows(batch.ids[i]), 1) << i;
+      EXPECT_EQ(records(batch.ids[i]), 1) << i;
+    }
+  }
+  EXPECT_NE(outcomes[7]->detail.find("account frozen"), std::string::npos) << outcomes[7]->detail;
+  EXPECT_NE(outcomes[31]->detail.find("bug in the consumer"), std::string::npos) << outcomes[31]->detail;
+
+  // The whole batch is delivered again: the 48 are duplicates, the two run now.
+  batch.fails[7] = false;
+  std::map<std::string, int> ran;
+  auto again = process_batch_in_transaction(consumer, *store, batch.messages(), post_batch(batch, &ran));
+  for (std::size_t i = 0; i < again.size(); ++i) {
+    ASSERT_TRUE(again[i]) << again[i].error().message;
+    EXPECT_EQ(again[i]->status, i == 7 || i == 31 ? MessageStatus::processed : MessageStatus::duplicate) << i;
+  }
+  EXPECT_EQ(ran, (std::map<std::string, int>{{"batch-107", 1}, {"batch-131", 1}}));
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM ledger"), 50);
+  EXPECT_EQ(raw->scalar("SELECT count(DISTINCT message_id) FROM ledger"), 50);
+}
+
+TEST_F(SqliteBatchConsumerTest, DuplicatesWithinABatchAndOfEarlierBatchesRunOnce) {
+  auto consumer = consumer_on(*store);
+  testing::MessageBatch first;
+  first.add("dup-a");
+  first.add("dup-b");
+  first.add("dup-a");
+  first.add("bad id");
+  std::map<std::string, int> ran;
+  EXPECT_EQ(statuses(process_batch_in_transaction(consumer, *store, first.messages(), post_batch(first, &ran))),
+            (std::vector{MessageStatus::processed, MessageStatus::processed, MessageStatus::in_progress,
+                         MessageStatus::invalid_id}));
+  testing::MessageBatch second;
+  second.add("dup-b");
+  second.add("dup-c");
+  second.add("dup-c");
+  second.add("dup-a");
+  second.add("dup-a", "another payload");
+  EXPECT_EQ(statuses(process_batch_in_transaction(consumer, *store, second.messages(), post_batch(second, &ran))),
+            (std::vector{MessageStatus::duplicate, MessageStatus::processed, MessageStatus::in_progress,
+                         MessageStatus::duplicate, MessageStatus::conflict}));
+  EXPECT_EQ(ran, (std::map<std::string, int>{{"dup-a", 1}, {"dup-b", 1}, {"dup-c", 1}}));
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM ledger"), 3);
+}
+
+// Between the batch's claims and its transaction, its lease runs out and another consumer (another
+// process on the same file) takes one message over and processes it: that message alone is lost,
+// its work not run; the others commit.
+TEST_F(SqliteBatchConsumerTest, ALeaseTakenOverIsLostForThatMessageOnly) {
+  testing::HookClock hooked(clock);
+  ConsumerOptions options;
+  options.name = "ledger";
+  options.lease = 30s;
+  options.clock = &hooked;
+  auto consumer = Consumer::create(*store, options);
+  ASSERT_TRUE(consumer) << consumer.error();
+  auto other_store = open_store(path);
+  auto other = consumer_on(*other_store);
+  testing::MessageBatch batch;
+  for (int i = 0; i < 5; ++i) batch.add(std::string("lease-") + std::to_string(i));
+  hooked.arm(6, [&] {
+    clock.advance(31s);
+    auto taken = process_once_in_transaction(other, *other_store, "lease-2", "p", post("lease-2"));
+    ASSERT_TRUE(taken && taken->status == MessageStatus::processed);
+  });
+  std::map<std::string, int> ran;
+  auto outcomes = process_batch_in_transaction(*consumer, *store, batch.messages(), post_batch(batch, &ran));
+  EXPECT_EQ(statuses(outcomes), (std::vector{MessageStatus::processed, MessageStatus::processed, MessageStatus::lost,
+                                             MessageStatus::processed, MessageStatus::processed}));
+  EXPECT_EQ(ran.count("lease-2"), 0u);
+  for (const auto& id : batch.ids) {
+    EXPECT_EQ(rows(id), 1) << id;  // lease-2's row is the other consumer's
+    EXPECT_EQ(records(id), 1) << id;
+  }
+}
+
+// Another process holds the write lock past busy_timeout when the batch's transaction would begin:
+// no message commits, each fails as unavailable (not in doubt), and once the lock is gone and the
+// lease has run out (forgetting the claims needed the lock too) the next delivery runs them all.
+TEST_F(SqliteBatchConsumerTest, ATransactionThatCannotCommitLeavesNothingAndTheNextDeliveryRunsThem) {
+  SqliteOptions options;
+  options.path = path;
+  options.busy_timeout = 100ms;
+  auto impatient = open_store(options);
+  testing::HookClock hooked(clock);
+  ConsumerOptions consumer_options;
+  consumer_options.name = "ledger";
+  consumer_options.lease = 30s;
+  consumer_options.clock = &hooked;
+  auto consumer = Consumer::create(*impatient, consumer_options);
+  ASSERT_TRUE(consumer) << consumer.error();
+  testing::MessageBatch batch;
+  for (int i = 0; i < 10; ++i) batch.add(std::string("locked-") + std::to_string(i));
+  RawDb other(path);
+  hooked.arm(11, [&] { other.exec("BEGIN EXCLUSIVE; DELETE FROM ledger WHERE message_id = 'nothing';"); });
+  auto outcomes = process_batch_in_transaction(*consumer, *impatient, batch.messages(), post_batch(batch));
+  ASSERT_EQ(outcomes.size(), 10u);
+  for (const auto& o : outcomes) {
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error().code, StoreErrc::unavailable) << o.error().message;
+    EXPECT_FALSE(o.error().in_doubt);
+  }
+  other.exec("COMMIT");
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM ledger"), 0);
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM idempotency_keys WHERE state = 'completed'"), 0);
+
+  clock.advance(31s);
+  auto again = process_batch_in_transaction(*consumer, *impatient, batch.messages(), post_batch(batch));
+  for (const auto& o : again) {
+    ASSERT_TRUE(o) << o.error().message;
+    EXPECT_EQ(o->status, MessageStatus::processed);
+  }
+  EXPECT_EQ(raw->scalar("SELECT count(*) FROM ledger"), 10);
+}
+
+// The same random batches (duplicates of earlier batches, conflicts, invalid ids, declining
+// works) applied with the batch form to one database and one message at a time with
+// process_once_in_transaction to another give the same outcomes, rows and records.
+TEST_F(SqliteBatchConsumerTest, TheBatchFormAndTheSingleFormAgree) {
+  auto single_path = dir.file("single.db");
+  auto single_store = open_store(single_path);
+  RawDb single_raw(single_path);
+  single_raw.exec("CREATE TABLE ledger (message_id TEXT NOT NULL, amount INTEGER NOT NULL)");
+  auto batched = consumer_on(*store);
+  auto single = consumer_on(*single_store);
+  const auto batches = testing::random_batches(20261206, 12, 24, 60);
+  std::map<MessageStatus, int> seen;
+  for (std::size_t round = 0; round < batches.size(); ++round) {
+    const testing::MessageBatch& batch = batches[round];
+    auto outcomes = statuses(process_batch_in_transaction(batched, *store, batch.messages(), post_batch(batch)));
+    for (MessageStatus status : outcomes) ++seen[status];
+    for (std::size_t i = 0; i < batch.ids.size(); ++i) {
+      auto one = process_once_in_transaction(single, *single_store, batch.ids[i], batch.payloads[i],
+                                             post(batch.ids[i], !batch.fails[i]));
+      ASSERT_TRUE(one) << one.error().message;
+      EXPECT_EQ(one->status, outcomes[i]) << "round " << round << " message " << batch.ids[i];
+    }
+  }
+  // Every message's rows, and every record's state, in one string each.
+  for (const char* sql : {"SELECT group_concat(message_id || ':' || n, ',') FROM "
+                          "(SELECT message_id, count(*) AS n FROM ledger GROUP BY message_id ORDER BY message_id)",
+                          "SELECT group_concat(key || ':' || state, ',') FROM "
+                          "(SELECT key, state FROM idempotency_keys ORDER BY key)"}) {
+    EXPECT_EQ(text_of(raw->get(), sql), text_of(single_raw.get(), sql)) << sql;
+  }
+  // The mix had every kind of message in it.
+  for (MessageStatus status : {MessageStatus::processed, MessageStatus::duplicate, MessageStatus::conflict,
+                               MessageStatus::handler_failed, MessageStatus::invalid_id}) {
+    EXPECT_GT(seen[status], 0) << to_string(status);
+  }
 }
 
 // sqlite_configure_process, in a child of its own: it acts only before SQLite is initialized,

@@ -117,6 +117,13 @@ class PostgresTransaction {
 /// it must not call the store and should be quick: the record stays locked while it runs.
 using PostgresWork = std::move_only_function<bool(PostgresTransaction& tx, std::string& error)>;
 
+/// One item of PostgresStore::complete_many_in_transaction: a completion and the application's
+/// work that commits with it.
+struct PostgresWorkItem {
+  CompleteRequest request;
+  PostgresWork work;
+};
+
 /// The shared store (SPEC §6): one PostgreSQL table that every replica of a service uses.
 ///
 /// `pool_size` threads each own one connection in libpq's pipeline mode. Operations go into one
@@ -173,6 +180,24 @@ class PostgresStore final : public Store, public StoreAdmin {
   /// Blocking form of complete_in_transaction, for threads that may wait. Calling it from a
   /// store callback fails with StoreErrc::internal instead of deadlocking.
   StoreResult<FenceStatus> complete_in_transaction(CompleteRequest request, PostgresWork work);
+
+  /// complete_in_transaction for many records in one transaction: locks every item's record (in
+  /// (tenant, key) order, so two such transactions never deadlock on each other), then for each
+  /// item in order opens a savepoint, runs its work and its completion, and commits them all at
+  /// the end. An item whose fence is lost reports WorkStatus::lost without running its work; one
+  /// whose work returns false, throws or has a statement fail is rolled back to its savepoint and
+  /// reports WorkStatus::declined with the statement's error (if one failed) and the work's
+  /// message; one whose completion then finds the fence gone (its work took the record) is
+  /// rolled back and lost; one whose completion fails reports that error. The others commit
+  /// together. When the transaction as a whole fails (the connection, the commit), every item
+  /// fails with that error, in doubt for the items that would have committed when the COMMIT
+  /// may have happened. Works follow PostgresWork's rules; each runs with the transaction's
+  /// handle, so its statements take round trips of their own.
+  void complete_many_in_transaction(std::vector<PostgresWorkItem> items, BatchCallback<WorkResult> done);
+
+  /// Blocking form of complete_many_in_transaction, for threads that may wait. Calling it from a
+  /// store callback fails every item with StoreErrc::internal instead of deadlocking.
+  BatchResults<WorkResult> complete_many_in_transaction(std::vector<PostgresWorkItem> items);
 
   /// Counters since open.
   PostgresStoreStats stats() const;

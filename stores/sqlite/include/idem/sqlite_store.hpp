@@ -74,6 +74,13 @@ struct SqliteStoreStats {
 /// or reset its statements, and should be quick: the writer waits for it.
 using SqliteWork = std::move_only_function<bool(sqlite3* db, std::string& error)>;
 
+/// One item of SqliteStore::complete_many_in_transaction: a completion and the application's work
+/// that commits with it.
+struct SqliteWorkItem {
+  CompleteRequest request;
+  SqliteWork work;
+};
+
 /// The embedded, durable store (SPEC §6): one SQLite file in WAL mode, shared safely by the
 /// threads of this process and by other processes on the same machine.
 ///
@@ -133,6 +140,22 @@ class SqliteStore final : public Store, public StoreAdmin {
   /// Blocking form of complete_in_transaction, for threads that may wait. Calling it from a
   /// store callback (the writer thread) fails with StoreErrc::internal instead of deadlocking.
   StoreResult<FenceStatus> complete_in_transaction(CompleteRequest request, SqliteWork work);
+
+  /// complete_in_transaction for many records in one transaction (one writer operation, one
+  /// commit, never split between two): each item in a savepoint of its own, in order. An item
+  /// whose fence is lost reports WorkStatus::lost without running its work; one whose work returns
+  /// false or throws is rolled back to its savepoint (its writes and its completion) and reports
+  /// WorkStatus::declined with the work's message; one whose completion finds the fence gone
+  /// (its work took the record) is rolled back and lost. The others commit together. When the
+  /// transaction cannot begin or commit, every item fails with that error (in doubt, for items
+  /// that wrote, when the commit may have reached the disk), as complete_in_transaction's do.
+  /// Works follow SqliteWork's rules; each runs with the writer's connection.
+  void complete_many_in_transaction(std::vector<SqliteWorkItem> items, BatchCallback<WorkResult> done);
+
+  /// Blocking form of complete_many_in_transaction, for threads that may wait. Calling it from a
+  /// store callback (the writer thread) fails every item with StoreErrc::internal instead of
+  /// deadlocking.
+  BatchResults<WorkResult> complete_many_in_transaction(std::vector<SqliteWorkItem> items);
 
   /// Counters since open.
   SqliteStoreStats stats() const;

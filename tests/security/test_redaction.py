@@ -163,6 +163,92 @@ class Secrets(unittest.TestCase):
             upstream.stop()
         self.check_clean(forms(PASSWORD) | forms(WRONG))
 
+    def test_gateway_webhook_secrets(self):
+        """A webhook route's signing secret (docs/webhooks.md) and the signatures clients send
+        appear in no output: logs of genuine and forged events, refusals, /metrics, a start and a
+        reload refused for a world-readable secret file."""
+        import hashlib
+        import hmac
+        import http.client
+        import signal
+        import tempfile
+        secret = "whsec_Rd%s" % uuid.uuid4().hex
+        wrong = "whsec_Wr%s" % uuid.uuid4().hex
+        # Outside self.dir: check_clean reads every file there, and this one holds the secret.
+        secret_dir = tempfile.mkdtemp(prefix="idem-redaction-secret-")
+        secret_file = os.path.join(secret_dir, "stripe.secret")
+        with open(secret_file, "w") as f:
+            f.write(secret + "\n")
+        os.chmod(secret_file, 0o600)
+        upstream = brokers.Handler()
+        signatures = []
+
+        def stripe_header(key, body):
+            t = str(int(time.time()))
+            mac = hmac.new(key.encode(), (t + "." + body).encode(), hashlib.sha256).hexdigest()
+            signatures.append(mac)
+            return "t=%s,v1=%s" % (t, mac)
+
+        def post(port, body, header):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                c.request("POST", "/hooks/stripe", body, {"Stripe-Signature": header, "Content-Type": "application/json"})
+                r = c.getresponse()
+                return r.status, r.read().decode("utf-8", "replace")
+            finally:
+                c.close()
+
+        config = os.path.join(self.dir, "webhook.toml")
+        with open(config, "w") as f:
+            f.write('[[route]]\nmethod = "POST"\npath = "/hooks/stripe"\n'
+                    'webhook = { provider = "stripe", secret_file = "%s" }\n' % secret_file)
+        port, admin = brokers.free_port(), brokers.free_port()
+        log = os.path.join(self.dir, "gateway-webhook.log")
+        try:
+            with open(log, "wb") as err:
+                p = subprocess.Popen([bin_path("gateway", "idem-gateway"), "--config", config, "--listen",
+                                      "127.0.0.1:%d" % port, "--admin-listen", "127.0.0.1:%d" % admin, "--store",
+                                      "sqlite:" + os.path.join(self.dir, "webhook.db"), "--upstream",
+                                      "http://127.0.0.1:%d" % upstream.server.server_address[1]],
+                                     stdout=err, stderr=subprocess.STDOUT, cwd=self.dir)
+            try:
+                brokers.wait_until(lambda: ready(admin), 30, what="gateway with a webhook route")
+                body = '{"id":"evt_redaction_%s","object":"event"}' % uuid.uuid4().hex[:8]
+                status, text = post(port, body, stripe_header(secret, body))
+                self.assertEqual(status, 200, text)
+                status, text = post(port, body, stripe_header(secret, body))  # a replay
+                self.assertEqual(status, 200, text)
+                status, text = post(port, body, stripe_header(wrong, body))
+                self.assertEqual(status, 400, text)
+                self.collected.append(("webhook refusal", text))
+                status, text = post(port, body + " ", stripe_header(secret, body))
+                self.assertEqual(status, 400, text)
+                self.collected.append(("webhook refusal (body changed)", text))
+                for path in ("/readyz", "/metrics"):
+                    self.collected.append(("gateway webhook %s" % path, brokers.http_get(admin, path)[1]))
+                # A reload with a secret file others may read: refused, and said so without the secret.
+                os.chmod(secret_file, 0o644)
+                p.send_signal(signal.SIGHUP)
+                brokers.wait_until(lambda: "reload failed" in open(log).read(), 10, what="the refused reload")
+            finally:
+                p.terminate()
+                p.wait(30)
+            with open(log) as f:
+                text = f.read()
+            self.assertIn("verdict=signature_invalid", text)
+            self.assertIn("chmod 600", text)
+            # And a start with it: exit 2, one line naming the file.
+            out = self.run_bin("gateway webhook bad secret file", [bin_path("gateway", "idem-gateway"), "--config", config,
+                                                                  "--listen", "127.0.0.1:0", "--admin-listen", "off",
+                                                                  "--store", "memory:"])
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn("secret_file", out.stderr)
+        finally:
+            upstream.stop()
+            import shutil
+            shutil.rmtree(secret_dir, ignore_errors=True)
+        self.check_clean(forms(secret) | forms(wrong) | set(signatures))
+
     # --- the brokers' URLs -------------------------------------------------------------------
 
     def amqp_url(self, password, query):

@@ -686,6 +686,107 @@ TEST_F(PostgresTransactional, TheNativeHandleRunsInTheSameTransaction) {
   EXPECT_EQ(must_claim(*store_, claim_request(clock_, "key-tx-native-0002")).status, ClaimStatus::claimed);
 }
 
+// Many completions in one transaction, a savepoint each: a work that declines, one whose statement
+// fails, a stale holder (its work never runs), a work that takes its own record, and a key the
+// server would refuse each fail alone; the others commit together.
+TEST_F(PostgresTransactional, ManyCompletionsCommitTogetherAndEachFailureStaysInItsSavepoint) {
+  const std::vector<std::string> keys = {"key-many-ok-000001", "key-many-declined1", "key-many-stmt-fail",
+                                         "key-many-stale-001", "key-many-self-lost", "key-many-last-0001"};
+  std::vector<ClaimResult> claims;
+  for (const auto& key : keys) claims.push_back(must_claim(*store_, claim_request(clock_, key)));
+  clock_.advance(std::chrono::hours(1));  // every lease ran out; one is taken over
+  auto taker = must_claim(*store_, claim_request(clock_, "key-many-stale-001"));
+  ASSERT_EQ(taker.status, ClaimStatus::claimed);
+  auto insert = [&](std::string id, bool succeed = true, bool* ran = nullptr) {
+    return [this, id = std::move(id), succeed, ran](PostgresTransaction& tx, std::string& error) {
+      if (ran) *ran = true;
+      auto r = tx.exec("INSERT INTO " + ledger() + " (id, amount) VALUES ($1, 1)", {id});
+      if (!r) error = r.error().message;
+      if (r && !succeed) error = "insufficient funds";
+      return r.has_value() && succeed;
+    };
+  };
+  bool stale_ran = false;
+  std::vector<PostgresWorkItem> items;
+  items.push_back({complete_request(clock_, fence_of(claims[0])), insert("pay_ok")});
+  items.push_back({complete_request(clock_, fence_of(claims[1])), insert("pay_declined", false)});
+  items.push_back({complete_request(clock_, fence_of(claims[2])), [&](PostgresTransaction& tx, std::string& error) {
+                     (void)tx.exec("INSERT INTO " + ledger() + " (id, amount) VALUES ('pay_stmt', 1)");
+                     auto r = tx.exec("INSERT INTO " + ledger() + " (id, amount) VALUES ('pay_ok', 2)");  // duplicate key
+                     if (!r) error = "the ledger refused it";
+                     return r.has_value();
+                   }});
+  items.push_back({complete_request(clock_, fence_of(claims[3])), insert("pay_stale", true, &stale_ran)});
+  items.push_back({complete_request(clock_, fence_of(claims[4])), [&](PostgresTransaction& tx, std::string&) {
+                     (void)tx.exec("INSERT INTO " + ledger() + " (id, amount) VALUES ('pay_self', 1)");
+                     // Misbehaving work that changes its own record: the completion is fenced out.
+                     return tx.exec("UPDATE " + qualified(schema_, "idempotency_keys") +
+                                    " SET fencing_token = fencing_token + 1 WHERE key = 'key-many-self-lost'")
+                         .has_value();
+                   }});
+  items.push_back({complete_request(clock_, Fence{RecordId{"t", std::string("bad\0key", 7)}, 1}), insert("pay_bad")});
+  items.push_back({complete_request(clock_, fence_of(claims[5])), insert("pay_last")});
+  auto results = store_->complete_many_in_transaction(std::move(items));
+  ASSERT_EQ(results.size(), 7u);
+  for (std::size_t i : {0, 1, 2, 3, 4, 6}) ASSERT_TRUE(results[i].has_value()) << i << ": " << results[i].error().message;
+  EXPECT_EQ(results[0]->status, WorkStatus::committed);
+  EXPECT_EQ(results[1]->status, WorkStatus::declined);
+  EXPECT_NE(results[1]->error.find("insufficient funds"), std::string::npos) << results[1]->error;
+  EXPECT_EQ(results[2]->status, WorkStatus::declined);
+  EXPECT_NE(results[2]->error.find("23505"), std::string::npos) << results[2]->error;
+  EXPECT_EQ(results[3]->status, WorkStatus::lost);
+  EXPECT_FALSE(stale_ran);
+  EXPECT_EQ(results[4]->status, WorkStatus::lost);
+  ASSERT_FALSE(results[5].has_value());
+  EXPECT_EQ(results[6]->status, WorkStatus::committed);
+
+  EXPECT_EQ(ledger_amount("pay_ok"), "1");
+  EXPECT_EQ(ledger_amount("pay_last"), "1");
+  for (const char* id : {"pay_declined", "pay_stmt", "pay_stale", "pay_self", "pay_bad"}) EXPECT_FALSE(ledger_amount(id)) << id;
+  EXPECT_EQ(record("key-many-ok-000001")->state, RecordState::completed);
+  EXPECT_EQ(record("key-many-last-0001")->state, RecordState::completed);
+  for (const char* key : {"key-many-declined1", "key-many-stmt-fail"}) {
+    EXPECT_EQ(record(key)->state, RecordState::in_progress) << key;
+  }
+  EXPECT_EQ(record("key-many-stale-001")->fencing_token, taker.record.fencing_token);
+  EXPECT_EQ(record("key-many-self-lost")->fencing_token, claims[4].record.fencing_token);
+}
+
+// A work that ends the store's transaction takes the whole batch with it, in doubt for the items
+// whose writes it may have committed; the store's next transaction works.
+TEST_F(PostgresTransactional, AWorkThatEndsTheTransactionFailsEveryItem) {
+  auto first = must_claim(*store_, claim_request(clock_, "key-many-end-00001"));
+  auto second = must_claim(*store_, claim_request(clock_, "key-many-end-00002"));
+  auto third = must_claim(*store_, claim_request(clock_, "key-many-end-00003"));
+  std::vector<PostgresWorkItem> items;
+  items.push_back({complete_request(clock_, fence_of(first)), [](PostgresTransaction&, std::string&) { return true; }});
+  items.push_back({complete_request(clock_, fence_of(second)), [](PostgresTransaction& tx, std::string&) {
+                     return tx.exec("COMMIT").has_value();
+                   }});
+  items.push_back({complete_request(clock_, fence_of(third)), [](PostgresTransaction&, std::string&) { return true; }});
+  auto results = store_->complete_many_in_transaction(std::move(items));
+  ASSERT_EQ(results.size(), 3u);
+  for (const auto& r : results) ASSERT_FALSE(r.has_value());
+  EXPECT_TRUE(results[0].error().in_doubt);
+  EXPECT_TRUE(results[1].error().in_doubt);
+  EXPECT_FALSE(results[2].error().in_doubt);  // its work never ran
+  EXPECT_EQ(BlockingStore(*store_).complete(complete_request(clock_, fence_of(third))), FenceStatus::ok);
+}
+
+TEST_F(PostgresTransactional, BlockingBatchFormRefusesToRunOnAStoreThread) {
+  auto c = must_claim(*store_, claim_request(clock_, "key-many-deadlock1"));
+  std::promise<BatchResults<WorkResult>> inner;
+  store_->get(RecordId{"t", "key-many-deadlock1"}, [&](StoreResult<std::optional<Record>>) {
+    std::vector<PostgresWorkItem> items;
+    items.push_back({complete_request(clock_, fence_of(c)), [](PostgresTransaction&, std::string&) { return true; }});
+    inner.set_value(store_->complete_many_in_transaction(std::move(items)));
+  });
+  auto r = inner.get_future().get();
+  ASSERT_EQ(r.size(), 1u);
+  ASSERT_FALSE(r[0].has_value());
+  EXPECT_EQ(r[0].error().code, StoreErrc::internal);
+}
+
 TEST_F(PostgresTransactional, BlockingFormRefusesToRunOnAStoreThread) {
   auto c = must_claim(*store_, claim_request(clock_, "key-tx-deadlock-01"));
   std::promise<StoreResult<FenceStatus>> inner;

@@ -1095,6 +1095,21 @@ TEST_F(TransactionalCompletionTest, AWorkThatEndsTheTransactionFailsEveryItem) {
   EXPECT_EQ(BlockingStore(*store).complete(completion(fence_of(first))), FenceStatus::ok);
 }
 
+TEST_F(TransactionalCompletionTest, BlockingBatchCallFromACallbackFailsInsteadOfDeadlocking) {
+  auto c = claim_ok(*store, "key-many-callback1");
+  std::promise<BatchResults<WorkResult>> inner;
+  store->ping([&](StoreResult<Done>) {
+    std::vector<SqliteWorkItem> items;
+    items.push_back({completion(fence_of(c)), insert_row("key-many-callback1")});
+    inner.set_value(store->complete_many_in_transaction(std::move(items)));
+  });
+  auto results = inner.get_future().get();
+  ASSERT_EQ(results.size(), 1u);
+  ASSERT_FALSE(results[0]);
+  EXPECT_EQ(results[0].error().code, StoreErrc::internal);
+  EXPECT_EQ(business_rows("key-many-callback1"), 0);
+}
+
 class SqliteBatchConsumerTest : public SqliteConsumerTest {
  protected:
   // The batch's effect: a ledger row for messages[index], then the batch's `fails` decides; the

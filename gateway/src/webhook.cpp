@@ -131,30 +131,6 @@ std::optional<WebhookError> check_timestamp(std::int64_t t, std::int64_t now, st
   return std::nullopt;
 }
 
-// HMAC of the concatenated pieces under `key`, without concatenating them (the body may be large).
-std::optional<std::string> hmac(Algorithm algorithm, std::string_view key, std::span<const std::string_view> pieces) {
-  static EVP_MAC* const mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);  // fetched once: costly per call
-  if (mac == nullptr) return std::nullopt;
-  std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx(EVP_MAC_CTX_new(mac), &EVP_MAC_CTX_free);
-  if (!ctx) return std::nullopt;
-  char digest[16];
-  std::snprintf(digest, sizeof digest, "%s", algorithm == Algorithm::hmac_sha512 ? "SHA512" : "SHA256");
-  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-                               OSSL_PARAM_construct_end()};
-  if (EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(key.data()), key.size(), params) != 1) {
-    return std::nullopt;
-  }
-  for (const auto piece : pieces) {
-    if (EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(piece.data()), piece.size()) != 1) {
-      return std::nullopt;
-    }
-  }
-  std::array<unsigned char, EVP_MAX_MD_SIZE> out{};
-  std::size_t n = 0;
-  if (EVP_MAC_final(ctx.get(), out.data(), &n, out.size()) != 1) return std::nullopt;
-  return std::string(reinterpret_cast<const char*>(out.data()), n);
-}
-
 std::size_t mac_size(Algorithm algorithm) { return algorithm == Algorithm::hmac_sha512 ? 64 : 32; }
 
 // Reads one secret file, checking it like the encryption key file (core/src/encryption.cpp): on
@@ -240,7 +216,30 @@ std::optional<std::string> key_in_body(std::string_view body, std::span<const st
   return key;
 }
 
+using MacCtx = std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)>;
+
+// An HMAC context keyed with `key`, ready for updates (nullptr if OpenSSL refuses).
+MacCtx keyed_mac(Algorithm algorithm, std::string_view key) {
+  static EVP_MAC* const mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  MacCtx ctx(mac != nullptr ? EVP_MAC_CTX_new(mac) : nullptr, &EVP_MAC_CTX_free);
+  if (!ctx) return ctx;
+  char digest[16];
+  std::snprintf(digest, sizeof digest, "%s", algorithm == Algorithm::hmac_sha512 ? "SHA512" : "SHA256");
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_construct_end()};
+  if (EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(key.data()), key.size(), params) != 1) {
+    ctx.reset();
+  }
+  return ctx;
+}
+
 }  // namespace
+
+struct WebhookVerifier::Macs {
+  std::vector<MacCtx> keyed;  // one per secret; only ever copied (EVP_MAC_CTX_dup), never updated
+};
+
+std::size_t WebhookVerifier::secret_count() const { return macs_->keyed.size(); }
 
 std::string_view to_string(WebhookProfile profile) {
   switch (profile) {
@@ -284,11 +283,10 @@ std::expected<std::vector<std::string>, std::string> split_json_pointer(std::str
   return tokens;
 }
 
-WebhookVerifier::WebhookVerifier(WebhookSettings settings) : settings_(std::move(settings)) {}
+WebhookVerifier::WebhookVerifier(WebhookSettings settings)
+    : settings_(std::move(settings)), macs_(std::make_unique<Macs>()) {}
 
-WebhookVerifier::~WebhookVerifier() {
-  for (auto& s : secrets_) OPENSSL_cleanse(s.data(), s.size());
-}
+WebhookVerifier::~WebhookVerifier() = default;
 
 std::expected<std::shared_ptr<const WebhookVerifier>, std::string> WebhookVerifier::load(
     const WebhookSettings& settings) {
@@ -315,19 +313,25 @@ std::expected<std::shared_ptr<const WebhookVerifier>, std::string> WebhookVerifi
     const WebhookSettings& settings, const std::vector<std::string>& secrets) {
   std::shared_ptr<WebhookVerifier> v(new WebhookVerifier(settings));
   if (secrets.empty()) return std::unexpected("no secret");
+  const Algorithm algorithm =
+      settings.profile == WebhookProfile::custom ? settings.custom.algorithm : Algorithm::hmac_sha256;
   for (std::size_t i = 0; i < secrets.size(); ++i) {
     std::string_view s = secrets[i];
+    std::optional<std::string> decoded;
     if (settings.profile == WebhookProfile::standard) {
       // Standard Webhooks secrets are whsec_ and the base64 of the key bytes; the MAC key is those bytes.
       if (s.substr(0, kWhsec.size()) == kWhsec) s.remove_prefix(kWhsec.size());
-      auto decoded = decode_base64(s);
+      decoded = decode_base64(s);
       if (!decoded || decoded->empty()) {
         return std::unexpected("secret #" + std::to_string(i + 1) + " is not whsec_ and base64 (Standard Webhooks)");
       }
-      v->secrets_.push_back(std::move(*decoded));
-    } else {
-      v->secrets_.emplace_back(s);  // Stripe's whsec_... and GitHub's secrets are the MAC key as written
+      s = *decoded;
     }
+    // Stripe's whsec_... and GitHub's secrets are the MAC key as written.
+    MacCtx ctx = keyed_mac(algorithm, s);
+    if (decoded) OPENSSL_cleanse(decoded->data(), decoded->size());
+    if (!ctx) return std::unexpected("secret #" + std::to_string(i + 1) + ": OpenSSL could not key an HMAC with it");
+    v->macs_->keyed.push_back(std::move(ctx));
   }
   if (settings.profile == WebhookProfile::custom && !settings.custom.key_pointer.empty()) {
     auto tokens = split_json_pointer(settings.custom.key_pointer);
@@ -341,15 +345,22 @@ std::expected<std::shared_ptr<const WebhookVerifier>, std::string> WebhookVerifi
 bool WebhookVerifier::any_matches(std::span<const std::string> candidates, std::span<const std::string_view> payload,
                                   Algorithm algorithm) const {
   bool matched = false;
+  const std::size_t size = mac_size(algorithm);
   // Every secret is tried even after a match: how long verification takes says nothing about
   // which secret (or which candidate) matched.
-  for (const auto& secret : secrets_) {
-    const auto mac = hmac(algorithm, secret, payload);
-    if (!mac) continue;
+  for (const auto& keyed : macs_->keyed) {
+    // A copy of the keyed context: the template is shared by every event loop and never changes.
+    MacCtx ctx(EVP_MAC_CTX_dup(keyed.get()), &EVP_MAC_CTX_free);
+    if (!ctx) continue;
+    bool ok = true;
+    for (const auto piece : payload) {
+      ok = ok && EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(piece.data()), piece.size()) == 1;
+    }
+    std::array<unsigned char, EVP_MAX_MD_SIZE> mac{};
+    std::size_t n = 0;
+    if (!ok || EVP_MAC_final(ctx.get(), mac.data(), &n, mac.size()) != 1 || n != size) continue;
     for (const auto& candidate : candidates) {
-      if (candidate.size() == mac->size() && CRYPTO_memcmp(candidate.data(), mac->data(), mac->size()) == 0) {
-        matched = true;
-      }
+      if (candidate.size() == n && CRYPTO_memcmp(candidate.data(), mac.data(), n) == 0) matched = true;
     }
   }
   return matched;

@@ -95,7 +95,7 @@ class WebhookVerifier {
 
   WebhookProfile profile() const { return settings_.profile; }
   /// How many secrets were loaded (for the start-up and reload lines; never the secrets).
-  std::size_t secret_count() const { return secrets_.size(); }
+  std::size_t secret_count() const;
 
  private:
   explicit WebhookVerifier(WebhookSettings settings);
@@ -112,7 +112,11 @@ class WebhookVerifier {
                    WebhookTemplate::Algorithm algorithm) const;
 
   WebhookSettings settings_;
-  std::vector<std::string> secrets_;        // key bytes, wiped on destruction
+  // One HMAC context per secret, keyed once at load (OpenSSL's EVP_MAC_CTX, private to the .cpp):
+  // each verification copies it instead of fetching the digest and keying again. The secrets'
+  // bytes live only inside them, and OpenSSL wipes them when they are freed.
+  struct Macs;
+  std::unique_ptr<Macs> macs_;
   std::vector<std::string> pointer_tokens_;  // custom.key_pointer, split and unescaped
 };
 

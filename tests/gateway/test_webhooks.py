@@ -8,6 +8,7 @@ Webhook.sign: testing/webhook_signers), received through idem-gateway on a real 
 - Forged ones (wrong secret, one body byte changed, another event's signature, missing headers,
   timestamps 10 minutes old or ahead, an unsupported scheme, a huge signature header) are refused
   400 with their reason; the upstream saw nothing and the store holds no record for them.
+- GitHub's profile and a custom template (signed with Python's hmac): once each, forgeries refused.
 - Secret rotation by SIGHUP under load: old + new secret, then the new one only; no genuine event
   is refused while both are configured; a bad secret file on reload keeps the running secrets.
 - No secret and no signature appears in the gateway's log or /metrics.
@@ -19,6 +20,8 @@ scripts/deps runs): fails, never skips, without them.
 """
 
 import base64
+import hashlib
+import hmac
 import json
 import os
 import random
@@ -126,6 +129,13 @@ class WebhookTest(GatewayTestCase):
         cls.standard_file = os.path.join(cls.workdir, "standard.secret")
         write_secret(cls.stripe_file, [cls.stripe_secret])
         write_secret(cls.standard_file, [cls.standard_secret])
+        # GitHub and the custom template have no npm library of reference here: signed with
+        # Python's hmac, as their documentation describes.
+        cls.github_secret, cls.custom_secret = "gh-" + uuid.uuid4().hex, "acme-" + uuid.uuid4().hex
+        cls.github_file = os.path.join(cls.workdir, "github.secret")
+        cls.custom_file = os.path.join(cls.workdir, "custom.secret")
+        write_secret(cls.github_file, [cls.github_secret])
+        write_secret(cls.custom_file, [cls.custom_secret])
         cls.config = """
 [[route]]
 method = "POST"
@@ -139,8 +149,26 @@ webhook = { provider = "standard", secret_file = "%s" }
 
 [[route]]
 method = "POST"
+path = "/echo/github"
+webhook = { provider = "github", secret_file = "%s" }
+
+[[route]]
+method = "POST"
+path = "/echo/custom"
+[route.webhook]
+provider = "custom"
+secret_file = "%s"
+signature_header = "X-Acme-Signature"
+prefix = "v1="
+encoding = "base64"
+signed = "{timestamp}.{body}"
+timestamp_header = "X-Acme-Timestamp"
+key_pointer = "/event/id"
+
+[[route]]
+method = "POST"
 path = "/echo/plain"
-""" % (STRIPE_PATH, cls.stripe_file, STANDARD_PATH, cls.standard_file)
+""" % (STRIPE_PATH, cls.stripe_file, STANDARD_PATH, cls.standard_file, cls.github_file, cls.custom_file)
         cls.gateway = cls.start_gateway(cls.config, store=cls.url)
         cls.used_signatures = []  # every signature value sent: none may show in the log
 
@@ -312,6 +340,48 @@ path = "/echo/plain"
         self.assertEqual(r.status, 200, r)
         self.assertEqual(self.upstream.executions(eid), 1)
 
+    def test_github_and_custom_profiles(self):
+        # GitHub: sha256= hex HMAC of the body, the key from X-GitHub-Delivery, no timestamp.
+        delivery = "%s-%s" % (RUN, uuid.uuid4())
+        body = json.dumps({"action": "opened", "number": 1, "run": RUN})
+        mac = hmac.new(self.github_secret.encode(), body.encode(), hashlib.sha256).hexdigest()
+        headers = [("X-GitHub-Delivery", delivery), ("X-GitHub-Event", "pull_request"),
+                   ("X-Hub-Signature-256", "sha256=" + mac)]
+        first = self.send("/echo/github", body, headers)
+        self.assertEqual(first.status, 200, first)
+        self.assertEqual(dict((k.lower(), v) for k, v in first.json()["headers"])["idem-webhook-verified"], "github")
+        again = self.send("/echo/github", body, headers)  # GitHub's "Redeliver": the same GUID
+        self.assertReplayOf(again, first)
+        self.assertEqual(self.upstream.executions(delivery), 1)
+        forged = "%s-%s" % (RUN, uuid.uuid4())
+        self.assertRefused("/echo/github", forged, body, [("X-GitHub-Delivery", forged),
+                           ("X-Hub-Signature-256", "sha256=" + hmac.new(b"guess", body.encode(), hashlib.sha256).hexdigest())],
+                           "signature_invalid")
+        self.assertRefused("/echo/github", forged, body, [("X-GitHub-Delivery", forged),
+                           ("X-Hub-Signature", "sha1=" + hmac.new(self.github_secret.encode(), body.encode(), hashlib.sha1).hexdigest())],
+                           "signature_missing")
+
+        # The custom template: base64 HMAC of "timestamp.body" after "v1=", the key at /event/id.
+        def acme(body, ts, secret=self.custom_secret):
+            mac = hmac.new(secret.encode(), ("%d.%s" % (ts, body)).encode(), hashlib.sha256).digest()
+            return [("X-Acme-Signature", "v1=" + base64.b64encode(mac).decode()), ("X-Acme-Timestamp", str(ts))]
+
+        event_id = "acme_%s_%s" % (RUN, uuid.uuid4().hex[:8])
+        body = json.dumps({"event": {"id": event_id, "kind": "order.paid"}})
+        now = int(time.time())
+        first = self.send("/echo/custom", body, acme(body, now))
+        self.assertEqual(first.status, 200, first)
+        self.assertReplayOf(self.send("/echo/custom", body, acme(body, now + 1)), first)
+        self.assertEqual(self.upstream.executions(event_id), 1)
+        other_id = "acme_%s_%s" % (RUN, uuid.uuid4().hex[:8])
+        other = json.dumps({"event": {"id": other_id, "kind": "order.paid"}})
+        self.assertRefused("/echo/custom", other_id, other, acme(other, now, "wrong"), "signature_invalid")
+        self.assertRefused("/echo/custom", other_id, other, acme(other, now - 600), "timestamp_outside_tolerance")
+        self.assertRefused("/echo/custom", other_id, other, acme(other, now)[:1], "signature_missing")
+        no_id = json.dumps({"event": {"kind": "order.paid"}})
+        r = self.send("/echo/custom", no_id, acme(no_id, now))
+        self.assertProblem(r, 400, "webhook_id_missing")
+
     def test_only_the_gateway_says_an_event_was_verified(self):
         r = self.gateway.request("POST", "/echo/plain", "{}", [("Idem-Webhook-Verified", "stripe")], key=new_key())
         self.assertEqual(r.status, 200, r)
@@ -324,7 +394,7 @@ path = "/echo/plain"
         log = self.gateway.process.wait_log("signature_invalid")
         self.assertIn("verdict=signature_invalid", log)
         metrics_text = self.gateway.admin("/metrics").body.decode()
-        for secret in (self.stripe_secret, self.standard_secret):
+        for secret in (self.stripe_secret, self.standard_secret, self.github_secret, self.custom_secret):
             self.assertNotIn(secret, log)
             self.assertNotIn(secret[6:], log)
             self.assertNotIn(secret, metrics_text)

@@ -48,6 +48,13 @@ MessageDisposition disposition_of(const StoreResult<MessageOutcome>& outcome) {
   return MessageDisposition::retry_it("internal", "unknown message status", true);
 }
 
+std::vector<MessageDisposition> dispositions_of(const std::vector<StoreResult<MessageOutcome>>& outcomes) {
+  std::vector<MessageDisposition> dispositions;
+  dispositions.reserve(outcomes.size());
+  for (const auto& outcome : outcomes) dispositions.push_back(disposition_of(outcome));
+  return dispositions;
+}
+
 // ---------------------------------------------------------------------------------------------
 // ConsumeStats
 
@@ -87,6 +94,9 @@ struct ConsumeLoop::Task {
   std::optional<Consumer::Held> held;
   std::optional<StoreResult<MessageOutcome>> found;
   std::optional<CompleteRequest> completion;
+  // The batch processor's form: a receive's deliveries that run together (this task is only
+  // their container: it holds no delivery of its own).
+  std::vector<std::unique_ptr<Task>> group;
 };
 
 ConsumeLoop::ConsumeLoop(MessageSource& source, DeliveryProcessor processor, ConsumeLoopOptions options)
@@ -100,6 +110,11 @@ ConsumeLoop::ConsumeLoop(MessageSource& source, Consumer& consumer, MessageEffec
     : ConsumeLoop(source, DeliveryProcessor{}, std::move(options)) {
   consumer_ = &consumer;
   effect_ = std::move(effect);
+}
+
+ConsumeLoop::ConsumeLoop(MessageSource& source, BatchProcessor processor, ConsumeLoopOptions options)
+    : ConsumeLoop(source, DeliveryProcessor{}, std::move(options)) {
+  batch_processor_ = std::move(processor);
 }
 
 ConsumeLoop::~ConsumeLoop() {
@@ -350,7 +365,7 @@ void ConsumeLoop::handle_received(std::vector<Delivery> deliveries) {
           continue;
         }
       }
-      if (consumer_ != nullptr && !task->pending) {
+      if ((consumer_ != nullptr || batch_processor_) && !task->pending) {
         to_claim.push_back(std::move(task));
         continue;
       }
@@ -358,7 +373,15 @@ void ConsumeLoop::handle_received(std::vector<Delivery> deliveries) {
       ++to_run;
     }
   }
-  if (!to_claim.empty()) {
+  if (!to_claim.empty() && batch_processor_) {
+    // One task for the lot: a worker hands them to the batch processor together.
+    auto group = std::make_unique<Task>();
+    group->ready_at = now;
+    group->group = std::move(to_claim);
+    const std::lock_guard lock(mutex_);
+    waiting_.push_back(std::move(group));
+    to_run += 1;
+  } else if (!to_claim.empty()) {
     // One store call for the lot, outside the lock: workers go on with what they have meanwhile.
     claim_batch(to_claim);
     const std::lock_guard lock(mutex_);
@@ -455,6 +478,17 @@ void ConsumeLoop::worker() {
       lock.unlock();
       release_claim(*task);
       lock.lock();
+      for (auto& member : task->group) {
+        member->requeue = true;
+        finished_.emplace_back(std::move(member), MessageDisposition{});
+      }
+      if (!task->group.empty()) {
+        lock.unlock();
+        settled_.notify_all();
+        source_.wake();
+        lock.lock();
+        continue;
+      }
       task->requeue = true;
       finished_.emplace_back(std::move(task), MessageDisposition{});
       lock.unlock();
@@ -466,60 +500,116 @@ void ConsumeLoop::worker() {
     ++running_;
     lock.unlock();
 
-    MessageDisposition disposition;
-    if (task->pending) {
-      disposition = *task->pending;
-    } else if (auto held = check_hold(*task)) {
-      release_claim(*task);
-      disposition = std::move(*held);
+    if (!task->group.empty()) {
+      run_group(std::move(task));
     } else {
-      const auto t0 = Steady::now();
-      try {
-        disposition = consumer_ != nullptr ? run_effect(*task) : processor_(task->delivery, task->attempt);
-      } catch (const std::exception& e) {
-        disposition = MessageDisposition::retry_it("handler_failed", std::string("the processor threw: ") + e.what(), true);
-      } catch (...) {
-        disposition = MessageDisposition::retry_it("handler_failed", "the processor threw", true);
-      }
-      stats_.latency.observe(Steady::now() - t0);
-      ++task->tries;
-    }
-
-    if (disposition.action == MessageDisposition::Action::retry) {
-      if (disposition.counts_as_attempt) {
-        ++task->failures;
-        task->attempt.last_error = disposition.detail;
-      }
-      if (disposition.counts_as_attempt && task->attempt.number >= options_.max_attempts) {
-        std::string detail = "failed " + attempts_text(task->attempt.number) + ", the limit; last error: " +
-                             task->attempt.last_error;
-        disposition = MessageDisposition::dead_letter_it("poison", std::move(detail));
+      MessageDisposition disposition;
+      if (task->pending) {
+        disposition = *task->pending;
+      } else if (auto held = check_hold(*task)) {
+        release_claim(*task);
+        disposition = std::move(*held);
       } else {
-        if (disposition.counts_as_attempt) ++task->attempt.number;
-        stats_.retried.fetch_add(1, std::memory_order_relaxed);
-        Millis delay = backoff(task->tries);
-        if (disposition.retry_after) delay = std::clamp(*disposition.retry_after, delay, options_.retry_max);
-        tell(task->delivery, "retry:" + disposition.reason, disposition.detail);
-        schedule(std::move(task), Steady::now() + delay);
-      }
-    }
-    if (task) {  // a final disposition: settle it, once its key's hold says so
-      if (auto trouble = record_hold(*task, disposition)) {
-        // Decided, not settled: settled when it comes round again, without running it again.
-        stats_.retried.fetch_add(1, std::memory_order_relaxed);
-        tell(task->delivery, "retry:store_error", *trouble);
-        task->pending = std::move(disposition);
+        const auto t0 = Steady::now();
+        try {
+          disposition = process_one(*task);
+        } catch (const std::exception& e) {
+          disposition = MessageDisposition::retry_it("handler_failed", std::string("the processor threw: ") + e.what(), true);
+        } catch (...) {
+          disposition = MessageDisposition::retry_it("handler_failed", "the processor threw", true);
+        }
+        stats_.latency.observe(Steady::now() - t0);
         ++task->tries;
-        const Millis delay = backoff(task->tries);
-        schedule(std::move(task), Steady::now() + delay);
-      } else {
-        finish(std::move(task), std::move(disposition));
       }
+      conclude(std::move(task), std::move(disposition));
     }
 
     lock.lock();
     --running_;
     if (running_ == 0) settled_.notify_all();
+  }
+}
+
+MessageDisposition ConsumeLoop::process_one(Task& task) {
+  if (consumer_ != nullptr) return run_effect(task);
+  if (batch_processor_) {
+    auto dispositions = batch_processor_({BatchItem{task.delivery, task.attempt}});
+    if (dispositions.size() != 1) {
+      return MessageDisposition::retry_it("handler_failed", "the batch processor answered " +
+                                                                std::to_string(dispositions.size()) + " dispositions for 1 delivery", true);
+    }
+    return std::move(dispositions.front());
+  }
+  return processor_(task.delivery, task.attempt);
+}
+
+void ConsumeLoop::run_group(std::unique_ptr<Task> group) {
+  std::vector<std::unique_ptr<Task>> runnable;
+  for (auto& member : group->group) {
+    if (auto held = check_hold(*member)) {
+      conclude(std::move(member), std::move(*held));
+    } else {
+      runnable.push_back(std::move(member));
+    }
+  }
+  if (runnable.empty()) return;
+  std::vector<BatchItem> items;
+  items.reserve(runnable.size());
+  for (const auto& task : runnable) items.push_back(BatchItem{task->delivery, task->attempt});
+  std::vector<MessageDisposition> dispositions;
+  const auto t0 = Steady::now();
+  try {
+    dispositions = batch_processor_(items);
+    if (dispositions.size() != runnable.size()) {
+      const std::string detail = "the batch processor answered " + std::to_string(dispositions.size()) +
+                                 " dispositions for " + std::to_string(runnable.size()) + " deliveries";
+      dispositions.assign(runnable.size(), MessageDisposition::retry_it("handler_failed", detail, true));
+    }
+  } catch (const std::exception& e) {
+    dispositions.assign(runnable.size(), MessageDisposition::retry_it(
+                                             "handler_failed", std::string("the batch processor threw: ") + e.what(), true));
+  } catch (...) {
+    dispositions.assign(runnable.size(),
+                        MessageDisposition::retry_it("handler_failed", "the batch processor threw", true));
+  }
+  stats_.latency.observe(Steady::now() - t0);
+  for (std::size_t i = 0; i < runnable.size(); ++i) {
+    ++runnable[i]->tries;
+    conclude(std::move(runnable[i]), std::move(dispositions[i]));
+  }
+}
+
+void ConsumeLoop::conclude(std::unique_ptr<Task> task, MessageDisposition disposition) {
+  if (disposition.action == MessageDisposition::Action::retry) {
+    if (disposition.counts_as_attempt) {
+      ++task->failures;
+      task->attempt.last_error = disposition.detail;
+    }
+    if (disposition.counts_as_attempt && task->attempt.number >= options_.max_attempts) {
+      std::string detail = "failed " + attempts_text(task->attempt.number) + ", the limit; last error: " +
+                           task->attempt.last_error;
+      disposition = MessageDisposition::dead_letter_it("poison", std::move(detail));
+    } else {
+      if (disposition.counts_as_attempt) ++task->attempt.number;
+      stats_.retried.fetch_add(1, std::memory_order_relaxed);
+      Millis delay = backoff(task->tries);
+      if (disposition.retry_after) delay = std::clamp(*disposition.retry_after, delay, options_.retry_max);
+      tell(task->delivery, "retry:" + disposition.reason, disposition.detail);
+      schedule(std::move(task), Steady::now() + delay);
+    }
+  }
+  if (task) {  // a final disposition: settle it, once its key's hold says so
+    if (auto trouble = record_hold(*task, disposition)) {
+      // Decided, not settled: settled when it comes round again, without running it again.
+      stats_.retried.fetch_add(1, std::memory_order_relaxed);
+      tell(task->delivery, "retry:store_error", *trouble);
+      task->pending = std::move(disposition);
+      ++task->tries;
+      const Millis delay = backoff(task->tries);
+      schedule(std::move(task), Steady::now() + delay);
+    } else {
+      finish(std::move(task), std::move(disposition));
+    }
   }
 }
 

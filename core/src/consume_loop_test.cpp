@@ -884,6 +884,77 @@ TEST(ConsumeLoop, TheBatchedFormForgetsTheClaimsOfWhatItHandsBackOnStop) {
   EXPECT_GE(store.releases.load(), 1);
 }
 
+TEST(ConsumeLoop, TheBatchProcessorGetsAReceiveTogetherAndRetriesAlone) {
+  FakeSource source;
+  constexpr int kMessages = 40;
+  for (int i = 0; i < kMessages; ++i) source.publish("m-" + std::to_string(i), i == 5 ? "flaky" : i == 9 ? "bad" : "ok");
+  std::mutex mutex;
+  std::vector<std::size_t> sizes;
+  Effects effects;
+  std::atomic<int> flaky_tries{0};
+  auto options = fast_options();
+  options.max_in_flight = 64;
+  ConsumeLoop loop(source, [&](const std::vector<BatchItem>& items) {
+    {
+      const std::lock_guard lock(mutex);
+      sizes.push_back(items.size());
+    }
+    std::vector<MessageDisposition> out;
+    for (const BatchItem& item : items) {
+      if (item.delivery.body == "flaky" && ++flaky_tries < 3) {
+        out.push_back(MessageDisposition::retry_it("handler_failed", "not yet", true));
+      } else if (item.delivery.body == "bad") {
+        out.push_back(MessageDisposition::dead_letter_it("rejected", "no such account"));
+      } else {
+        effects.add(item.delivery.message_id);
+        out.push_back(MessageDisposition::ack_it("processed"));
+      }
+    }
+    return out;
+  }, options);
+  ASSERT_TRUE(run_until(loop, [&] { return source.pending() == 0; }));
+  for (int i = 0; i < kMessages; ++i) {
+    if (i != 9) {
+      EXPECT_EQ(effects.of("m-" + std::to_string(i)), 1) << i;
+    }
+  }
+  ASSERT_EQ(source.dead_.size(), 1u);
+  EXPECT_EQ(source.dead_[0].first.message_id, "m-9");
+  const std::lock_guard lock(mutex);
+  ASSERT_FALSE(sizes.empty());
+  EXPECT_GT(*std::max_element(sizes.begin(), sizes.end()), 1u) << "a receive's deliveries come together";
+  EXPECT_EQ(std::count(sizes.begin(), sizes.end(), 1u), 2) << "the two retries of m-5 come alone";
+}
+
+TEST(ConsumeLoop, TheBatchProcessorKeepsAKeysOrderAndAnswerCountsAreChecked) {
+  FakeSource source;
+  for (int i = 0; i < 6; ++i) source.publish("a-" + std::to_string(i), "ok", true, "a");
+  source.publish("b-0", "ok", true, "b");
+  KeyRuns runs;
+  auto options = fast_options();
+  options.ordering = ConsumeOrdering::key;
+  std::atomic<bool> short_answer{true};
+  ConsumeLoop loop(source, [&](const std::vector<BatchItem>& items) {
+    std::vector<MessageDisposition> out;
+    for (const BatchItem& item : items) {
+      runs.start(item.delivery);
+      runs.end(item.delivery);
+      out.push_back(MessageDisposition::ack_it("processed"));
+    }
+    if (short_answer.exchange(false)) out.pop_back();  // a processor answering too few: every item retried
+    return out;
+  }, options);
+  ASSERT_TRUE(run_until(loop, [&] { return source.acks() == 7u; }));
+  EXPECT_EQ(runs.overlaps, 0);
+  // Each key's first successful run is in delivery order (the short answer's items ran again).
+  std::vector<std::string> firsts;
+  for (const auto& id : runs.order["a"]) {
+    if (std::find(firsts.begin(), firsts.end(), id) == firsts.end()) firsts.push_back(id);
+  }
+  ASSERT_EQ(firsts.size(), 6u);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(firsts[static_cast<std::size_t>(i)], "a-" + std::to_string(i));
+}
+
 TEST(ConsumeLoop, RefusedAtTheStartIsReturned) {
   FakeSource source;
   source.refuse_ = true;

@@ -8,8 +8,10 @@
 //
 // With --source (amqp://...?queue=Q, redis+stream://HOST:PORT/STREAM?group=G,
 // kafka://HOSTS/TOPIC?group=G or sqs+https://HOST/ACCOUNT/QUEUE), a message's id is its message_id
-// and its body {"account": "acct_1", "amount": 250}; the consume loop acks a message once its
-// posting committed, retries a failed one and dead-letters what can never be posted (no id, an
+// and its body {"account": "acct_1", "amount": 250}; each receive's messages are posted in one
+// transaction with a savepoint each (idem::process_batch_in_transaction: one that fails rolls back
+// alone), and the consume loop acks a message once its posting committed, retries a failed one
+// and dead-letters what can never be posted (no id, an
 // unreadable body, a frozen account after the attempts limit). It prints "ID OUTCOME" for each,
 // and runs until SIGTERM or SIGINT (then exits 0, in-flight postings finished).
 //
@@ -156,10 +158,11 @@ sigset_t stop_signal_set() {
   return set;
 }
 
-// Consumes a broker until SIGTERM/SIGINT: the consume loop receives, `posting` runs each message
-// through process_once_in_transaction, and the loop acks, retries or dead-letters by the outcome.
-template <class Posting>
-int consume_broker(const std::string& url, std::size_t workers, std::size_t prefetch, Posting& posting) {
+// Consumes a broker until SIGTERM/SIGINT: the consume loop receives, `post_batch` runs each
+// receive's messages through process_batch_in_transaction (one transaction, a savepoint each),
+// and the loop acks, retries or dead-letters each by its outcome.
+template <class PostBatch>
+int consume_broker(const std::string& url, std::size_t workers, std::size_t prefetch, PostBatch& post_batch) {
   const sigset_t stop_signals = stop_signal_set();
 
   idem::SourceSettings settings;
@@ -186,13 +189,25 @@ int consume_broker(const std::string& url, std::size_t workers, std::size_t pref
   options.on_warning = [](std::string_view line) {
     std::fprintf(stderr, "idem-ledger-consumer: %.*s\n", static_cast<int>(line.size()), line.data());
   };
-  idem::ConsumeLoop loop(**source, [&](const idem::Delivery& d, const idem::DeliveryAttempt&) {
-    Message m;
-    std::string error;
-    if (!parse(d.body, m, error, &d.message_id)) {
-      return idem::MessageDisposition::dead_letter_it("rejected", "not a ledger posting: " + error);
+  idem::ConsumeLoop loop(**source, [&](const std::vector<idem::BatchItem>& items) {
+    std::vector<idem::MessageDisposition> dispositions(items.size());
+    std::vector<Message> postings;
+    std::vector<std::size_t> posted;  // which item each posting is
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      Message m;
+      std::string error;
+      if (!parse(items[i].delivery.body, m, error, &items[i].delivery.message_id)) {
+        dispositions[i] = idem::MessageDisposition::dead_letter_it("rejected", "not a ledger posting: " + error);
+        continue;
+      }
+      postings.push_back(std::move(m));
+      posted.push_back(i);
     }
-    return idem::disposition_of(posting(m));
+    if (!postings.empty()) {
+      auto outcomes = idem::dispositions_of(post_batch(postings));
+      for (std::size_t j = 0; j < posted.size(); ++j) dispositions[posted[j]] = std::move(outcomes[j]);
+    }
+    return dispositions;
   }, options);
   std::atomic<bool> done{false};
   std::thread waiter([&] {
@@ -283,7 +298,26 @@ int main(int argc, char** argv) {
           return post(db, m, work_error);
         });
   };
-  if (!source_url.empty()) return consume_broker(source_url, workers, prefetch, posting);
+  // A receive's postings in one transaction, a savepoint each: a frozen account's posting rolls
+  // back alone and is retried, the others commit together.
+  auto post_batch = [&](const std::vector<Message>& postings) {
+    std::vector<std::string> payloads;
+    payloads.reserve(postings.size());
+    for (const Message& m : postings) payloads.push_back(m.account + "\n" + std::to_string(m.amount));
+    std::vector<idem::Consumer::Message> messages;
+    for (std::size_t i = 0; i < postings.size(); ++i) messages.push_back({postings[i].id, payloads[i]});
+    return idem::process_batch_in_transaction(
+        *consumer, **store, messages, [&](std::size_t i, sqlite3* db, std::string& work_error) {
+          const Message& m = postings[i];
+          if (work_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(work_delay_ms));
+          if (std::find(frozen.begin(), frozen.end(), m.account) != frozen.end()) {
+            work_error = "account " + m.account + " is frozen";
+            return false;
+          }
+          return post(db, m, work_error);
+        });
+  };
+  if (!source_url.empty()) return consume_broker(source_url, workers, prefetch, post_batch);
 
   std::string line;
   while (std::getline(std::cin, line)) {

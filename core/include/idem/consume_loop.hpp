@@ -84,6 +84,20 @@ using DeliveryProcessor = std::function<MessageDisposition(const Delivery&, cons
 /// when it comes back. Must not throw (a throw is a failed, counted try).
 using MessageEffect = std::function<std::expected<std::string, MessageDisposition>(const Delivery&, const DeliveryAttempt&)>;
 
+/// One delivery of a batch handed to a BatchProcessor.
+struct BatchItem {
+  const Delivery& delivery;
+  const DeliveryAttempt& attempt;
+};
+
+/// Processes deliveries together, blocking, on one of the loop's workers: a receive's deliveries
+/// that can run at once come as one batch (a retry, or a key's waiting delivery, alone). Returns
+/// one disposition per item, in order. For one business transaction over a batch, with a
+/// savepoint per message: process_batch_in_transaction (idem/sqlite_consumer.hpp,
+/// idem/postgres_consumer.hpp) and dispositions_of. Must not throw (a throw is a failed, counted
+/// try of every item).
+using BatchProcessor = std::function<std::vector<MessageDisposition>(const std::vector<BatchItem>&)>;
+
 /// The disposition of a process_once / process_once_in_transaction answer:
 ///   processed, duplicate                      -> ack
 ///   handler_failed                            -> retry, counted
@@ -94,6 +108,9 @@ using MessageEffect = std::function<std::expected<std::string, MessageDispositio
 ///   a store error that is not retryable       -> retry, counted (a corrupt record is not lost:
 ///                                                after max_attempts it is dead-lettered)
 MessageDisposition disposition_of(const StoreResult<MessageOutcome>& outcome);
+
+/// disposition_of for each answer of a batch (process_batch_in_transaction), in order.
+std::vector<MessageDisposition> dispositions_of(const std::vector<StoreResult<MessageOutcome>>& outcomes);
 
 /// Counters of one loop, for /metrics. All monotonic except in_flight.
 struct ConsumeStats {
@@ -187,6 +204,11 @@ class ConsumeLoop {
   /// finished close together are written with one call (Consumer::complete_many) before their
   /// acks. Outcomes as with process_once (disposition_of). `consumer` must outlive the loop.
   ConsumeLoop(MessageSource& source, Consumer& consumer, MessageEffect effect, ConsumeLoopOptions options = {});
+  /// The batch processor's form: each receive's deliveries that can run at once go to
+  /// `processor` together, on one worker (one business transaction for all of them, say); a
+  /// retried delivery, or a key's waiting one, goes alone. Other receives' batches run on other
+  /// workers meanwhile.
+  ConsumeLoop(MessageSource& source, BatchProcessor processor, ConsumeLoopOptions options = {});
   ~ConsumeLoop();
   ConsumeLoop(const ConsumeLoop&) = delete;
   ConsumeLoop& operator=(const ConsumeLoop&) = delete;
@@ -226,6 +248,13 @@ class ConsumeLoop {
   MessageDisposition run_effect(Task& task);
   // Forgets a task's unused claim (it will not run here), so that its next delivery runs at once.
   void release_claim(Task& task);
+  // Runs one task by whichever form the loop has.
+  MessageDisposition process_one(Task& task);
+  // The batch processor's form: runs a receive's group (those whose key is not held) together.
+  void run_group(std::unique_ptr<Task> group);
+  // A try's disposition: a retry is scheduled (or, out of tries, becomes a dead letter); a final
+  // one is settled once its key's hold is recorded.
+  void conclude(std::unique_ptr<Task> task, MessageDisposition disposition);
   // The batched form: writes the completions of finished tasks with one store call; a lost or
   // failed one becomes a retry.
   void complete_batch(std::vector<std::pair<std::unique_ptr<Task>, MessageDisposition>>& done);
@@ -250,6 +279,7 @@ class ConsumeLoop {
   DeliveryProcessor processor_;
   Consumer* consumer_ = nullptr;  // the batched form
   MessageEffect effect_;
+  BatchProcessor batch_processor_;  // the batch processor's form
   ConsumeLoopOptions options_;
   ConsumeStats stats_;
   std::atomic<bool> stopping_{false};

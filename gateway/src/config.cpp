@@ -1,6 +1,6 @@
 #include "idem/gateway/config.hpp"
 
-#include "idem/gateway/webhook.hpp"
+#include "config_toml.hpp"
 
 #include "idem/http/lookup.hpp"
 #include "idem/open_store.hpp"
@@ -16,12 +16,6 @@ namespace idem::gateway {
 namespace {
 
 constexpr std::uint64_t kMaxU64 = std::numeric_limits<std::uint64_t>::max();
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 std::string upper(std::string_view s) {
   std::string out(s);
@@ -48,6 +42,17 @@ std::string without_controls(std::string_view s) {
   return out;
 }
 
+}  // namespace
+
+// The helpers every section of the file shares (config_toml.hpp).
+namespace config_toml {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
 // Appended, not "\"" + without_controls(s): GCC 12 at -O3 warns on that (a false -Wrestrict).
 std::string quoted(std::string_view s) { return std::string(1, '"').append(without_controls(s)).append(1, '"'); }
 
@@ -62,22 +67,6 @@ bool is_token(std::string_view s) {
   }
   return true;
 }
-
-// Where in the file a value is, for error messages: "config.toml: [[route]] #2: ".
-struct Context {
-  std::string source;
-  std::string where;  // "", "[idempotency]", "[[route]] #2", ...
-
-  [[noreturn]] void fail(const toml::node* node, const std::string& message) const {
-    std::string text = source + ": ";
-    if (!where.empty()) text += where + ": ";
-    text += message;
-    if (node != nullptr && node->source().begin.line > 0) {
-      text += " (line " + std::to_string(node->source().begin.line) + ")";
-    }
-    throw ConfigError(text);
-  }
-};
 
 std::string_view type_name(const toml::node& node) {
   switch (node.type()) {
@@ -115,7 +104,7 @@ std::int64_t get_int(const Context& ctx, std::string_view key, const toml::node&
   return v;
 }
 
-Millis get_duration(const Context& ctx, std::string_view key, const toml::node& node, bool allow_zero = false) {
+Millis get_duration(const Context& ctx, std::string_view key, const toml::node& node, bool allow_zero) {
   if (node.is_integer()) {
     ctx.fail(&node, std::string(key) + ": a duration needs a unit, e.g. \"30s\" (units ms, s, m, h, d)");
   }
@@ -130,7 +119,7 @@ Millis get_duration(const Context& ctx, std::string_view key, const toml::node& 
   return value;
 }
 
-std::size_t get_size(const Context& ctx, std::string_view key, const toml::node& node, std::uint64_t min = 0) {
+std::size_t get_size(const Context& ctx, std::string_view key, const toml::node& node, std::uint64_t min) {
   std::uint64_t value = 0;
   if (const auto* i = node.as_integer()) {
     if (i->get() < 0) ctx.fail(&node, std::string(key) + ": must not be negative");
@@ -163,6 +152,18 @@ std::string get_header_name(const Context& ctx, std::string_view key, const toml
   if (!is_token(name)) ctx.fail(&node, std::string(key) + ": " + quoted(name) + " is not a valid header name");
   return name;
 }
+
+// A string, or an array of strings (`keys = "a.json"` or `keys = ["old.pem", "new.pem"]`).
+std::vector<std::string> get_strings(const Context& ctx, std::string_view key, const toml::node& node) {
+  if (node.is_array()) return get_string_array(ctx, key, node);
+  return {get_string(ctx, key, node)};
+}
+
+}  // namespace config_toml
+
+using namespace config_toml;
+
+namespace {
 
 // Policy keys, shared by [idempotency] and [[route]]. Returns false for keys it does not know.
 struct PolicyKeys {
@@ -355,12 +356,6 @@ bool is_jwt_key(std::string_view key) {
   return false;
 }
 
-// A string, or an array of strings (`keys = "a.json"` or `keys = ["old.pem", "new.pem"]`).
-std::vector<std::string> get_strings(const Context& ctx, std::string_view key, const toml::node& node) {
-  if (node.is_array()) return get_string_array(ctx, key, node);
-  return {get_string(ctx, key, node)};
-}
-
 std::vector<auth::Algorithm> get_algorithms(const Context& ctx, const toml::node& node) {
   std::vector<auth::Algorithm> out;
   for (const auto& name : get_string_array(ctx, "algorithms", node)) {
@@ -511,124 +506,6 @@ TenantSetting parse_route_tenant(const Context& route_ctx, const toml::node& nod
   return parse_tenant_table(ctx, merged, &node, config);
 }
 
-// A route's `webhook` table (docs/webhooks.md). The secret files are read here, so a missing,
-// empty or world-readable one stops the start (exit 2) or the reload (the running secrets stay).
-WebhookRoute parse_webhook(const Context& route_ctx, const toml::node& node, const Route& route) {
-  const Context ctx{route_ctx.source, route_ctx.where + ": webhook"};
-  const auto* table = node.as_table();
-  if (table == nullptr) ctx.fail(&node, "expected a table (webhook.provider = \"stripe\", or [route.webhook])");
-  WebhookSettings settings;
-  WebhookRoute out;
-  out.tenant = "webhook " + route.path.text();
-  const toml::node* provider = nullptr;
-  const toml::node* tolerance = nullptr;
-  std::vector<const toml::node*> template_nodes;  // keys only the custom provider takes
-  WebhookTemplate& t = settings.custom;
-  for (const auto& [k, v] : *table) {
-    const std::string_view key = k.str();
-    if (key == "provider") {
-      const std::string name = get_string(ctx, key, v);
-      if (name == "stripe") {
-        settings.profile = WebhookProfile::stripe;
-      } else if (name == "standard") {
-        settings.profile = WebhookProfile::standard;
-      } else if (name == "github") {
-        settings.profile = WebhookProfile::github;
-      } else if (name == "custom") {
-        settings.profile = WebhookProfile::custom;
-      } else {
-        ctx.fail(&v, "provider: expected \"stripe\", \"standard\", \"github\" or \"custom\", got " + quoted(name));
-      }
-      provider = &v;
-    } else if (key == "secret_file") {
-      settings.secret_files = get_strings(ctx, key, v);
-      if (settings.secret_files.empty()) ctx.fail(&v, "secret_file: list at least one file");
-    } else if (key == "tolerance") {
-      const Millis value = get_duration(ctx, key, v);
-      if (value < 1s) ctx.fail(&v, "tolerance: at least \"1s\"");
-      settings.tolerance = std::chrono::duration_cast<std::chrono::seconds>(value);
-      tolerance = &v;
-    } else if (key == "tenant") {
-      out.tenant = get_string(ctx, key, v);
-      if (out.tenant.empty() || out.tenant.size() > 256) ctx.fail(&v, "tenant: 1 to 256 characters");
-    } else if (key == "key_header") {
-      t.key_header = get_header_name(ctx, key, v);
-      template_nodes.push_back(&v);
-    } else if (key == "key_pointer") {
-      t.key_pointer = get_string(ctx, key, v);
-      if (auto tokens = split_json_pointer(t.key_pointer); !tokens) {
-        ctx.fail(&v, "key_pointer: " + quoted(t.key_pointer) + ": " + tokens.error());
-      }
-      template_nodes.push_back(&v);
-    } else if (key == "signature_header") {
-      t.signature_header = get_header_name(ctx, key, v);
-      template_nodes.push_back(&v);
-    } else if (key == "signed") {
-      t.signed_payload = get_string(ctx, key, v);
-      if (t.signed_payload.find("{body}") == std::string::npos) {
-        ctx.fail(&v, "signed: must contain {body} (a signature that does not cover the body proves nothing of it)");
-      }
-      template_nodes.push_back(&v);
-    } else if (key == "algorithm") {
-      const std::string name = lower(get_string(ctx, key, v));
-      if (name == "hmac-sha256") {
-        t.algorithm = WebhookTemplate::Algorithm::hmac_sha256;
-      } else if (name == "hmac-sha512") {
-        t.algorithm = WebhookTemplate::Algorithm::hmac_sha512;
-      } else {
-        ctx.fail(&v, "algorithm: expected \"hmac-sha256\" or \"hmac-sha512\", got " + quoted(name));
-      }
-      template_nodes.push_back(&v);
-    } else if (key == "encoding") {
-      const std::string name = get_string(ctx, key, v);
-      if (name == "hex") {
-        t.encoding = WebhookTemplate::Encoding::hex;
-      } else if (name == "base64") {
-        t.encoding = WebhookTemplate::Encoding::base64;
-      } else {
-        ctx.fail(&v, "encoding: expected \"hex\" or \"base64\", got " + quoted(name));
-      }
-      template_nodes.push_back(&v);
-    } else if (key == "prefix") {
-      t.prefix = get_string(ctx, key, v);
-      template_nodes.push_back(&v);
-    } else if (key == "timestamp_header") {
-      t.timestamp_header = get_header_name(ctx, key, v);
-      template_nodes.push_back(&v);
-    } else {
-      ctx.fail(&v, "unknown key " + quoted(key));
-    }
-  }
-  if (provider == nullptr) ctx.fail(&node, "missing key \"provider\" (stripe, standard, github or custom)");
-  if (settings.secret_files.empty()) ctx.fail(&node, "missing key \"secret_file\"");
-  if (settings.profile != WebhookProfile::custom && !template_nodes.empty()) {
-    ctx.fail(template_nodes.front(), "only provider = \"custom\" takes key_header, key_pointer, signature_header, "
-                                     "signed, algorithm, encoding, prefix and timestamp_header");
-  }
-  if (settings.profile == WebhookProfile::custom) {
-    if (t.signature_header.empty()) ctx.fail(&node, "provider = \"custom\" needs signature_header");
-    if (t.key_header.empty() == t.key_pointer.empty()) {
-      ctx.fail(&node, "provider = \"custom\" needs exactly one of key_header and key_pointer");
-    }
-    if (t.signed_payload.find("{key}") != std::string::npos && t.key_header.empty()) {
-      ctx.fail(&node, "signed: {key} only with key_header (a key in the body is read after the signature is checked)");
-    }
-    if (t.signed_payload.find("{timestamp}") != std::string::npos && t.timestamp_header.empty()) {
-      ctx.fail(&node, "signed: {timestamp} needs timestamp_header");
-    }
-  }
-  const bool has_timestamp = settings.profile == WebhookProfile::stripe ||
-                             settings.profile == WebhookProfile::standard || !t.timestamp_header.empty();
-  if (tolerance != nullptr && !has_timestamp) {
-    ctx.fail(tolerance, "tolerance: this provider signs no timestamp (GitHub does not; custom: set timestamp_header)");
-  }
-  auto verifier = WebhookVerifier::load(settings);
-  // No "(line N)": the message names the secret file, never a secret.
-  if (!verifier) ctx.fail(nullptr, "secret_file: " + verifier.error());
-  out.verifier = std::move(*verifier);
-  return out;
-}
-
 void parse_route(const Context& ctx, const toml::table& table, const toml::table* global_tenant, Config& config) {
   Route route;
   route.policy = config.defaults;
@@ -703,7 +580,7 @@ void parse_route(const Context& ctx, const toml::table& table, const toml::table
     if (table.contains("required")) {
       ctx.fail(table.get("required"), "required: a webhook route always has a key (the verified event's id)");
     }
-    route.webhook = parse_webhook(ctx, *webhook_node, route);
+    route.webhook = parse_webhook(ctx, *webhook_node, route.path.text());
     // Providers retry for up to three days: a week of memory outlasts them. Event ids are the
     // provider's, not client-made random keys, so any length the key rules allow is accepted.
     if (!seen.retention_set) route.policy.retention = 24h * 7;

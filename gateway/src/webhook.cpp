@@ -3,20 +3,14 @@
 // compares in constant time, then checks the timestamp and finds the event's key.
 #include "idem/gateway/webhook.hpp"
 
-#include <fcntl.h>
-#include <openssl/core_names.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
-#include <array>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <optional>
+
+#include "idem/webhook/secret_file.hpp"
+#include "idem/webhook/signing.hpp"
 
 namespace idem::gateway {
 namespace {
@@ -27,10 +21,15 @@ constexpr std::size_t kMaxSignatureHeader = 4096;
 // At most this many signatures of one header are tried (Stripe and Standard Webhooks send one
 // per secret the sender signs with: one or two during a rotation).
 constexpr std::size_t kMaxCandidates = 16;
-constexpr std::size_t kMaxSecretFile = 64 * 1024;
-constexpr std::string_view kWhsec = "whsec_";
 
 using Algorithm = WebhookTemplate::Algorithm;
+using webhook::decode_base64;
+
+webhook::HmacAlgorithm hmac_algorithm(Algorithm algorithm) {
+  return algorithm == Algorithm::hmac_sha512 ? webhook::HmacAlgorithm::sha512 : webhook::HmacAlgorithm::sha256;
+}
+
+std::size_t mac_size(Algorithm algorithm) { return webhook::mac_size(hmac_algorithm(algorithm)); }
 
 std::unexpected<WebhookError> refuse(WebhookRefusal reason, std::string detail) {
   return std::unexpected(WebhookError{reason, std::move(detail)});
@@ -75,36 +74,6 @@ std::optional<std::string> decode_hex(std::string_view text) {
   return out;
 }
 
-int base64_value(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+' || c == '-') return 62;  // '-' and '_': the URL-safe alphabet reads the same
-  if (c == '/' || c == '_') return 63;
-  return -1;
-}
-
-// Base64 with or without padding, either alphabet.
-std::optional<std::string> decode_base64(std::string_view text) {
-  while (!text.empty() && text.back() == '=') text.remove_suffix(1);
-  if (text.size() % 4 == 1) return std::nullopt;
-  std::string out;
-  out.reserve(text.size() * 3 / 4);
-  std::uint32_t acc = 0;
-  int bits = 0;
-  for (const char c : text) {
-    const int v = base64_value(c);
-    if (v < 0) return std::nullopt;
-    acc = (acc << 6) | static_cast<std::uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((acc >> bits) & 0xff));
-    }
-  }
-  return out;
-}
-
 std::optional<std::int64_t> parse_timestamp(std::string_view text) {
   text = trim(text);
   if (text.empty() || text.size() > 12) return std::nullopt;
@@ -129,57 +98,6 @@ std::optional<WebhookError> check_timestamp(std::int64_t t, std::int64_t now, st
                             std::to_string(tolerance.count()) + " s)"};
   }
   return std::nullopt;
-}
-
-std::size_t mac_size(Algorithm algorithm) { return algorithm == Algorithm::hmac_sha512 ? 64 : 32; }
-
-// Reads one secret file, checking it like the encryption key file (core/src/encryption.cpp): on
-// the opened descriptor, so a file swapped in between cannot slip through.
-std::expected<std::vector<std::string>, std::string> read_secret_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::unexpected(path + ": cannot read the secret file: " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return std::unexpected(path + ": cannot read the secret file: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return std::unexpected(path + ": the secret file is not a regular file");
-  if ((st.st_mode & (S_IROTH | S_IWOTH | S_IWGRP)) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return std::unexpected(path + ": the secret file's mode " + mode +
-                           " lets other users read or change it; chmod 600 (or 640 for the service's group)");
-  }
-  if (static_cast<std::uint64_t>(st.st_size) > kMaxSecretFile) {
-    return std::unexpected(path + ": the secret file is larger than 64 KiB; is it the right file?");
-  }
-  std::string text(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      OPENSSL_cleanse(text.data(), text.size());
-      return std::unexpected(path + ": cannot read the secret file: " + std::strerror(errno));
-    }
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  text.resize(got);
-  std::vector<std::string> secrets;
-  std::string_view rest = text;
-  while (!rest.empty()) {
-    const std::size_t eol = rest.find('\n');
-    std::string_view line = rest.substr(0, eol);
-    rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 1);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    line = trim(line);
-    if (!line.empty()) secrets.emplace_back(line);
-  }
-  OPENSSL_cleanse(text.data(), text.size());
-  if (secrets.empty()) return std::unexpected(path + ": the secret file holds no secret");
-  return secrets;
 }
 
 // A JSON value at the pointer's tokens: a string, or an integer written as its digits.
@@ -216,27 +134,10 @@ std::optional<std::string> key_in_body(std::string_view body, std::span<const st
   return key;
 }
 
-using MacCtx = std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)>;
-
-// An HMAC context keyed with `key`, ready for updates (nullptr if OpenSSL refuses).
-MacCtx keyed_mac(Algorithm algorithm, std::string_view key) {
-  static EVP_MAC* const mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  MacCtx ctx(mac != nullptr ? EVP_MAC_CTX_new(mac) : nullptr, &EVP_MAC_CTX_free);
-  if (!ctx) return ctx;
-  char digest[16];
-  std::snprintf(digest, sizeof digest, "%s", algorithm == Algorithm::hmac_sha512 ? "SHA512" : "SHA256");
-  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-                               OSSL_PARAM_construct_end()};
-  if (EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(key.data()), key.size(), params) != 1) {
-    ctx.reset();
-  }
-  return ctx;
-}
-
 }  // namespace
 
 struct WebhookVerifier::Macs {
-  std::vector<MacCtx> keyed;  // one per secret; only ever copied (EVP_MAC_CTX_dup), never updated
+  std::vector<webhook::HmacKey> keyed;  // one per secret, keyed at load
 };
 
 std::size_t WebhookVerifier::secret_count() const { return macs_->keyed.size(); }
@@ -291,22 +192,11 @@ WebhookVerifier::~WebhookVerifier() = default;
 std::expected<std::shared_ptr<const WebhookVerifier>, std::string> WebhookVerifier::load(
     const WebhookSettings& settings) {
   if (settings.secret_files.empty()) return std::unexpected("no secret file (secret_file = \"...\")");
-  std::vector<std::string> secrets;
-  struct Wipe {
-    std::vector<std::string>& s;
-    ~Wipe() {
-      for (auto& x : s) OPENSSL_cleanse(x.data(), x.size());
-    }
-  } wipe{secrets};
-  for (const auto& path : settings.secret_files) {
-    auto read = read_secret_file(path);
-    if (!read) return std::unexpected(read.error());
-    for (auto& s : *read) {
-      secrets.push_back(s);
-      OPENSSL_cleanse(s.data(), s.size());
-    }
-  }
-  return from_secrets(settings, secrets);
+  auto secrets = webhook::read_secret_files(settings.secret_files);
+  if (!secrets) return std::unexpected(secrets.error());
+  auto verifier = from_secrets(settings, *secrets);
+  webhook::wipe(*secrets);
+  return verifier;
 }
 
 std::expected<std::shared_ptr<const WebhookVerifier>, std::string> WebhookVerifier::from_secrets(
@@ -320,18 +210,17 @@ std::expected<std::shared_ptr<const WebhookVerifier>, std::string> WebhookVerifi
     std::optional<std::string> decoded;
     if (settings.profile == WebhookProfile::standard) {
       // Standard Webhooks secrets are whsec_ and the base64 of the key bytes; the MAC key is those bytes.
-      if (s.substr(0, kWhsec.size()) == kWhsec) s.remove_prefix(kWhsec.size());
-      decoded = decode_base64(s);
-      if (!decoded || decoded->empty()) {
+      decoded = webhook::standard_secret_key(s);
+      if (!decoded) {
         return std::unexpected("secret #" + std::to_string(i + 1) + " is not whsec_ and base64 (Standard Webhooks)");
       }
       s = *decoded;
     }
     // Stripe's whsec_... and GitHub's secrets are the MAC key as written.
-    MacCtx ctx = keyed_mac(algorithm, s);
+    auto key = webhook::HmacKey::make(hmac_algorithm(algorithm), s);
     if (decoded) OPENSSL_cleanse(decoded->data(), decoded->size());
-    if (!ctx) return std::unexpected("secret #" + std::to_string(i + 1) + ": OpenSSL could not key an HMAC with it");
-    v->macs_->keyed.push_back(std::move(ctx));
+    if (!key) return std::unexpected("secret #" + std::to_string(i + 1) + ": OpenSSL could not key an HMAC with it");
+    v->macs_->keyed.push_back(std::move(*key));
   }
   if (settings.profile == WebhookProfile::custom && !settings.custom.key_pointer.empty()) {
     auto tokens = split_json_pointer(settings.custom.key_pointer);
@@ -349,18 +238,12 @@ bool WebhookVerifier::any_matches(std::span<const std::string> candidates, std::
   // Every secret is tried even after a match: how long verification takes says nothing about
   // which secret (or which candidate) matched.
   for (const auto& keyed : macs_->keyed) {
-    // A copy of the keyed context: the template is shared by every event loop and never changes.
-    MacCtx ctx(EVP_MAC_CTX_dup(keyed.get()), &EVP_MAC_CTX_free);
-    if (!ctx) continue;
-    bool ok = true;
-    for (const auto piece : payload) {
-      ok = ok && EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(piece.data()), piece.size()) == 1;
-    }
-    std::array<unsigned char, EVP_MAX_MD_SIZE> mac{};
-    std::size_t n = 0;
-    if (!ok || EVP_MAC_final(ctx.get(), mac.data(), &n, mac.size()) != 1 || n != size) continue;
+    const auto mac = keyed.mac(payload);
+    if (!mac || mac->size != size) continue;
     for (const auto& candidate : candidates) {
-      if (candidate.size() == n && CRYPTO_memcmp(candidate.data(), mac.data(), n) == 0) matched = true;
+      if (candidate.size() == mac->size && CRYPTO_memcmp(candidate.data(), mac->bytes.data(), mac->size) == 0) {
+        matched = true;
+      }
     }
   }
   return matched;

@@ -112,9 +112,9 @@ class WebhookVerifier {
                    WebhookTemplate::Algorithm algorithm) const;
 
   WebhookSettings settings_;
-  // One HMAC context per secret, keyed once at load (OpenSSL's EVP_MAC_CTX, private to the .cpp):
-  // each verification copies it instead of fetching the digest and keying again. The secrets'
-  // bytes live only inside them, and OpenSSL wipes them when they are freed.
+  // One HMAC key per secret, keyed once at load (webhook::HmacKey, private to the .cpp): each
+  // verification copies it instead of fetching the digest and keying again. The secrets' bytes
+  // live only inside them, and OpenSSL wipes them when they are freed.
   struct Macs;
   std::unique_ptr<Macs> macs_;
   std::vector<std::string> pointer_tokens_;  // custom.key_pointer, split and unescaped

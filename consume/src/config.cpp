@@ -20,6 +20,7 @@ void bind(sidecar::Settings& s, Config& c) {
   s.integer("max_attempts", 1, 1000, [&c](std::int64_t v) { c.max_attempts = static_cast<std::uint32_t>(v); });
   s.size("max_message_bytes", c.max_message_bytes, 1);
   s.duration("handler_timeout", c.handler_timeout);
+  s.paths("sign_secret_file", c.sign_secret_file);
   s.duration("lease", c.lease);
   s.duration("retention", c.retention);
   s.choice("on_lease_expiry", {"reexecute", "unknown"}, [&c](const std::string& v) {

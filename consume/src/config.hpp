@@ -42,6 +42,9 @@ struct Config {
   std::uint32_t max_attempts = 5;        ///< tries (the broker's deliveries included) before "poison"
   std::size_t max_message_bytes = 1024 * 1024;
   Millis handler_timeout = 30s;          ///< one POST to the handler, sent to answered
+  /// Files of Standard Webhooks secrets (whsec_<base64>, one per line): every POST to the handler
+  /// is signed with each of them (docs/webhooks.md, "Sending"). Empty: unsigned.
+  std::vector<std::string> sign_secret_file;
   Millis lease = 5min;                   ///< how long a delivery holds its message id
   Millis retention = std::chrono::days(7);  ///< how long a processed id is remembered
   LeaseExpiry on_lease_expiry = LeaseExpiry::reexecute;

@@ -48,6 +48,17 @@ TEST(ConsumeConfig, FlagsOverTheFile) {
   EXPECT_FALSE(c.admin_listen);
 }
 
+TEST(ConsumeConfig, SignSecretFiles) {
+  const auto base = flags({{"source", "amqp://h/?queue=q"}, {"deliver", "http://h/x"}});
+  EXPECT_TRUE(parse("", base).sign_secret_file.empty());
+  EXPECT_EQ(parse("sign_secret_file = \"/etc/idem/consume.secret\"\n", base).sign_secret_file,
+            (std::vector<std::string>{"/etc/idem/consume.secret"}));
+  EXPECT_EQ(parse("", flags({{"source", "amqp://h/?queue=q"}, {"deliver", "http://h/x"},
+                             {"sign_secret_file", "/run/old,/run/new"}}))
+                .sign_secret_file,
+            (std::vector<std::string>{"/run/old", "/run/new"}));
+}
+
 TEST(ConsumeConfig, BadSettingsAreOneClearLine) {
   EXPECT_NE(error_of("deliver = \"http://h/x\"").find("no source"), std::string::npos);
   EXPECT_NE(error_of("source = \"amqp://h/?queue=q\"").find("no handler"), std::string::npos);

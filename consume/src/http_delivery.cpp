@@ -17,6 +17,10 @@ client::HttpRequest HttpDelivery::request_for(const Delivery& d, const DeliveryA
   // carries only a valid one unchanged.
   if (valid_ordering_key(d.ordering_key)) facts.push_back({std::string(kOrderingKeyHttpHeader), d.ordering_key});
   request.headers.insert(request.headers.begin() + 2, facts.begin(), facts.end());
+  // Signed last, when sent: each attempt gets its own timestamp.
+  if (options_.signer) {
+    sidecar::sign_message(request, *options_.signer, d.message_id, to_epoch_ms(options_.clock->now()) / 1000);
+  }
   return request;
 }
 

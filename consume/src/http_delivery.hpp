@@ -10,15 +10,20 @@
 //
 // The request carries Idempotency-Key: <message id>, so that a handler can dedupe in its own
 // database the one delivery no sidecar can: one whose 2xx came back just before the sidecar died;
-// and Idem-Ordering-Key: <ordering key> when the message has one.
+// and Idem-Ordering-Key: <ordering key> when the message has one. With a signer (sign_secret_file),
+// it is signed per Standard Webhooks (webhook-id: the message id), so the handler can check that
+// it came from the sidecar.
 
 #include <expected>
+#include <memory>
 #include <string>
 
 #include "idem/client/transport.hpp"
+#include "idem/clock.hpp"
 #include "idem/consume_loop.hpp"
 #include "idem/consumer.hpp"
 #include "idem/sidecar/message_http.hpp"
+#include "idem/webhook/signing.hpp"
 
 namespace idem::consume {
 
@@ -33,6 +38,10 @@ struct HttpDeliveryOptions {
   std::string url;          ///< the handler
   Millis timeout{30'000};   ///< one POST, sent to answered
   std::string source_name;  ///< the source's URL without its password (Idem-Source)
+  /// Signs every POST with its secrets (webhook-id, webhook-timestamp, webhook-signature); none:
+  /// unsigned.
+  std::shared_ptr<const webhook::StandardSigner> signer = nullptr;
+  const Clock* clock = &SystemClock::instance();  ///< webhook-timestamp's time
 };
 
 /// POSTs each message to the handler: as the batched ConsumeLoop's MessageEffect (effect(), what

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "idem/memory_store.hpp"
+#include "idem/testing/manual_clock.hpp"
 
 namespace idem::consume {
 namespace {
@@ -81,6 +82,38 @@ TEST_F(Fixture, TheOrderingKeyGoesWithTheDeliveryHeadersWhenThereIsOne) {
 
   d.ordering_key = "line\nbreak";  // no source hands this out; never sent as it is
   EXPECT_FALSE(client::find_header(http.request_for(d, DeliveryAttempt{1, ""}).headers, "Idem-Ordering-Key"));
+}
+
+TEST_F(Fixture, WithASignerEveryPostIsSignedPerStandardWebhooks) {
+  // The Standard Webhooks specification's example secret and a second one (a rotation).
+  const std::vector<std::string> secrets = {"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_MDEyMzQ1Njc4OWFiY2RlZg=="};
+  auto signer = webhook::StandardSigner::from_secrets(secrets);
+  ASSERT_TRUE(signer.has_value()) << signer.error();
+  testing::ManualClock clock(from_epoch_ms(1614265330'000));
+  HttpDeliveryOptions options{"http://127.0.0.1:9/events", Millis(1000), "amqp://h/?queue=q"};
+  options.signer = std::make_shared<const webhook::StandardSigner>(std::move(*signer));
+  options.clock = &clock;
+  HttpDelivery signing{consumer, handler, options};
+  auto d = delivery("msg_p5jXN8AQM9LWM0D4loKWxJek");
+  d.body = R"({"test": 2432232314})";
+  const auto r = signing.request_for(d, DeliveryAttempt{1, ""});
+  EXPECT_EQ(client::find_header(r.headers, "Idempotency-Key"), "msg_p5jXN8AQM9LWM0D4loKWxJek");
+  EXPECT_EQ(client::find_header(r.headers, "webhook-id"), "msg_p5jXN8AQM9LWM0D4loKWxJek");
+  EXPECT_EQ(client::find_header(r.headers, "webhook-timestamp"), "1614265330");
+  const auto signature = client::find_header(r.headers, "webhook-signature");
+  ASSERT_TRUE(signature);
+  // The specification's signature for its secret, then the second secret's.
+  EXPECT_TRUE(signature->starts_with("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE= v1,")) << *signature;
+  // Every other header as without a signer, the signature's three last.
+  EXPECT_EQ(r.headers.size(), 9u);
+  EXPECT_EQ(r.headers[6].name, "webhook-id");
+  // What is sent is what request_for makes: signed, at the clock's time.
+  clock.advance(std::chrono::seconds(5));
+  EXPECT_EQ(signing(d, DeliveryAttempt{1, ""}).action, MessageDisposition::Action::ack);
+  ASSERT_EQ(handler.requests.size(), 1u);
+  EXPECT_EQ(client::find_header(handler.requests[0].headers, "webhook-timestamp"), "1614265335");
+  // Without a signer nothing is added (the fixture's delivery).
+  EXPECT_FALSE(client::find_header(http.request_for(d, DeliveryAttempt{1, ""}).headers, "webhook-signature"));
 }
 
 TEST_F(Fixture, AProcessedMessageIsNeverPostedAgain) {

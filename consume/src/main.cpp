@@ -157,8 +157,13 @@ int run(int argc, char** argv) {
   curl.user_agent = "idem-consume/0.1";
   curl.max_idle_handles = config.workers;
   client::CurlTransport transport(curl);
-  consume::HttpDelivery delivery(*consumer, transport,
-                                 {config.deliver, config.handler_timeout, (*source)->name()});
+  consume::HttpDeliveryOptions delivery_options{config.deliver, config.handler_timeout, (*source)->name()};
+  if (!config.sign_secret_file.empty()) {
+    auto signer = webhook::StandardSigner::load(config.sign_secret_file);
+    if (!signer) return fail(2, "sign_secret_file: " + signer.error());
+    delivery_options.signer = std::make_shared<const webhook::StandardSigner>(std::move(*signer));
+  }
+  consume::HttpDelivery delivery(*consumer, transport, delivery_options);
 
   ConsumeLoopOptions loop_options;
   loop_options.workers = config.workers;
@@ -205,6 +210,9 @@ int run(int argc, char** argv) {
   std::string line = "consuming " + (*source)->name() + " as consumer \"" + config.name + "\", delivering to " +
                      redact_url(config.deliver) + ", store " + redact_url(config.store) + ", " +
                      std::to_string(config.workers) + " workers, prefetch " + std::to_string(config.prefetch);
+  if (delivery_options.signer) {
+    line += ", signing with " + std::to_string(delivery_options.signer->secret_count()) + " secret(s)";
+  }
   if (admin_server) line += ", admin on " + config.admin_listen->host + ":" + std::to_string(admin_server->port());
   log::notice(line);
 

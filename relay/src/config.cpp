@@ -18,6 +18,7 @@ void bind(sidecar::Settings& s, Config& c) {
   s.duration("lease", c.lease);
   s.duration("retention", c.retention);
   s.duration("webhook_timeout", c.webhook_timeout);
+  s.paths("webhook_secret_file", c.webhook_secret_file);
   s.duration("connect_timeout", c.connect_timeout);
   s.duration("confirm_timeout", c.confirm_timeout);
   s.choice("dead_rows", {"hold", "pass"}, [&c](const std::string& v) { c.dead_rows = v; });
@@ -41,6 +42,8 @@ void check(Config& c) {
   const bool webhook = c.sink.starts_with("http://") || c.sink.starts_with("https://");
   if (!webhook) {
     if (auto problem = check_sink_url(c.sink)) throw ConfigError("sink: " + *problem);
+    // Refused rather than ignored: whoever set it expects signed events, and a broker sink sends none.
+    if (!c.webhook_secret_file.empty()) throw ConfigError("webhook_secret_file: only a webhook sink (http:// or https://) signs");
   }
   if (c.name.empty()) c.name = sidecar::host_and_pid();
   if (c.retry_min > c.retry_max) throw ConfigError("retry_min must not be longer than retry_max");

@@ -29,6 +29,9 @@ struct Config {
   Millis lease = 60s;                   ///< PostgreSQL: rows held this long by a relay that vanished
   Millis retention = std::chrono::days(7);  ///< sent rows are deleted after this
   Millis webhook_timeout = 30s;         ///< one POST to a webhook
+  /// Files of Standard Webhooks secrets (whsec_<base64>, one per line): the webhook sink signs
+  /// every POST with each of them. Empty: unsigned.
+  std::vector<std::string> webhook_secret_file;
   Millis connect_timeout = 5s;
   Millis confirm_timeout = 10s;         ///< a broker's publisher confirm
   /// What a dead row does to the later rows of its ordering key: "hold" them until an operator

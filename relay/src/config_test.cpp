@@ -23,6 +23,16 @@ TEST(RelayConfig, DefaultsAndAName) {
   EXPECT_EQ(c.admin_listen->port, 9102);
 }
 
+TEST(RelayConfig, WebhookSecretFilesSignOnlyAWebhookSink) {
+  EXPECT_TRUE(parse("outbox = \"sqlite:x.db\"\nsink = \"http://h/x\"\n", {}).webhook_secret_file.empty());
+  const Config c = parse(
+      "outbox = \"sqlite:x.db\"\nsink = \"http://h/x\"\nwebhook_secret_file = [\"/etc/idem/old\", \"/etc/idem/new\"]\n", {});
+  EXPECT_EQ(c.webhook_secret_file, (std::vector<std::string>{"/etc/idem/old", "/etc/idem/new"}));
+  EXPECT_NE(error_of("outbox = \"sqlite:x.db\"\nsink = \"redis+stream://h:6379/s\"\nwebhook_secret_file = \"/s\"\n")
+                .find("only a webhook sink"),
+            std::string::npos);
+}
+
 TEST(RelayConfig, BadSettingsAreOneClearLine) {
   EXPECT_NE(error_of("sink = \"http://h/x\"").find("no outbox"), std::string::npos);
   EXPECT_NE(error_of("outbox = \"sqlite:x.db\"").find("no sink"), std::string::npos);

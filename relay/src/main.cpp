@@ -78,12 +78,20 @@ int run(int argc, char** argv) {
   std::unique_ptr<client::CurlTransport> transport;
   std::unique_ptr<MessageSink> sink;
   relay::WebhookSink* webhook = nullptr;
+  std::size_t signing_secrets = 0;  // for the start line: how many, never which
   if (is_webhook(config.sink)) {
     client::CurlOptions curl;
     curl.connect_timeout = std::min(config.connect_timeout, config.webhook_timeout);
     curl.user_agent = "idem-relay/0.1";
     transport = std::make_unique<client::CurlTransport>(curl);
-    auto w = std::make_unique<relay::WebhookSink>(config.sink, *transport, config.webhook_timeout);
+    std::shared_ptr<const webhook::StandardSigner> signer;
+    if (!config.webhook_secret_file.empty()) {
+      auto loaded = webhook::StandardSigner::load(config.webhook_secret_file);
+      if (!loaded) return fail(2, "webhook_secret_file: " + loaded.error());
+      signer = std::make_shared<const webhook::StandardSigner>(std::move(*loaded));
+      signing_secrets = signer->secret_count();
+    }
+    auto w = std::make_unique<relay::WebhookSink>(config.sink, *transport, config.webhook_timeout, signer);
     webhook = w.get();
     sink = std::move(w);
   } else {
@@ -143,6 +151,7 @@ int run(int argc, char** argv) {
 
   std::string line = "relaying " + redact_url(config.outbox) + " to " + sink->name() + " as \"" + config.name +
                      "\", batches of " + std::to_string(config.batch);
+  if (signing_secrets > 0) line += ", signing with " + std::to_string(signing_secrets) + " secret(s)";
   if (admin_server) line += ", admin on " + config.admin_listen->host + ":" + std::to_string(admin_server->port());
   log::notice(line);
 

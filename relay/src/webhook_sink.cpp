@@ -9,8 +9,9 @@
 
 namespace idem::relay {
 
-WebhookSink::WebhookSink(std::string url, client::Transport& transport, Millis timeout)
-    : url_(std::move(url)), transport_(transport), timeout_(timeout) {}
+WebhookSink::WebhookSink(std::string url, client::Transport& transport, Millis timeout,
+                         std::shared_ptr<const webhook::StandardSigner> signer, const Clock& clock)
+    : url_(std::move(url)), transport_(transport), timeout_(timeout), signer_(std::move(signer)), clock_(clock) {}
 
 std::string WebhookSink::name() const { return redact_url(url_); }
 
@@ -28,6 +29,9 @@ client::HttpRequest WebhookSink::request_for(const OutgoingMessage& m) const {
     // After Idempotency-Key and Content-Type, before the message's own headers.
     request.headers.insert(request.headers.begin() + 2, Header{std::string(kOrderingKeyHttpHeader), m.ordering_key});
   }
+  // Signed last, at the time of sending: a retry gets a fresh timestamp, which a receiver's
+  // tolerance (5 minutes by default) needs for a row retried hours later.
+  if (signer_) sidecar::sign_message(request, *signer_, m.message_id, to_epoch_ms(clock_.now()) / 1000);
   return request;
 }
 

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "idem/testing/manual_clock.hpp"
+
 namespace idem::relay {
 namespace {
 
@@ -39,6 +43,47 @@ TEST(WebhookSink, PostsEachMessageWithItsKeyAndHeaders) {
   EXPECT_EQ(client::find_header(endpoint.requests[1].headers, "Idempotency-Key"), "b");
   EXPECT_EQ(client::find_header(endpoint.requests[1].headers, "Content-Type"), "application/json");
   EXPECT_EQ(client::find_header(endpoint.requests[1].headers, "Idem-Header-event"), "payment.succeeded");
+}
+
+TEST(WebhookSink, WithSecretsEveryPostIsSignedPerStandardWebhooks) {
+  FakeEndpoint endpoint;
+  // The Standard Webhooks specification's example secret and a second one (a rotation).
+  const std::vector<std::string> secrets = {"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_MDEyMzQ1Njc4OWFiY2RlZg=="};
+  auto signer = webhook::StandardSigner::from_secrets(secrets);
+  ASSERT_TRUE(signer.has_value()) << signer.error();
+  auto shared = std::make_shared<const webhook::StandardSigner>(std::move(*signer));
+  testing::ManualClock clock(from_epoch_ms(1614265330'000));
+  WebhookSink sink("http://127.0.0.1:9/receipts", endpoint, Millis(1000), shared, clock);
+  OutgoingMessage m = message("msg_p5jXN8AQM9LWM0D4loKWxJek");
+  m.body = R"({"test": 2432232314})";
+  endpoint.answers.push_back(client::HttpResponse{503, {}, ""});
+  const std::vector<OutgoingMessage> batch = {m};
+  ASSERT_FALSE(sink.publish(batch)[0]);
+  clock.advance(std::chrono::seconds(90));
+  ASSERT_TRUE(sink.publish(batch)[0]);
+  ASSERT_EQ(endpoint.requests.size(), 2u);
+  const auto& first = endpoint.requests[0].headers;
+  EXPECT_EQ(client::find_header(first, "Idempotency-Key"), "msg_p5jXN8AQM9LWM0D4loKWxJek");
+  EXPECT_EQ(client::find_header(first, "webhook-id"), "msg_p5jXN8AQM9LWM0D4loKWxJek");
+  EXPECT_EQ(client::find_header(first, "webhook-timestamp"), "1614265330");
+  // The specification's signature for its secret, then the second secret's: a receiver with
+  // either one accepts.
+  const auto signature = client::find_header(first, "webhook-signature");
+  ASSERT_TRUE(signature);
+  EXPECT_TRUE(signature->starts_with("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE= v1,")) << *signature;
+  EXPECT_EQ(std::count(signature->begin(), signature->end(), ','), 2);
+  // The retry is signed again at its own time.
+  EXPECT_EQ(client::find_header(endpoint.requests[1].headers, "webhook-timestamp"), "1614265420");
+  EXPECT_NE(client::find_header(endpoint.requests[1].headers, "webhook-signature"), signature);
+}
+
+TEST(WebhookSink, WithoutSecretsNothingIsSigned) {
+  FakeEndpoint endpoint;
+  WebhookSink sink("http://127.0.0.1:9/receipts", endpoint, Millis(1000));
+  const auto request = sink.request_for(message("a"));
+  EXPECT_FALSE(client::find_header(request.headers, "webhook-signature"));
+  EXPECT_FALSE(client::find_header(request.headers, "webhook-id"));
+  EXPECT_EQ(client::find_header(request.headers, "Idempotency-Key"), "a");
 }
 
 TEST(WebhookSink, TheOrderingKeyGoesAsIdemOrderingKeyOnce) {

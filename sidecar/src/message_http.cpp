@@ -39,6 +39,13 @@ client::HttpRequest message_post(std::string url, std::string_view message_id, s
   return request;
 }
 
+void sign_message(client::HttpRequest& request, const webhook::StandardSigner& signer, std::string_view message_id,
+                  std::int64_t now) {
+  for (auto& [name, value] : signer.headers(message_id, now, request.body)) {
+    request.headers.push_back({std::move(name), std::move(value)});
+  }
+}
+
 bool retryable_status(int status) {
   return status == 408 || status == 409 || status == 425 || status == 429 || status >= 500;
 }

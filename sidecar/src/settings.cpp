@@ -140,6 +140,27 @@ void Settings::listen(std::string key, std::optional<ListenAddress>& target) {
                           {}, {}, false});
 }
 
+void Settings::paths(std::string key, std::vector<std::string>& target) {
+  auto set = [&target](const std::vector<std::string>& list) {
+    if (list.empty()) throw ConfigError("expected at least one path");
+    for (const auto& p : list) {
+      if (p.empty()) throw ConfigError("a path must not be empty");
+    }
+    target = list;
+  };
+  Key k{Key::Kind::paths, [set](const std::string& t) {
+          std::vector<std::string> list;
+          for (std::string_view rest = t;;) {
+            const auto comma = rest.find(',');
+            list.emplace_back(rest.substr(0, comma));
+            if (comma == std::string_view::npos) break;
+            rest.remove_prefix(comma + 1);
+          }
+          set(list);
+        }, {}, {}, false, set};
+  add(std::move(key), std::move(k));
+}
+
 void Settings::read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot read the file");
@@ -167,8 +188,18 @@ void Settings::read_text(std::string_view text, std::string_view source) {
     if (it == keys_.end()) throw fail("unknown key");
     const Key& k = it->second;
     try {
-      if (const auto* s = node.as_string()) {
+      if (const auto* s = node.as_string(); s && k.kind == Key::Kind::paths) {
+        k.from_list({s->get()});  // a path as written, commas and all
+      } else if (const auto* s = node.as_string()) {
         k.from_text(s->get());
+      } else if (const auto* a = node.as_array(); a && k.from_list) {
+        std::vector<std::string> list;
+        for (const auto& item : *a) {
+          const auto* one = item.as_string();
+          if (!one) throw ConfigError("expected an array of strings, got " + type_name(item) + " in it");
+          list.push_back(one->get());
+        }
+        k.from_list(list);
       } else if (const auto* i = node.as_integer(); i && k.from_integer) {
         k.from_integer(i->get());
       } else if (const auto* b = node.as_boolean(); b && k.from_bool) {
@@ -179,6 +210,7 @@ void Settings::read_text(std::string_view text, std::string_view source) {
         throw ConfigError("expected " + std::string(k.kind == Key::Kind::boolean ? "true or false"
                                                      : k.kind == Key::Kind::integer ? "an integer"
                                                      : k.kind == Key::Kind::size    ? "a size, e.g. \"1MiB\""
+                                                     : k.kind == Key::Kind::paths   ? "a path or an array of paths"
                                                                                     : "a string") +
                           ", got " + type_name(node));
       }

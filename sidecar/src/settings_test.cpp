@@ -78,6 +78,26 @@ TEST(Settings, ErrorsNameTheSourceTheKeyAndTheLine) {
             "--workers: \"many\": not an integer");
 }
 
+TEST(Settings, PathsAreAStringAnArrayOrACommaSeparatedFlag) {
+  std::vector<std::string> files;
+  Settings settings;
+  settings.paths("secret_file", files);
+  settings.read_text("secret_file = \"/etc/idem/a,b.secret\"\n", "x.toml");
+  EXPECT_EQ(files, (std::vector<std::string>{"/etc/idem/a,b.secret"}));  // a string is one path, commas and all
+  settings.read_text("secret_file = [\"/etc/idem/old\", \"/etc/idem/new\"]\n", "x.toml");
+  EXPECT_EQ(files, (std::vector<std::string>{"/etc/idem/old", "/etc/idem/new"}));
+  settings.set_from_flag("secret_file", "--secret-file", "/run/a,/run/b");
+  EXPECT_EQ(files, (std::vector<std::string>{"/run/a", "/run/b"}));
+  EXPECT_NE(error_of([&] { settings.read_text("secret_file = []\n", "x.toml"); }).find("at least one path"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { settings.read_text("secret_file = [\"/a\", 3]\n", "x.toml"); }).find("array of strings"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { settings.read_text("secret_file = 3\n", "x.toml"); }).find("a path or an array of paths"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { settings.set_from_flag("secret_file", "--secret-file", "/a,"); }).find("must not be empty"),
+            std::string::npos);
+}
+
 TEST(Settings, ASecretValueIsNeverEchoed) {
   Example e;
   const auto message = error_of([&] { e.settings.read_text("url = 3\n", "x.toml"); });

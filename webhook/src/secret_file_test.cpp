@@ -1,4 +1,5 @@
 #include "idem/webhook/secret_file.hpp"
+#include "idem/webhook/signing.hpp"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -50,6 +51,21 @@ TEST_F(SecretFileTest, OpenEmptyOrAbsentFilesAreRefusedWithoutTheirContents) {
   EXPECT_FALSE(read_secret_file(dir_).has_value());  // a directory
   // One bad file among good ones stops the whole read.
   EXPECT_FALSE(read_secret_files({write("good", "whsec_x\n", 0600), dir_ + "/absent"}).has_value());
+}
+
+TEST_F(SecretFileTest, ASignerLoadsEverySecretOfItsFiles) {
+  const auto old_file = write("old", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n", 0600);
+  const auto new_file = write("new", "whsec_MDEyMzQ1Njc4OWFiY2RlZg==\n", 0600);
+  auto signer = StandardSigner::load({old_file, new_file});
+  ASSERT_TRUE(signer.has_value()) << signer.error();
+  const std::string signature = signer->signature("msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, R"({"test": 2432232314})");
+  // The specification's signature first, then the second secret's.
+  EXPECT_TRUE(signature.starts_with("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE= v1,")) << signature;
+  auto bad = StandardSigner::load({write("bad", "whsec_not*base64\n", 0600)});
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().find("not*base64"), std::string::npos);
+  EXPECT_FALSE(StandardSigner::load({write("open", "whsec_MDEy\n", 0644)}).has_value());
+  EXPECT_FALSE(StandardSigner::load({}).has_value());
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <array>
 #include <cstdio>
 
+#include "idem/webhook/secret_file.hpp"
+
 namespace idem::webhook {
 namespace {
 
@@ -139,6 +141,15 @@ std::expected<StandardSigner, std::string> StandardSigner::from_secrets(std::spa
     }
     signer.keys_.push_back(std::move(*hmac));
   }
+  return signer;
+}
+
+std::expected<StandardSigner, std::string> StandardSigner::load(const std::vector<std::string>& files) {
+  if (files.empty()) return std::unexpected("no secret file");
+  auto secrets = read_secret_files(files);
+  if (!secrets) return std::unexpected(secrets.error());
+  auto signer = from_secrets(*secrets);
+  wipe(*secrets);
   return signer;
 }
 

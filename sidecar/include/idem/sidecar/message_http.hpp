@@ -4,11 +4,13 @@
 // a POST of its body with Idempotency-Key: <message id>, its content type, and each of its
 // headers as Idem-Header-<name>; and how they read the answer.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "idem/broker.hpp"
 #include "idem/client/http.hpp"
+#include "idem/webhook/signing.hpp"
 
 namespace idem::sidecar {
 
@@ -24,6 +26,13 @@ inline constexpr std::string_view kOrderingKeyHttpHeader = "Idem-Ordering-Key";
 /// value without control characters), prefixed; others are left out.
 client::HttpRequest message_post(std::string url, std::string_view message_id, std::string_view content_type,
                                  const MessageHeaders& headers, std::string body);
+
+/// Signs a message's POST per Standard Webhooks (docs/webhooks.md, "Sending"): appends
+/// webhook-id (the message id), webhook-timestamp (`now`, Unix seconds) and webhook-signature
+/// ("v1,<base64>" for every secret of `signer`, over "id.timestamp.body" with the request's body
+/// exactly as sent). A receiver that knows any one of the secrets can tell the request is ours.
+void sign_message(client::HttpRequest& request, const webhook::StandardSigner& signer, std::string_view message_id,
+                  std::int64_t now);
 
 /// Whether an answer may change if the message is sent again (SPEC §10: 408, 409, 425, 429, 5xx).
 bool retryable_status(int status);

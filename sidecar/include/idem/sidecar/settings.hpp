@@ -37,6 +37,9 @@ class Settings {
   void choice(std::string key, std::vector<std::string> choices, std::function<void(const std::string&)> set);
   /// "HOST:PORT", or "off" for none.
   void listen(std::string key, std::optional<ListenAddress>& target);
+  /// File paths: a string or an array of strings in the file; comma-separated in a flag. Each
+  /// given value replaces the list.
+  void paths(std::string key, std::vector<std::string>& target);
 
   /// Reads a TOML file: every key must be one of the above.
   void read_file(const std::string& path);
@@ -50,11 +53,12 @@ class Settings {
 
  private:
   struct Key {
-    enum class Kind { text, duration, size, integer, boolean, choice, listen } kind;
+    enum class Kind { text, duration, size, integer, boolean, choice, listen, paths } kind;
     std::function<void(const std::string& text)> from_text;   // throws ConfigError (no context)
     std::function<void(std::int64_t)> from_integer;           // sizes and integers
     std::function<void(bool)> from_bool;
     bool secret = false;
+    std::function<void(const std::vector<std::string>&)> from_list = {};  // paths: a TOML array
   };
   void add(std::string key, Key k);
   std::map<std::string, Key> keys_;

@@ -69,6 +69,9 @@ class StandardSigner {
   /// From the secrets as a file holds them ("whsec_<base64>"). The error names the secret by
   /// position ("secret #2"), never its text.
   static std::expected<StandardSigner, std::string> from_secrets(std::span<const std::string> secrets);
+  /// From secret files (read_secret_files: one secret per line, permissions checked); the read
+  /// secrets are wiped once keyed.
+  static std::expected<StandardSigner, std::string> load(const std::vector<std::string>& files);
 
   /// The webhook-signature value for this message: "v1,<base64>" per secret, space-separated.
   std::string signature(std::string_view id, std::int64_t timestamp, std::string_view body) const;

@@ -249,6 +249,92 @@ class Secrets(unittest.TestCase):
             shutil.rmtree(secret_dir, ignore_errors=True)
         self.check_clean(forms(secret) | forms(wrong) | set(signatures))
 
+    def test_sidecar_signing_secrets(self):
+        """The secrets idem-relay's webhook sink and idem-consume sign with (docs/webhooks.md,
+        "Sending") appear in no output: logs at debug level while signing, /readyz, /metrics, and
+        a start refused for a secret file others may read."""
+        import base64
+        import shutil
+        import sqlite3
+        import tempfile
+        secret = "whsec_" + base64.b64encode(uuid.uuid4().bytes + uuid.uuid4().bytes).decode()
+        # Outside self.dir: check_clean reads every file there, and this one holds the secret.
+        secret_dir = tempfile.mkdtemp(prefix="idem-redaction-signing-")
+        secret_file = os.path.join(secret_dir, "signing.secret")
+        with open(secret_file, "w") as f:
+            f.write(secret + "\n")
+        os.chmod(secret_file, 0o600)
+        handler = brokers.Handler()
+        tag = uuid.uuid4().hex[:8]
+        try:
+            # idem-relay: a SQLite outbox to a webhook, signed.
+            db_path = os.path.join(self.dir, "signing-outbox-%s.db" % tag)
+            sqlite3.connect(db_path).close()  # the service's database: the relay never makes it
+            relay_config = os.path.join(self.dir, "relay-signing.toml")
+            with open(relay_config, "w") as f:
+                f.write('outbox = "sqlite:%s"\nsink = "%s"\npoll_interval = "20ms"\nwebhook_secret_file = "%s"\n'
+                        % (db_path, handler.url, secret_file))
+            admin = brokers.free_port()
+            log = os.path.join(self.dir, "relay-signing.log")
+            with open(log, "wb") as err:
+                p = subprocess.Popen([bin_path("relay", "idem-relay"), "--config", relay_config, "--admin-listen",
+                                      "127.0.0.1:%d" % admin, "--log-level", "debug"],
+                                     stdout=err, stderr=subprocess.STDOUT, cwd=self.dir)
+            try:
+                brokers.wait_until(lambda: ready(admin), 30, what="idem-relay signing")
+                db = sqlite3.connect(db_path, timeout=30)
+                db.execute("INSERT INTO idem_outbox (message_id, body) VALUES (?, ?)", ("evt-signed-" + tag, b'{"a":1}'))
+                db.commit()
+                db.close()
+                brokers.wait_until(lambda: ("evt-signed-" + tag) in handler.call_counts(), 30, what="the signed webhook")
+                self.assertIn("webhook-signature", {k.lower() for k in handler.headers["evt-signed-" + tag]})
+                for path in ("/readyz", "/metrics"):
+                    self.collected.append(("relay signing %s" % path, brokers.http_get(admin, path)[1]))
+            finally:
+                p.terminate()
+                self.assertEqual(p.wait(30), 0)
+            # idem-consume: a Redis stream (password-protected) to the handler, signed.
+            stream = "signing-%s" % tag
+            source = "redis+stream://:%s@127.0.0.1:%d/%s?group=g" % (ENC, self.redis.port, stream)
+            consume_config = os.path.join(self.dir, "consume-signing.toml")
+            with open(consume_config, "w") as f:
+                f.write('store = "sqlite:%s"\nsign_secret_file = "%s"\n'
+                        % (os.path.join(self.dir, "consume-signing.db"), secret_file))
+            tool = brokers.BrokerTool(bin_path("tests", "tools", "idem-broker-tool"))
+            tool.take(source, idle_ms=50)  # the group, before the message
+            tool.publish("redis+stream://:%s@127.0.0.1:%d/%s" % (ENC, self.redis.port, stream),
+                         [{"id": "evt-consumed-" + tag, "body": '{"b":2}'}])
+            admin = brokers.free_port()
+            log = os.path.join(self.dir, "consume-signing.log")
+            with open(log, "wb") as err:
+                p = subprocess.Popen([bin_path("consume", "idem-consume"), "--config", consume_config, "--source", source,
+                                      "--deliver", handler.url, "--admin-listen", "127.0.0.1:%d" % admin,
+                                      "--log-level", "debug"], stdout=err, stderr=subprocess.STDOUT, cwd=self.dir)
+            try:
+                brokers.wait_until(lambda: ("evt-consumed-" + tag) in handler.call_counts(), 30,
+                                   what="the signed delivery")
+                self.assertIn("webhook-signature", {k.lower() for k in handler.headers["evt-consumed-" + tag]})
+                for path in ("/readyz", "/metrics"):
+                    self.collected.append(("consume signing %s" % path, brokers.http_get(admin, path)[1]))
+            finally:
+                p.terminate()
+                self.assertEqual(p.wait(30), 0)
+            # A secret file others may read: each refuses to start, naming the file, not the secret.
+            os.chmod(secret_file, 0o644)
+            out = self.run_bin("relay signing open secret file", [bin_path("relay", "idem-relay"), "--config",
+                                                                  relay_config, "--admin-listen", "off"])
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn("chmod 600", out.stderr)
+            out = self.run_bin("consume signing open secret file", [bin_path("consume", "idem-consume"), "--config",
+                                                                    consume_config, "--source", source, "--deliver",
+                                                                    handler.url, "--admin-listen", "off"])
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn("chmod 600", out.stderr)
+        finally:
+            handler.stop()
+            shutil.rmtree(secret_dir, ignore_errors=True)
+        self.check_clean(forms(secret) | {secret[len("whsec_"):]} | forms(PASSWORD))
+
     # --- the brokers' URLs -------------------------------------------------------------------
 
     def amqp_url(self, password, query):

@@ -186,6 +186,10 @@ def check_refuses_open_file(who, argv, workdir, open_file, secret):
 
 def relay_half(tmp, receiver, verifier, old, new):
     db_path = os.path.join(tmp, "service.db")
+    db = sqlite3.connect(db_path)  # the service's database: it exists before the relay (which never makes it)
+    db.execute("CREATE TABLE payments (id TEXT PRIMARY KEY)")
+    db.commit()
+    db.close()
     old_file = write_secret_file(os.path.join(tmp, "relay-old.secret"), [old])
     new_file = write_secret_file(os.path.join(tmp, "relay-new.secret"), [new])
     admin_port = free_port()

@@ -474,10 +474,14 @@ void ConsumeLoop::worker() {
     waiting_.erase(soonest);
     if (stopping_.load()) {
       // Not started again once stopping: the broker gives it to whoever runs next, at once (its
-      // claim forgotten).
+      // claim forgotten). Counted as running while its claim is released, so that the draining
+      // thread never sees it in none of waiting_, finished_ and running_ (it would take the loop
+      // for drained of everything but what it held, and return without it).
+      ++running_;
       lock.unlock();
       release_claim(*task);
       lock.lock();
+      --running_;
       for (auto& member : task->group) {
         member->requeue = true;
         finished_.emplace_back(std::move(member), MessageDisposition{});

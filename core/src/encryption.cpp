@@ -20,6 +20,7 @@
 
 #include "idem/fingerprint.hpp"
 #include "idem/headers_codec.hpp"
+#include "idem/private_file.hpp"
 
 namespace idem {
 
@@ -406,39 +407,9 @@ std::expected<std::shared_ptr<const KeyRing>, std::string> KeyRing::parse(std::s
 
 std::expected<std::shared_ptr<const KeyRing>, std::string> KeyRing::load(const std::string& path,
                                                                           std::vector<std::string>* warnings) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::unexpected(path + ": cannot read the key file: " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return std::unexpected(path + ": cannot read the key file: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return std::unexpected(path + ": the key file is not a regular file");
-  // Checked on the opened file (not the name), so a file swapped in between cannot slip through.
-  if ((st.st_mode & (S_IROTH | S_IWOTH | S_IWGRP)) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return std::unexpected(path + ": the key file's mode " + mode +
-                           " lets other users read or change it; chmod 600 (or 640 for the service's group)");
-  }
-  if (static_cast<std::uint64_t>(st.st_size) > kMaxKeyFileSize) {
-    return std::unexpected(path + ": the key file is larger than 1 MiB; is it the right file?");
-  }
-  std::string text;
-  text.resize(static_cast<std::size_t>(st.st_size));
-  std::size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      OPENSSL_cleanse(text.data(), text.size());
-      return std::unexpected(path + ": cannot read the key file: " + std::strerror(errno));
-    }
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  text.resize(got);
+  auto read = read_private_file(path, "key file", kMaxKeyFileSize, "1 MiB");
+  if (!read) return std::unexpected(std::move(read.error()));
+  std::string& text = *read;
   auto ring = parse(text, path, warnings);
   OPENSSL_cleanse(text.data(), text.size());
   return ring;

@@ -1,17 +1,11 @@
-// Secret files: checked and read on the opened descriptor, so a file swapped in between the
-// check and the read cannot slip through (as core/src/encryption.cpp reads the key file).
+// Secret files: read by read_private_file (as the [encryption] key file is), one secret a line.
 #include "idem/webhook/secret_file.hpp"
 
-#include <fcntl.h>
 #include <openssl/crypto.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <string_view>
+
+#include "idem/private_file.hpp"
 
 namespace idem::webhook {
 namespace {
@@ -27,37 +21,9 @@ std::string_view trim(std::string_view s) {
 }  // namespace
 
 std::expected<std::vector<std::string>, std::string> read_secret_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::unexpected(path + ": cannot read the secret file: " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return std::unexpected(path + ": cannot read the secret file: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return std::unexpected(path + ": the secret file is not a regular file");
-  if ((st.st_mode & (S_IROTH | S_IWOTH | S_IWGRP)) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return std::unexpected(path + ": the secret file's mode " + mode +
-                           " lets other users read or change it; chmod 600 (or 640 for the service's group)");
-  }
-  if (static_cast<std::uint64_t>(st.st_size) > kMaxSecretFile) {
-    return std::unexpected(path + ": the secret file is larger than 64 KiB; is it the right file?");
-  }
-  std::string text(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      OPENSSL_cleanse(text.data(), text.size());
-      return std::unexpected(path + ": cannot read the secret file: " + std::strerror(errno));
-    }
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  text.resize(got);
+  auto read = read_private_file(path, "secret file", kMaxSecretFile, "64 KiB");
+  if (!read) return std::unexpected(std::move(read.error()));
+  std::string& text = *read;
   std::vector<std::string> secrets;
   std::string_view rest = text;
   while (!rest.empty()) {

@@ -243,15 +243,16 @@ void ConsumeLoop::claim_batch(std::vector<std::unique_ptr<Task>>& tasks) {
   messages.reserve(tasks.size());
   for (const auto& task : tasks) messages.push_back({task->delivery.message_id, task->delivery.body});
   auto answers = consumer_->claim_many(messages);
-  for (std::size_t i = 0; i < tasks.size(); ++i) {
-    Task& task = *tasks[i];
-    if (!answers[i]) {
-      task.found = std::unexpected(std::move(answers[i].error()));
-    } else if (auto* held = std::get_if<Consumer::Held>(&*answers[i])) {
-      task.held = *held;
-    } else {
-      task.found = std::get<MessageOutcome>(std::move(*answers[i]));
-    }
+  for (std::size_t i = 0; i < tasks.size(); ++i) take_claim(*tasks[i], std::move(answers[i]));
+}
+
+void ConsumeLoop::take_claim(Task& task, StoreResult<std::variant<Consumer::Held, MessageOutcome>> answer) {
+  if (!answer) {
+    task.found = std::unexpected(std::move(answer.error()));
+  } else if (auto* held = std::get_if<Consumer::Held>(&*answer)) {
+    task.held = *held;
+  } else {
+    task.found = std::get<MessageOutcome>(std::move(*answer));
   }
 }
 
@@ -264,16 +265,7 @@ void ConsumeLoop::release_claim(Task& task) {
 
 MessageDisposition ConsumeLoop::run_effect(Task& task) {
   const Delivery& d = task.delivery;
-  if (!task.held && !task.found) {
-    auto claimed = consumer_->claim(d.message_id, d.body);
-    if (!claimed) {
-      task.found = std::unexpected(std::move(claimed.error()));
-    } else if (auto* held = std::get_if<Consumer::Held>(&*claimed)) {
-      task.held = *held;
-    } else {
-      task.found = std::get<MessageOutcome>(std::move(*claimed));
-    }
-  }
+  if (!task.held && !task.found) take_claim(task, consumer_->claim(d.message_id, d.body));
   if (task.found) {
     const StoreResult<MessageOutcome> found = std::move(*task.found);
     task.found.reset();

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "idem/broker.hpp"
@@ -243,6 +244,8 @@ class ConsumeLoop {
   std::optional<MessageDisposition> screen(const Delivery& d) const;
   // The batched form: claims `tasks` with one store call; each gets its claim or its outcome.
   void claim_batch(std::vector<std::unique_ptr<Task>>& tasks);
+  // A claim's answer kept on its task: the claim to run with, or what it found instead.
+  static void take_claim(Task& task, StoreResult<std::variant<Consumer::Held, MessageOutcome>> answer);
   // The batched form's processor: claim (unless claimed in a batch), run the effect, leave the
   // completion for settle_finished (or write it now when the key's hold must follow it).
   MessageDisposition run_effect(Task& task);

@@ -1,10 +1,22 @@
 #include "idem/client/curl_transport.hpp"
 
 #include <curl/curl.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <mutex>
+#include <stdexcept>
 #include <vector>
+
+#include "idem/private_file.hpp"
 
 namespace idem::client {
 namespace {
@@ -75,10 +87,52 @@ std::size_t on_header(char* data, std::size_t size, std::size_t count, void* use
   return n;
 }
 
+// scheme://host:port of `url`, without its userinfo, path and query: what a TLS error names.
+std::string origin_of(const std::string& url) {
+  CURLU* u = curl_url();
+  if (u == nullptr) return "the server";
+  std::string out = "the server";
+  if (curl_url_set(u, CURLUPART_URL, url.c_str(), 0) == CURLUE_OK) {
+    char* scheme = nullptr;
+    char* host = nullptr;
+    char* port = nullptr;
+    if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
+      out = std::string(scheme).append("://").append(host).append(1, ':').append(port);
+    }
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(port);
+  }
+  curl_url_cleanup(u);
+  return out;
+}
+
+bool tls_failure(CURLcode code) {
+  switch (code) {
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_CLIENTCERT:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // The one place that decides what a libcurl failure means for a retry.
-TransportError map_error(CURLcode code, CURL* h, const char* detail, bool too_large, std::size_t max_body) {
+TransportError map_error(CURLcode code, CURL* h, const char* detail, bool too_large, std::size_t max_body,
+                         const std::string& url) {
   TransportError error;
   std::string message = "curl: ";
+  // Which server a certificate problem is about: the operator fixes that one's certificate or
+  // the CA file (the URL's userinfo, path and query stay out).
+  if (tls_failure(code)) message += "TLS with " + origin_of(url) + " failed: ";
   message += (detail && *detail) ? detail : curl_easy_strerror(code);
   message += " (" + std::to_string(static_cast<int>(code)) + ")";
 
@@ -104,6 +158,7 @@ TransportError map_error(CURLcode code, CURL* h, const char* detail, bool too_la
     case CURLE_SSL_CACERT_BADFILE:
     case CURLE_SSL_ISSUER_ERROR:
     case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_CLIENTCERT:
     case CURLE_BAD_FUNCTION_ARGUMENT:
     case CURLE_FILESIZE_EXCEEDED:
     case CURLE_OUT_OF_MEMORY:
@@ -140,8 +195,15 @@ std::string_view to_string(TransportErrc code) {
 
 struct CurlTransport::Impl {
   CurlOptions options;
+  std::string key_pem;     // key_file's bytes, read once (read_private_file)
+  std::string passphrase;  // key_passphrase_file's first line
   std::mutex mutex;
   std::vector<Easy> idle;  // handles keep their connection caches between calls
+
+  ~Impl() {
+    OPENSSL_cleanse(key_pem.data(), key_pem.size());
+    OPENSSL_cleanse(passphrase.data(), passphrase.size());
+  }
 
   Easy acquire() {
     {
@@ -164,10 +226,118 @@ struct CurlTransport::Impl {
   }
 };
 
+namespace {
+
+// OpenSSL's reason for the last failure, or `otherwise`; the error queue is emptied.
+std::string openssl_reason(const char* otherwise) {
+  const unsigned long e = ERR_peek_last_error();
+  std::string out = otherwise;
+  if (e != 0) {
+    if (const char* reason = ERR_reason_error_string(e)) out = reason;
+  }
+  ERR_clear_error();
+  return out;
+}
+
+std::expected<void, std::string> check_readable(const std::string& path, std::string_view option) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::unexpected(std::string(option) + ": " + path + ": cannot read it: " + std::strerror(errno));
+  ::close(fd);
+  return {};
+}
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+struct CertFree {
+  void operator()(X509* c) const { X509_free(c); }
+};
+
+int passphrase_callback(char* buffer, int size, int, void* user) {
+  const auto* passphrase = static_cast<const std::string*>(user);
+  // No passphrase: fail (OpenSSL's own default would prompt on the terminal).
+  if (passphrase == nullptr || passphrase->empty() || passphrase->size() > static_cast<std::size_t>(size)) return -1;
+  std::memcpy(buffer, passphrase->data(), passphrase->size());
+  return static_cast<int>(passphrase->size());
+}
+
+}  // namespace
+
+namespace {
+// Reads and checks the TLS files of `o` (see CurlOptions): the key's bytes into `key_pem`, the
+// passphrase into `passphrase`.
+std::expected<void, std::string> load_tls_files(const CurlOptions& o, std::string& key_pem, std::string& passphrase);
+}  // namespace
+
 CurlTransport::CurlTransport(CurlOptions options) : impl_(std::make_unique<Impl>()) {
   global_init();
   impl_->options = std::move(options);
+  if (auto loaded = load_tls_files(impl_->options, impl_->key_pem, impl_->passphrase); !loaded) throw std::invalid_argument(loaded.error());
 }
+
+std::expected<std::unique_ptr<CurlTransport>, std::string> CurlTransport::create(CurlOptions options) {
+  try {
+    return std::make_unique<CurlTransport>(std::move(options));
+  } catch (const std::invalid_argument& e) {
+    return std::unexpected(std::string(e.what()));
+  }
+}
+
+namespace {
+std::expected<void, std::string> load_tls_files(const CurlOptions& o, std::string& key_pem, std::string& passphrase) {
+  if (!o.ca_file.empty()) {
+    if (auto ok = check_readable(o.ca_file, "CA file"); !ok) return ok;
+  }
+  if (o.cert_file.empty() != o.key_file.empty()) {
+    return std::unexpected(o.cert_file.empty() ? "a client key file without a client certificate file: give both"
+                                               : "a client certificate file without its key file: give both");
+  }
+  if (!o.key_passphrase_file.empty() && o.key_file.empty()) {
+    return std::unexpected("a key passphrase file without a client key file");
+  }
+  if (o.cert_file.empty()) return {};
+  if (auto ok = check_readable(o.cert_file, "client certificate file"); !ok) return ok;
+
+  auto key = read_private_file(o.key_file, "client key file", std::size_t{1} << 20, "1 MiB");
+  if (!key) return std::unexpected(key.error());
+  key_pem = std::move(*key);
+  if (!o.key_passphrase_file.empty()) {
+    auto pass = read_private_file(o.key_passphrase_file, "key passphrase file", 4096, "4 KiB");
+    if (!pass) return std::unexpected(pass.error());
+    const auto end = pass->find_first_of("\r\n");
+    passphrase.assign(*pass, 0, end);
+    OPENSSL_cleanse(pass->data(), pass->size());
+    if (passphrase.empty()) return std::unexpected(o.key_passphrase_file + ": the key passphrase file's first line is empty");
+  }
+
+  // Opened here, once, so that a wrong passphrase or a key of another certificate is a clear
+  // error at start instead of a failed handshake at every delivery.
+  ERR_clear_error();
+  std::unique_ptr<BIO, BioFree> key_bio(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
+  if (!key_bio) return std::unexpected("out of memory reading the client key");
+  std::unique_ptr<EVP_PKEY, KeyFree> pkey(
+      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, &passphrase_callback, static_cast<void*>(&passphrase)));
+  if (!pkey) {
+    const std::string why = openssl_reason("not a PEM private key");
+    return std::unexpected(o.key_file + ": cannot open the client key file: " + why +
+                           (o.key_passphrase_file.empty() ? " (an encrypted key needs key_passphrase_file)"
+                                                          : " (is the passphrase right?)"));
+  }
+  std::unique_ptr<BIO, BioFree> cert_bio(BIO_new_file(o.cert_file.c_str(), "r"));
+  std::unique_ptr<X509, CertFree> cert(cert_bio ? PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr) : nullptr);
+  if (!cert) {
+    return std::unexpected(o.cert_file + ": not a PEM certificate: " + openssl_reason("no certificate in it"));
+  }
+  if (X509_check_private_key(cert.get(), pkey.get()) != 1) {
+    ERR_clear_error();
+    return std::unexpected(o.key_file + ": the client key file does not hold the key of " + o.cert_file);
+  }
+  return {};
+}
+}  // namespace
 
 CurlTransport::~CurlTransport() = default;
 
@@ -222,6 +392,18 @@ std::expected<HttpResponse, TransportError> CurlTransport::perform(const HttpReq
   curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, options.verify_tls ? 1L : 0L);
   curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, options.verify_tls ? 2L : 0L);
   if (!options.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, options.ca_file.c_str());
+  curl_blob key_blob{};
+  if (!options.cert_file.empty()) {
+    // The key as read (and checked) at start, from memory: no second look at the file.
+    curl_easy_setopt(h, CURLOPT_SSLCERT, options.cert_file.c_str());
+    curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+    key_blob.data = impl_->key_pem.data();
+    key_blob.len = impl_->key_pem.size();
+    key_blob.flags = CURL_BLOB_NOCOPY;
+    curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &key_blob);
+    curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+    if (!impl_->passphrase.empty()) curl_easy_setopt(h, CURLOPT_KEYPASSWD, impl_->passphrase.c_str());
+  }
   if (!options.user_agent.empty() && !find_header(request.headers, "User-Agent")) {
     curl_easy_setopt(h, CURLOPT_USERAGENT, options.user_agent.c_str());
   }
@@ -242,7 +424,7 @@ std::expected<HttpResponse, TransportError> CurlTransport::perform(const HttpReq
 
   const CURLcode rc = curl_easy_perform(h);
   if (rc != CURLE_OK) {
-    auto error = map_error(rc, h, error_buffer, sink.too_large, sink.max_body);
+    auto error = map_error(rc, h, error_buffer, sink.too_large, sink.max_body, request.url);
     impl_->release(std::move(handle));
     return std::unexpected(std::move(error));
   }

@@ -21,6 +21,10 @@ void bind(sidecar::Settings& s, Config& c) {
   s.size("max_message_bytes", c.max_message_bytes, 1);
   s.duration("handler_timeout", c.handler_timeout);
   s.paths("sign_secret_file", c.sign_secret_file);
+  s.text("handler_ca_file", c.handler_ca_file);
+  s.text("handler_cert_file", c.handler_cert_file);
+  s.text("handler_key_file", c.handler_key_file);
+  s.text("handler_key_passphrase_file", c.handler_key_passphrase_file);
   s.duration("lease", c.lease);
   s.duration("retention", c.retention);
   s.choice("on_lease_expiry", {"reexecute", "unknown"}, [&c](const std::string& v) {
@@ -48,6 +52,21 @@ void check(Config& c) {
   if (auto problem = check_source_url(c.source)) throw ConfigError("source: " + *problem);
   if (!c.deliver.starts_with("http://") && !c.deliver.starts_with("https://")) {
     throw ConfigError("deliver: expected an http:// or https:// URL");
+  }
+  if (!c.deliver.starts_with("https://")) {
+    // Refused rather than ignored: whoever set them expects TLS to the handler.
+    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"handler_ca_file", &c.handler_ca_file},
+                                     {"handler_cert_file", &c.handler_cert_file},
+                                     {"handler_key_file", &c.handler_key_file},
+                                     {"handler_key_passphrase_file", &c.handler_key_passphrase_file}}) {
+      if (!value->empty()) throw ConfigError(std::string(key) + ": only an https:// handler uses TLS files");
+    }
+  }
+  if (c.handler_cert_file.empty() != c.handler_key_file.empty()) {
+    throw ConfigError("handler_cert_file and handler_key_file go together: give both or neither");
+  }
+  if (!c.handler_key_passphrase_file.empty() && c.handler_key_file.empty()) {
+    throw ConfigError("handler_key_passphrase_file: only with handler_key_file");
   }
   if (auto problem = check_store_url(c.store)) throw ConfigError("store: " + *problem);
   if (c.name.empty()) c.name = source_identity(c.source);

@@ -45,6 +45,14 @@ struct Config {
   /// Files of Standard Webhooks secrets (whsec_<base64>, one per line): every POST to the handler
   /// is signed with each of them (docs/webhooks.md, "Sending"). Empty: unsigned.
   std::vector<std::string> sign_secret_file;
+  /// An https:// handler: a CA bundle to verify its certificate against instead of the system's.
+  std::string handler_ca_file;
+  /// An https:// handler that asks for one (mutual TLS): the client certificate (PEM) and its
+  /// key, read like a private file (0600 or 0640); an encrypted key's passphrase in a file of its
+  /// own (its first line).
+  std::string handler_cert_file;
+  std::string handler_key_file;
+  std::string handler_key_passphrase_file;
   Millis lease = 5min;                   ///< how long a delivery holds its message id
   Millis retention = std::chrono::days(7);  ///< how long a processed id is remembered
   LeaseExpiry on_lease_expiry = LeaseExpiry::reexecute;

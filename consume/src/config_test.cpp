@@ -59,6 +59,27 @@ TEST(ConsumeConfig, SignSecretFiles) {
             (std::vector<std::string>{"/run/old", "/run/new"}));
 }
 
+TEST(ConsumeConfig, HandlerTlsFiles) {
+  const Config c = parse("handler_ca_file = \"/etc/idem/ca.pem\"\nhandler_cert_file = \"/etc/idem/consume.pem\"\n",
+                         flags({{"source", "amqp://h/?queue=q"}, {"deliver", "https://h/x"},
+                                {"handler_key_file", "/etc/idem/consume.key"},
+                                {"handler_key_passphrase_file", "/etc/idem/consume.pass"}}));
+  EXPECT_EQ(c.handler_ca_file, "/etc/idem/ca.pem");
+  EXPECT_EQ(c.handler_cert_file, "/etc/idem/consume.pem");
+  EXPECT_EQ(c.handler_key_file, "/etc/idem/consume.key");
+  EXPECT_EQ(c.handler_key_passphrase_file, "/etc/idem/consume.pass");
+  // Files for a plain handler, half a pair, a passphrase without a key: one clear line each.
+  EXPECT_NE(error_of("source = \"amqp://h/?queue=q\"\ndeliver = \"http://h/x\"\nhandler_ca_file = \"/ca\"")
+                .find("handler_ca_file: only an https:// handler"),
+            std::string::npos);
+  EXPECT_NE(error_of("source = \"amqp://h/?queue=q\"\ndeliver = \"https://h/x\"\nhandler_cert_file = \"/c\"")
+                .find("give both or neither"),
+            std::string::npos);
+  EXPECT_NE(error_of("source = \"amqp://h/?queue=q\"\ndeliver = \"https://h/x\"\nhandler_key_passphrase_file = \"/p\"")
+                .find("only with handler_key_file"),
+            std::string::npos);
+}
+
 TEST(ConsumeConfig, BadSettingsAreOneClearLine) {
   EXPECT_NE(error_of("deliver = \"http://h/x\"").find("no source"), std::string::npos);
   EXPECT_NE(error_of("source = \"amqp://h/?queue=q\"").find("no handler"), std::string::npos);

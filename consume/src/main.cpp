@@ -156,7 +156,13 @@ int run(int argc, char** argv) {
   curl.connect_timeout = std::min(config.connect_timeout, config.handler_timeout);
   curl.user_agent = "idem-consume/0.1";
   curl.max_idle_handles = config.workers;
-  client::CurlTransport transport(curl);
+  curl.ca_file = config.handler_ca_file;
+  curl.cert_file = config.handler_cert_file;
+  curl.key_file = config.handler_key_file;
+  curl.key_passphrase_file = config.handler_key_passphrase_file;
+  auto made = client::CurlTransport::create(curl);
+  if (!made) return fail(2, "handler TLS: " + made.error());
+  client::CurlTransport& transport = **made;
   consume::HttpDeliveryOptions delivery_options{config.deliver, config.handler_timeout, (*source)->name()};
   if (!config.sign_secret_file.empty()) {
     auto signer = webhook::StandardSigner::load(config.sign_secret_file);
@@ -210,6 +216,7 @@ int run(int argc, char** argv) {
   std::string line = "consuming " + (*source)->name() + " as consumer \"" + config.name + "\", delivering to " +
                      redact_url(config.deliver) + ", store " + redact_url(config.store) + ", " +
                      std::to_string(config.workers) + " workers, prefetch " + std::to_string(config.prefetch);
+  if (!config.handler_cert_file.empty()) line += ", client certificate " + config.handler_cert_file;
   if (delivery_options.signer) {
     line += ", signing with " + std::to_string(delivery_options.signer->secret_count()) + " secret(s)";
   }

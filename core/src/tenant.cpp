@@ -38,7 +38,15 @@ std::unexpected<std::string> repeated(std::string_view name) {
 
 bool has_reserved_tenant_prefix(std::string_view value) {
   return starts_with_icase(value, kCredentialTenantPrefix) || starts_with_icase(value, kClaimsTenantPrefix) ||
-         starts_with_icase(value, kHashedTenantPrefix);
+         starts_with_icase(value, kHashedTenantPrefix) || starts_with_icase(value, kCertificateTenantPrefix);
+}
+
+std::string certificate_tenant(std::string_view identity) {
+  if (!identity.empty() && identity.size() <= kMaxVerbatimTenant && all_visible_ascii(identity) &&
+      !starts_with_icase(identity, kHashedTenantPrefix)) {
+    return std::string(kCertificateTenantPrefix).append(identity);
+  }
+  return std::string(kCertificateTenantPrefix).append(kHashedTenantPrefix).append(sha256_hex(identity));
 }
 
 std::string claims_tenant(std::string_view canonical_claims) {

@@ -92,9 +92,24 @@ TEST(DeriveTenant, ReservedPrefixes) {
   EXPECT_TRUE(has_reserved_tenant_prefix("auth:"));
   EXPECT_TRUE(has_reserved_tenant_prefix("jwt:abc"));
   EXPECT_TRUE(has_reserved_tenant_prefix("ShA256:abc"));
+  EXPECT_TRUE(has_reserved_tenant_prefix("CERT:spiffe://x"));
   EXPECT_FALSE(has_reserved_tenant_prefix("auth"));
   EXPECT_FALSE(has_reserved_tenant_prefix("consumer ledger"));
   EXPECT_FALSE(has_reserved_tenant_prefix(""));
+}
+
+TEST(CertificateTenant, IsTheIdentityInItsOwnNamespaceOrItsHash) {
+  EXPECT_EQ(certificate_tenant("spiffe://idem.test/payments-a"), "cert:spiffe://idem.test/payments-a");
+  // Spaces, control characters, a long identity, one that looks like a hash: hashed.
+  const std::string hashed = certificate_tenant("CN=payments a,O=idem test");
+  EXPECT_TRUE(hashed.starts_with("cert:sha256:")) << hashed;
+  EXPECT_EQ(hashed.size(), std::string("cert:sha256:").size() + 64);
+  EXPECT_NE(certificate_tenant("sha256:abc"), "cert:sha256:abc");
+  EXPECT_TRUE(certificate_tenant(std::string(129, 'a')).starts_with("cert:sha256:"));
+  // A header naming a certificate tenant cannot reach it.
+  const TenantRule by_header{TenantRule::Source::header, "X-Tenant-Id"};
+  std::vector<HeaderView> forged{{"X-Tenant-Id", "cert:spiffe://idem.test/payments-a"}};
+  EXPECT_TRUE(derive_tenant(by_header, forged)->starts_with("sha256:"));
 }
 
 TEST(ClaimsTenant, IsTheHashOfTheCanonicalClaimsInItsOwnNamespace) {

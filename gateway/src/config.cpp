@@ -382,6 +382,8 @@ TenantSetting parse_tenant_table(const Context& ctx, const toml::table& table, c
   const toml::node* jwt_node = nullptr;  // the first key only from = "jwt" takes
   std::string jwt_key;
   auth::JwtOptions jwt;
+  std::optional<std::string> identity;  // from = "client_cert"
+  const toml::node* identity_node = nullptr;
   for (const auto& [k, v] : table) {
     const std::string_view key = k.str();
     if (is_jwt_key(key) && jwt_node == nullptr) {
@@ -393,6 +395,9 @@ TenantSetting parse_tenant_table(const Context& ctx, const toml::table& table, c
     } else if (key == "from") {
       from = get_string(ctx, "from", v);
       from_node = &v;
+    } else if (key == "identity") {
+      identity = get_string(ctx, key, v);
+      identity_node = &v;
     } else if (key == "claims") {
       jwt.claims = get_strings(ctx, key, v);
     } else if (key == "keys") {
@@ -441,6 +446,13 @@ TenantSetting parse_tenant_table(const Context& ctx, const toml::table& table, c
     return setting;
   }
   if (jwt_node != nullptr) ctx.fail(jwt_node, jwt_key + ": only with from = \"jwt\"");
+  if (from && *from == "client_cert") {
+    if (header) ctx.fail(from_node, "from = \"client_cert\" takes no header: the tenant is the verified client certificate's");
+    setting.client_cert = identity ? parse_certificate_identity(ctx, *identity_node, *identity)
+                                   : CertificateIdentity::subject;
+    return setting;
+  }
+  if (identity_node != nullptr) ctx.fail(identity_node, "identity: only with from = \"client_cert\"");
   if (from && *from == "authorization") {
     if (header) ctx.fail(from_node, "use either header = \"...\" or from = \"authorization\", not both");
     setting.rule.source = TenantRule::Source::authorization;
@@ -448,7 +460,8 @@ TenantSetting parse_tenant_table(const Context& ctx, const toml::table& table, c
     if (header) ctx.fail(from_node, "from = \"none\" takes no header");
     setting.rule.source = TenantRule::Source::none;
   } else if (from && *from != "header") {
-    ctx.fail(from_node, "from: " + quoted(*from) + ": expected \"header\", \"authorization\", \"jwt\" or \"none\"");
+    ctx.fail(from_node, "from: " + quoted(*from) +
+                            ": expected \"header\", \"authorization\", \"jwt\", \"client_cert\" or \"none\"");
   } else if (header || from) {
     setting.rule.source = TenantRule::Source::header;
     if (header) setting.rule.header = *header;
@@ -604,7 +617,9 @@ void parse_top(const Context& ctx, const toml::table& root, Config& config) {
   for (const auto& [k, v] : root) {
     const std::string_view key = k.str();
     if (key == "listen") {
-      config.listen = wrap(ctx, &v, key, get_string(ctx, key, v), parse_listen_address);
+      const std::string text = get_string(ctx, key, v);
+      config.plain_listener = text != "off";
+      if (config.plain_listener) config.listen = wrap(ctx, &v, key, text, parse_listen_address);
     } else if (key == "admin_listen") {
       const std::string text = get_string(ctx, key, v);
       if (text == "off") {
@@ -688,6 +703,10 @@ void parse_top(const Context& ctx, const toml::table& root, Config& config) {
       config.errors = get_errors(ctx, v);
     } else if (key == "encryption") {
       parse_encryption(ctx, v, config);
+    } else if (key == "tls") {
+      parse_tls(ctx, v, config);
+    } else if (key == "upstream_tls") {
+      parse_upstream_tls(ctx, v, config);
     } else if (key == "idempotency" || key == "tenant" || key == "route") {
       // Parsed after every top-level key, so routes inherit the finished [idempotency].
     } else {
@@ -776,6 +795,8 @@ void check_upstream_headers(const Config& config) {
 
 void finish(Config& config) {
   check_upstream_headers(config);
+  if (!config.plain_listener && !config.tls) throw ConfigError("listen = \"off\" needs a [tls] listener: the gateway would listen nowhere");
+  load_tls_contexts(config);
   if (config.store.kind == StoreUrl::Kind::memory) {
     config.warnings.push_back(
         "store memory: records live in this process only; a restart forgets every key (use sqlite:PATH in production)");
@@ -910,18 +931,23 @@ ListenAddress parse_listen_address(std::string_view text) {
 }
 
 UpstreamUrl parse_upstream_url(std::string_view text) {
-  static const char* kHint = "expected http://HOST[:PORT]";
+  static const char* kHint = "expected http://HOST[:PORT] or https://HOST[:PORT]";
+  UpstreamUrl out;
+  std::string_view rest;
   if (text.starts_with("https://")) {
-    throw ConfigError("https upstreams are not supported: the gateway speaks plain HTTP/1.1 to a local upstream");
+    out.tls = true;
+    out.port = 443;
+    rest = text.substr(8);
+  } else if (text.starts_with("http://")) {
+    rest = text.substr(7);
+  } else {
+    throw ConfigError(kHint);
   }
-  if (!text.starts_with("http://")) throw ConfigError(kHint);
-  std::string_view rest = text.substr(7);
   if (rest.ends_with('/')) rest.remove_suffix(1);
   if (rest.find_first_of("/?#@") != std::string_view::npos) {
     throw ConfigError("the upstream URL takes no path, query or credentials; " + std::string(kHint));
   }
   if (rest.empty()) throw ConfigError(kHint);
-  UpstreamUrl out;
   out.authority = std::string(rest);
   std::string_view port;
   if (rest.front() == '[') {

@@ -107,12 +107,52 @@ TEST(UpstreamUrls, Forms) {
                           "http://u:p@h", "ftp://h", "http://h:"}) {
     EXPECT_THROW(parse_upstream_url(bad), ConfigError) << bad;
   }
-  try {
-    parse_upstream_url("https://h");
-    FAIL();
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("https"), std::string::npos);
+  u = parse_upstream_url("https://api.partner.example");
+  EXPECT_TRUE(u.tls);
+  EXPECT_EQ(u.port, 443);
+  EXPECT_EQ(u.text(), "https://api.partner.example");
+  u = parse_upstream_url("https://10.0.0.7:8443/");
+  EXPECT_TRUE(u.tls);
+  EXPECT_EQ(u.port, 8443);
+  EXPECT_FALSE(parse_upstream_url("http://h").tls);
+  for (const auto* bad : {"https://", "https://h/api", "https://u:p@h"}) {
+    EXPECT_THROW(parse_upstream_url(bad), ConfigError) << bad;
   }
+}
+
+TEST(TlsConfig, KeysAndTheirErrors) {
+  // Files are read when the configuration loads (tests/gateway/test_tls.py covers good and bad
+  // ones); these are the errors found before any file is opened.
+  EXPECT_NE(error_of("[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\n").find("[tls]: missing key \"listen\""),
+            std::string::npos);
+  EXPECT_NE(error_of("[tls]\nlisten = \"127.0.0.1:8443\"\nkey_file = \"k.pem\"\n").find("missing key \"cert_file\""),
+            std::string::npos);
+  EXPECT_NE(error_of("[tls]\nlisten = \"127.0.0.1:8443\"\ncert_file = \"c.pem\"\n").find("missing key \"key_file\""),
+            std::string::npos);
+  const std::string base = "[tls]\nlisten = \"127.0.0.1:8443\"\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\n";
+  EXPECT_NE(error_of(base + "min_version = \"1.1\"\n").find("expected \"1.2\" or \"1.3\""), std::string::npos);
+  EXPECT_NE(error_of(base + "client_certificates = \"yes\"\n").find("expected \"off\", \"optional\" or \"required\""),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "client_certificates = \"required\"\n").find("needs client_ca_file"), std::string::npos);
+  EXPECT_NE(error_of(base + "client_ca_file = \"ca.pem\"\n").find("only with client_certificates"), std::string::npos);
+  EXPECT_NE(error_of(base + "ciphers = \"ALL\"\n").find("[tls]: unknown key \"ciphers\""), std::string::npos);
+  EXPECT_NE(error_of(base).find("cert_file \"c.pem\": cannot load a PEM certificate chain"), std::string::npos);
+  EXPECT_NE(error_of("listen = \"off\"\n").find("listen = \"off\" needs a [tls] listener"), std::string::npos);
+  EXPECT_NE(error_of("[upstream_tls]\ncert_file = \"c.pem\"\n").find("cert_file and key_file go together"),
+            std::string::npos);
+  EXPECT_NE(error_of("[upstream_tls]\nverify = false\n").find("unknown key \"verify\""), std::string::npos);
+  EXPECT_NE(error_of("upstream = \"https://h\"\n[upstream_tls]\nca_file = \"/nonexistent/ca.pem\"\n")
+                .find("[upstream_tls]: ca_file \"/nonexistent/ca.pem\": cannot load CA certificates"),
+            std::string::npos);
+  // The system's trust store is enough for an https:// upstream with a public certificate.
+  EXPECT_EQ(error_of("upstream = \"https://api.partner.example\"\n"), "");
+  // A client_cert tenant needs a listener that asks for certificates.
+  EXPECT_NE(error_of("[tenant]\nfrom = \"client_cert\"\n").find("needs a [tls] listener with client_certificates"),
+            std::string::npos);
+  EXPECT_NE(error_of("[tenant]\nfrom = \"client_cert\"\nidentity = \"email\"\n").find("expected \"subject\", \"common_name\""),
+            std::string::npos);
+  EXPECT_NE(error_of("[tenant]\nheader = \"X-T\"\nidentity = \"uri\"\n").find("identity: only with from = \"client_cert\""),
+            std::string::npos);
 }
 
 TEST(StoreUrls, MemoryAndSqlite) {
@@ -341,7 +381,7 @@ TEST(Config, TypeAndValueErrors) {
   EXPECT_NE(error_of("store_timeout = \"0s\"\n").find("store_timeout: must be longer than 0"), std::string::npos);
   EXPECT_NE(error_of("[idempotency]\nheader = \"Bad Header\"\n").find("not a valid header name"), std::string::npos);
   EXPECT_NE(error_of("listen = \"nonsense\"\n").find("listen: expected HOST:PORT"), std::string::npos);
-  EXPECT_NE(error_of("upstream = \"https://x\"\n").find("upstream: https upstreams are not supported"),
+  EXPECT_NE(error_of("upstream = \"ftp://x\"\n").find("upstream: expected http://HOST[:PORT] or https://HOST[:PORT]"),
             std::string::npos);
   EXPECT_NE(error_of("store = \"mysql://u:p@h/db\"\n").find("store: unknown store URL"), std::string::npos);
   EXPECT_NE(error_of("log_level = \"loud\"\n").find("log_level"), std::string::npos);
@@ -350,7 +390,7 @@ TEST(Config, TypeAndValueErrors) {
   EXPECT_NE(error_of("max_header = \"65537\"\n").find("max_header: at most 64KiB"), std::string::npos);
   EXPECT_EQ(error_of("max_header = \"64KiB\"\n"), "");
   EXPECT_NE(error_of("[tenant]\nheader = \"X-T\"\nfrom = \"authorization\"\n").find("not both"), std::string::npos);
-  EXPECT_NE(error_of("[tenant]\nfrom = \"cookie\"\n").find("expected \"header\", \"authorization\", \"jwt\" or \"none\""),
+  EXPECT_NE(error_of("[tenant]\nfrom = \"cookie\"\n").find("expected \"header\", \"authorization\", \"jwt\", \"client_cert\" or \"none\""),
             std::string::npos);
   EXPECT_NE(error_of("idempotency = 3\n").find("expected a table"), std::string::npos);
 }

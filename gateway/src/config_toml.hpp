@@ -61,4 +61,14 @@ std::string get_header_name(const Context& ctx, std::string_view key, const toml
 /// read here, so a bad one stops the start or the reload.
 WebhookRoute parse_webhook(const Context& route_ctx, const toml::node& node, const std::string& path);
 
+/// [tls] and [upstream_tls] (config_tls.cpp): their keys only; load_tls_contexts reads the files.
+void parse_tls(const Context& parent, const toml::node& node, Config& config);
+void parse_upstream_tls(const Context& parent, const toml::node& node, Config& config);
+/// A tenant table's `identity` (from = "client_cert").
+CertificateIdentity parse_certificate_identity(const Context& ctx, const toml::node& node, std::string_view text);
+/// Loads the certificates and keys of [tls] and of an https:// upstream into `config`, and checks
+/// what depends on them (a client_cert tenant needs a listener asking for client certificates).
+/// Throws ConfigError naming the file and why.
+void load_tls_contexts(Config& config);
+
 }  // namespace idem::gateway::config_toml

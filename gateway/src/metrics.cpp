@@ -235,6 +235,21 @@ std::string Metrics::render() const {
          std::to_string(sum([](const MetricsShard& s) -> auto& { return s.upstream_connects; })));
   sample(out, "idem_upstream_connections_total", "kind=\"reused\"",
          std::to_string(sum([](const MetricsShard& s) -> auto& { return s.upstream_reuses; })));
+  header(out, "idem_upstream_tls_handshakes_total", "counter",
+         "TLS handshakes with an https:// upstream: resumed a session, or failed (the reason is in the log).");
+  sample(out, "idem_upstream_tls_handshakes_total", "result=\"resumed\"",
+         std::to_string(sum([](const MetricsShard& s) -> auto& { return s.upstream_tls_resumed; })));
+  sample(out, "idem_upstream_tls_handshakes_total", "result=\"failed\"",
+         std::to_string(sum([](const MetricsShard& s) -> auto& { return s.upstream_tls_failures; })));
+  header(out, "idem_tls_handshakes_total", "counter",
+         "TLS handshakes on the [tls] listener: full, resumed (a session ticket or id), failed.");
+  sample(out, "idem_tls_handshakes_total", "result=\"full\"",
+         std::to_string(sum([](const MetricsShard& s) -> auto& { return s.tls_handshakes; }) -
+                        sum([](const MetricsShard& s) -> auto& { return s.tls_resumed; })));
+  sample(out, "idem_tls_handshakes_total", "result=\"resumed\"",
+         std::to_string(sum([](const MetricsShard& s) -> auto& { return s.tls_resumed; })));
+  sample(out, "idem_tls_handshakes_total", "result=\"failed\"",
+         std::to_string(sum([](const MetricsShard& s) -> auto& { return s.tls_handshake_failures; })));
 
   header(out, "idem_reaper_deleted_total", "counter", "Expired records deleted by the reaper.");
   sample(out, "idem_reaper_deleted_total", "",

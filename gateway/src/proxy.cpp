@@ -296,9 +296,9 @@ Task<std::optional<http::LookupReply>> Handler::send_lookup(const std::string& t
   const std::size_t limit = options_->max_stored_response;
   bool fresh = false;
   for (int attempt = 0;; ++attempt) {
-    auto acquired = co_await w_.pool.acquire(fresh, config_->upstream(), *cfg_);
+    auto acquired = co_await w_.pool.acquire(fresh, config_->upstream(), *cfg_, config_->snapshot->upstream_tls);
     if (!acquired.conn) {
-      failure = "connecting to the upstream failed: " + acquired.ec.message();
+      failure = !acquired.failure.empty() ? acquired.failure : "connecting to the upstream failed: " + acquired.ec.message();
       co_return std::nullopt;
     }
     auto conn = std::move(acquired.conn);
@@ -538,12 +538,13 @@ Task<Handler::Exchange> Handler::forward(Request& req, const Ticket* ticket, boo
   Clock::time_point sent_at;
   bool fresh = false;
   for (int attempt = 0;; ++attempt) {
-    auto acquired = co_await w_.pool.acquire(fresh, config_->upstream(), *cfg_);
+    auto acquired = co_await w_.pool.acquire(fresh, config_->upstream(), *cfg_, config_->snapshot->upstream_tls);
     if (!acquired.conn) {
       const std::string detail =
           acquired.ec == asio::error::host_not_found
               ? "the upstream host " + cfg_->upstream.host + " does not resolve: " + config_->upstream().error()
-              : "connecting to the upstream failed: " + acquired.ec.message();
+          : !acquired.failure.empty() ? acquired.failure
+                                      : "connecting to the upstream failed: " + acquired.ec.message();
       co_return co_await upstream_failed(UpstreamError::unreachable, ticket, version, keep_alive, detail);
     }
     conn = std::move(acquired.conn);
@@ -810,11 +811,11 @@ Task<bool> Handler::handle(Request& req, std::shared_ptr<LoopConfig> config, Rou
     view = &s_.view.assign(req);  // the key header changed the fields the view points into
     tenant = webhook.tenant;
     webhook_ = to_string(webhook.verifier->profile());
-  } else if (!source.verifies_tokens() || has_header(view->headers, policy->key_header)) {
+  } else if (!source.verifies_credentials() || has_header(view->headers, policy->key_header)) {
     // A verified token scopes keys, so a request without a key needs none: it passes through (or
     // gets 400 idempotency_key_missing) and the upstream authenticates it as it always does. With
     // a key, the token is checked before anything is claimed, forwarded or replayed.
-    auto derived = source.derive(view->headers);
+    auto derived = source.derive(view->headers, s_.client_certificate ? &*s_.client_certificate : nullptr);
     if (!derived) {
       const Problem& refusal = derived.error();
       m_.count(refusal.status == 401 ? Outcome::unauthorized : Outcome::bad_request);

@@ -42,7 +42,9 @@ Task<std::size_t> write_message(Stream& stream, Message& message, std::string& h
 
 /// A client connection, linked into its worker's list of sessions while it lives.
 struct Session {
-  Session(Worker& w, Socket socket) : worker(w), stream(w.deadlines, std::move(socket)) {
+  Session(Worker& w, Socket socket, std::shared_ptr<asio::ssl::context> tls)
+      : worker(w), tls_context(std::move(tls)), stream(w.deadlines, std::move(socket)) {
+    if (tls_context) stream.use_tls(*tls_context);
     next = w.sessions;
     if (next) next->prev = this;
     w.sessions = this;
@@ -60,7 +62,10 @@ struct Session {
   Session& operator=(const Session&) = delete;
 
   Worker& worker;
+  std::shared_ptr<asio::ssl::context> tls_context;  // the [tls] listener's when it came through it; outlives `stream`
   Stream stream;
+  /// The client certificate verified in the TLS handshake, if any: a client_cert tenant's.
+  std::optional<ClientCertificate> client_certificate;
   beast::flat_buffer buffer;
   http::BeastRequestView view;
   std::string head;  // the head of the message being written (write_message), reused

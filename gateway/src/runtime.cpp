@@ -27,7 +27,8 @@ std::vector<std::string> restart_needed(const Config& running, const Config& nex
     if (before == after) return;
     out.push_back(std::string(key) + ": " + before + " -> " + after + " needs a restart; still " + before);
   };
-  note("listen", running.listen.text(), next.listen.text());
+  note("listen", running.plain_listener ? running.listen.text() : "off", next.plain_listener ? next.listen.text() : "off");
+  note("[tls] listen", listen_text(running.tls_listen), listen_text(next.tls_listen));
   note("admin_listen", listen_text(running.admin_listen), listen_text(next.admin_listen));
   // Store URLs may carry a password: only ever shown redacted.
   note("store", redact_url(running.store.text), redact_url(next.store.text));
@@ -46,6 +47,17 @@ std::vector<std::string> restart_needed(const Config& running, const Config& nex
 
 std::shared_ptr<const Config> keep_restart_settings(const Config& running, Config next) {
   next.listen = running.listen;
+  next.plain_listener = running.plain_listener;
+  next.tls_listen = running.tls_listen;
+  // The TLS listener keeps serving TLS: a reload without [tls] keeps the running certificate.
+  if (running.tls && !next.tls) {
+    next.tls = running.tls;
+    next.tls_context = running.tls_context;
+  }
+  if (!running.tls) {
+    next.tls.reset();
+    next.tls_context.reset();
+  }
   next.admin_listen = running.admin_listen;
   next.store = running.store;
   next.threads = running.threads;
@@ -58,7 +70,7 @@ std::shared_ptr<const Config> keep_restart_settings(const Config& running, Confi
 
 std::string describe_reload(const Config& config) {
   std::string line = std::to_string(config.routes.size()) + " route" + (config.routes.size() == 1 ? "" : "s") +
-                     ", upstream http://" + config.upstream.authority + ", errors " + config.errors->name() +
+                     ", upstream " + config.upstream.text() + ", errors " + config.errors->name() +
                      ", log_level " + std::string(log::level_name(config.log_level)) + ", log_format " +
                      (config.log_format == LogFormat::json ? "json" : "text");
   if (config.encryption_keys) {

@@ -95,7 +95,7 @@ std::size_t thread_count(const Config& c) { return c.threads != 0 ? c.threads : 
 
 std::shared_ptr<const Snapshot> first_snapshot(std::shared_ptr<const Config> config) {
   auto upstream = std::make_shared<UpstreamAddresses>(config->upstream);
-  return std::make_shared<const Snapshot>(Snapshot{std::make_shared<const Runtime>(std::move(config), 1), std::move(upstream)});
+  return std::make_shared<const Snapshot>(std::make_shared<const Runtime>(std::move(config), 1), std::move(upstream));
 }
 
 struct Gateway::Impl {
@@ -121,7 +121,7 @@ struct Gateway::Impl {
 
   void start();
   void run();
-  Task<void> accept_loop();
+  Task<void> accept_loop(Acceptor& listener, bool tls);
   Task<void> admin_loop();
   Task<void> admin_session(Socket socket);
   Task<std::optional<std::string>> ready();
@@ -149,7 +149,8 @@ struct Gateway::Impl {
   std::vector<std::unique_ptr<Worker>> workers;
 
   // Worker 0's thread only.
-  std::optional<Acceptor> acceptor;
+  std::optional<Acceptor> acceptor;      // the plain listener (none with listen = "off")
+  std::optional<Acceptor> tls_acceptor;  // [tls]'s
   std::optional<Acceptor> admin;
   std::optional<asio::signal_set> signals;
   std::optional<asio::steady_timer> reaper_timer;
@@ -170,14 +171,21 @@ void Gateway::Impl::start() {
     const auto results = resolver.resolve(config.upstream.host, std::to_string(config.upstream.port), ec);
     if (auto why = resolve_failure(ec, results)) {
       current()->upstream->set_error(*why);
-      log::write(LogLevel::warn, "upstream http://" + config.upstream.authority + ": the host does not resolve (" +
+      log::write(LogLevel::warn, "upstream " + config.upstream.text() + ": the host does not resolve (" +
                                      *why + "); answering 502 until it does");
     } else {
       current()->upstream->set(endpoints_of(results));
     }
   }
-  acceptor.emplace(io);
-  open_acceptor(*acceptor, resolve_listen(io, config.listen, "listen"), config.listen, "listen");
+  if (config.plain_listener) {
+    acceptor.emplace(io);
+    open_acceptor(*acceptor, resolve_listen(io, config.listen, "listen"), config.listen, "listen");
+  }
+  if (config.tls_listen) {
+    tls_acceptor.emplace(io);
+    open_acceptor(*tls_acceptor, resolve_listen(io, *config.tls_listen, "[tls] listen"), *config.tls_listen,
+                  "[tls] listen");
+  }
   if (config.admin_listen) {
     admin.emplace(io);
     open_acceptor(*admin, resolve_listen(io, *config.admin_listen, "admin_listen"), *config.admin_listen,
@@ -206,13 +214,17 @@ void Gateway::Impl::run() {
   };
   arm();
 
-  std::string line = "listening on " + describe(acceptor->local_endpoint()) + ", upstream http://" +
-                     config.upstream.authority + ", store " + redact_url(config.store.text) + ", " +
-                     std::to_string(workers.size()) + " threads";
+  std::string line = "listening on ";
+  if (acceptor) line += describe(acceptor->local_endpoint());
+  if (acceptor && tls_acceptor) line += " and ";
+  if (tls_acceptor) line += describe(tls_acceptor->local_endpoint()) + " (TLS)";
+  line += ", upstream " + config.upstream.text() + ", store " + redact_url(config.store.text) + ", " +
+          std::to_string(workers.size()) + " threads";
   if (admin) line += ", admin on " + describe(admin->local_endpoint());
   log::notice(line);
 
-  asio::co_spawn(io, accept_loop(), LogFailure{"listener"});
+  if (acceptor) asio::co_spawn(io, accept_loop(*acceptor, false), LogFailure{"listener"});
+  if (tls_acceptor) asio::co_spawn(io, accept_loop(*tls_acceptor, true), LogFailure{"TLS listener"});
   if (admin) asio::co_spawn(io, admin_loop(), LogFailure{"admin listener"});
   if (engine.store().expires_records_itself()) {
     // A periodic purge would SCAN a Redis keyspace for what Redis deletes by itself.
@@ -283,17 +295,17 @@ class AcceptFailures {
 
 }  // namespace
 
-Task<void> Gateway::Impl::accept_loop() {
+Task<void> Gateway::Impl::accept_loop(Acceptor& listener, bool tls) {
   std::size_t next = 0;
   asio::steady_timer backoff(io0());
-  AcceptFailures failures("client", workers.front()->metrics.accept_errors);
+  AcceptFailures failures(tls ? "TLS client" : "client", workers.front()->metrics.accept_errors);
   for (;;) {
     Worker& w = *workers[next];
     next = (next + 1) % workers.size();
     beast::error_code ec;
-    Socket socket = co_await acceptor->async_accept(*w.io, with(ec));
+    Socket socket = co_await listener.async_accept(*w.io, with(ec));
     if (ec) {
-      if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
+      if (ec == asio::error::operation_aborted || !listener.is_open()) co_return;
       failures.record(ec);
       backoff.expires_after(AcceptFailures::kRetryAfter);
       co_await backoff.async_wait(with(ec));
@@ -304,7 +316,9 @@ Task<void> Gateway::Impl::accept_loop() {
       socket.close(ec);
       continue;
     }
-    asio::co_spawn(*w.io, run_session(w, std::move(socket)), LogFailure{"session"});
+    // A TLS connection handshakes with the certificate in force now, and keeps it.
+    std::shared_ptr<asio::ssl::context> context = tls ? current()->listener_tls : nullptr;
+    asio::co_spawn(*w.io, run_session(w, std::move(socket), std::move(context)), LogFailure{"session"});
   }
 }
 
@@ -388,7 +402,7 @@ Task<void> Gateway::Impl::resolve_upstream() {
     if (auto why = resolve_failure(ec, results)) {
       upstream.set_error(*why);
       if (!failing) {
-        log::write(LogLevel::warn, "upstream http://" + url.authority + ": the host no longer resolves (" + *why +
+        log::write(LogLevel::warn, "upstream " + url.text() + ": the host no longer resolves (" + *why +
                                        "); keeping its last addresses");
       }
       failing = true;
@@ -397,7 +411,7 @@ Task<void> Gateway::Impl::resolve_upstream() {
     UpstreamAddresses::Endpoints found = endpoints_of(results);
     const auto before = upstream.get();
     if (found != *before) {
-      log::notice("upstream http://" + url.authority + " now resolves to " + describe(found) +
+      log::notice("upstream " + url.text() + " now resolves to " + describe(found) +
                   (before->empty() ? std::string() : " (was " + describe(*before) + ")"));
     }
     upstream.set(std::move(found));
@@ -550,7 +564,7 @@ Task<void> Gateway::Impl::reload() {
     // name that does not resolve yet is followed as at start-up: 502 until it does).
     std::shared_ptr<UpstreamAddresses> upstream = running->upstream;
     if (next->upstream.host != running->upstream->url().host || next->upstream.port != running->upstream->url().port ||
-        next->upstream.authority != running->upstream->url().authority) {
+        next->upstream.authority != running->upstream->url().authority || next->upstream.tls != running->upstream->url().tls) {
       upstream = std::make_shared<UpstreamAddresses>(next->upstream);
       tcp::resolver resolver(io0());
       beast::error_code ec;
@@ -558,7 +572,7 @@ Task<void> Gateway::Impl::reload() {
       if (stopped) break;
       if (auto why = resolve_failure(ec, results)) {
         upstream->set_error(*why);
-        log::write(LogLevel::warn, "reload: upstream http://" + next->upstream.authority + ": the host does not resolve (" +
+        log::write(LogLevel::warn, "reload: upstream " + next->upstream.text() + ": the host does not resolve (" +
                                        *why + "); answering 502 until it does");
       } else {
         upstream->set(endpoints_of(results));
@@ -571,8 +585,7 @@ Task<void> Gateway::Impl::reload() {
     log::set_level(next->log_level);
     log::set_format(next->log_format);
     const std::uint64_t generation = running->runtime->generation() + 1;
-    shared.publish(std::make_shared<const Snapshot>(
-        Snapshot{std::make_shared<const Runtime>(next, generation), std::move(upstream)}));
+    shared.publish(std::make_shared<const Snapshot>(std::make_shared<const Runtime>(next, generation), std::move(upstream)));
     log::notice("reload: configuration " + std::to_string(generation) + " in force: " + describe_reload(*next));
   } while (reload_again && !stopped);
   reloading = false;
@@ -586,7 +599,8 @@ void Gateway::Impl::on_signal() {
   }
   draining = true;
   beast::error_code ec;
-  acceptor->close(ec);
+  if (acceptor) acceptor->close(ec);
+  if (tls_acceptor) tls_acceptor->close(ec);
   log::notice("shutting down: stopped accepting; waiting up to " + std::to_string(current()->config().drain_timeout.count()) +
               " ms for " + std::to_string(open_connections()) + " open connections");
   for (auto& w : workers) asio::post(*w->io, [w = w.get()] { w->drain(); });
@@ -617,6 +631,7 @@ void Gateway::Impl::stop_all() {
   stopped = true;
   beast::error_code ec;
   if (acceptor) acceptor->close(ec);
+  if (tls_acceptor) tls_acceptor->close(ec);
   if (admin) admin->close(ec);
   if (reaper_timer) reaper_timer->cancel();
   if (resolve_timer) resolve_timer->cancel();

@@ -10,6 +10,10 @@
 #include <string>
 #include <vector>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include "idem/gateway/log.hpp"
 #include "idem/problem.hpp"
 #include "proxy.hpp"
 
@@ -72,6 +76,38 @@ Router::Match route_of(const Runtime& runtime, const Request& req) {
   return runtime.router().match(req.method_string(), http::split_target(req.target()).path);
 }
 
+constexpr std::string_view kPlainOnTlsPort =
+    "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 64\r\n\r\n"
+    "This port speaks HTTPS: send the request with https:// instead.\n";
+static_assert(kPlainOnTlsPort.size() - kPlainOnTlsPort.find("\r\n\r\n") - 4 == 64);
+
+// The TLS handshake of a connection to the [tls] listener, within client_timeout. A client that
+// sent plain HTTP gets a plain 400 saying so; any other failure closes the connection (the
+// reason at debug level: scanners and health checks fail handshakes all day).
+Task<bool> handshake(Session& s) {
+  Worker& w = s.worker;
+  beast::error_code ec;
+  s.stream.expires_after(w.config()->config().client_timeout);
+  co_await s.stream.tls()->async_handshake(asio::ssl::stream_base::server, with(ec));
+  SSL* ssl = s.stream.tls()->native_handle();
+  if (ec) {
+    w.metrics.tls_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+    if (ec.category() == asio::error::get_ssl_category() && ERR_GET_REASON(ec.value()) == SSL_R_HTTP_REQUEST) {
+      beast::error_code ignored;
+      s.stream.expires_after(std::chrono::seconds(1));
+      co_await asio::async_write(s.stream.socket(), asio::buffer(kPlainOnTlsPort.data(), kPlainOnTlsPort.size()),
+                                 with(ignored));
+      s.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    }
+    if (log::enabled(LogLevel::debug)) log::write(LogLevel::debug, "TLS handshake with " + s.client_ip + " failed: " + ec.message());
+    co_return false;
+  }
+  w.metrics.tls_handshakes.fetch_add(1, std::memory_order_relaxed);
+  if (SSL_session_reused(ssl) == 1) w.metrics.tls_resumed.fetch_add(1, std::memory_order_relaxed);
+  s.client_certificate = verified_client_certificate(ssl);
+  co_return true;
+}
+
 }  // namespace
 
 Worker::~Worker() {
@@ -91,13 +127,17 @@ void Worker::drain() {
   }
 }
 
-Task<void> run_session(Worker& w, Socket socket) {
-  Session s(w, std::move(socket));
+Task<void> run_session(Worker& w, Socket socket, std::shared_ptr<asio::ssl::context> tls) {
+  Session s(w, std::move(socket), std::move(tls));
   beast::error_code ec;
   {
     const auto remote = s.stream.socket().remote_endpoint(ec);
     s.client_ip = ec ? std::string("unknown") : remote.address().to_string();
     s.stream.socket().set_option(tcp::no_delay(true), ec);
+  }
+  if (s.stream.tls() != nullptr && !co_await handshake(s)) {
+    s.stream.close();
+    co_return;
   }
   Handler handler(s);
   for (;;) {

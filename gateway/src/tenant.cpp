@@ -32,7 +32,36 @@ TenantSource::TenantSource(const TenantSetting& setting, const Clock& clock) : s
   if (setting.jwt) verifier_.emplace(setting.jwt, clock);
 }
 
-std::expected<std::string, Problem> TenantSource::derive(std::span<const HeaderView> headers) {
+namespace {
+
+std::string_view identity_name(CertificateIdentity which) {
+  switch (which) {
+    case CertificateIdentity::common_name: return "a common name (CN)";
+    case CertificateIdentity::uri: return "a URI subject alternative name";
+    case CertificateIdentity::dns: return "a DNS subject alternative name";
+    case CertificateIdentity::subject: break;
+  }
+  return "a subject";
+}
+
+}  // namespace
+
+std::expected<std::string, Problem> TenantSource::derive(std::span<const HeaderView> headers,
+                                                         const ClientCertificate* certificate) {
+  if (setting_->client_cert) {
+    if (certificate == nullptr) {
+      return std::unexpected(make_problem(401, "client_certificate_missing", "A client certificate is required",
+                                          "this route scopes idempotency keys by the client's verified TLS certificate: "
+                                          "connect to the TLS listener with a certificate its CA issued"));
+    }
+    const std::string& identity = certificate->identity(*setting_->client_cert);
+    if (identity.empty()) {
+      return std::unexpected(make_problem(401, "client_certificate_missing", "A client certificate is required",
+                                          "the client certificate has no " + std::string(identity_name(*setting_->client_cert)) +
+                                              ", which names this route's tenant"));
+    }
+    return certificate_tenant(identity);
+  }
   if (!verifier_) {
     auto tenant = derive_tenant(setting_->rule, headers);
     if (!tenant)

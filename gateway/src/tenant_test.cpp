@@ -185,8 +185,8 @@ tenant.from = "header"
   TenantSources sources(c.tenant, c.routes, clock_);
   TenantSource& jwt = sources.for_route(Router::kNoRoute);
   TenantSource& header = sources.for_route(0);
-  EXPECT_TRUE(jwt.verifies_tokens());
-  EXPECT_FALSE(header.verifies_tokens());
+  EXPECT_TRUE(jwt.verifies_credentials());
+  EXPECT_FALSE(header.verifies_credentials());
 
   std::string bearer = "Bearer " + token("alice");
   std::vector<HeaderView> alice{{"Authorization", bearer}};
@@ -252,3 +252,40 @@ TEST(TokenProblem, CodesAndHeaders) {
 
 }  // namespace
 }  // namespace idem::gateway
+
+TEST(ClientCertTenant, TheChosenNameOfTheVerifiedCertificate) {
+  TenantSetting setting;
+  setting.client_cert = CertificateIdentity::uri;
+  TenantSource source(setting);
+  EXPECT_TRUE(source.verifies_credentials());
+  const std::vector<HeaderView> headers{{"X-Tenant-Id", "someone-else"}};
+
+  ClientCertificate a{"CN=payments-a,O=idem test", "payments-a", "spiffe://idem.test/payments-a", ""};
+  auto t = source.derive(headers, &a);
+  ASSERT_TRUE(t) << t.error().detail;
+  EXPECT_EQ(*t, "cert:spiffe://idem.test/payments-a");  // the header is not read
+
+  // A renewal: another key and serial, the same names, the same tenant.
+  ClientCertificate renewed = a;
+  EXPECT_EQ(*source.derive(headers, &renewed), *t);
+
+  // No certificate, or none of the chosen name: 401, never a shared scope.
+  auto missing = source.derive(headers, nullptr);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().status, 401);
+  EXPECT_EQ(missing.error().code, "client_certificate_missing");
+  ClientCertificate no_uri{"CN=x", "x", "", "x.example"};
+  auto without = source.derive(headers, &no_uri);
+  ASSERT_FALSE(without);
+  EXPECT_NE(without.error().detail.find("URI subject alternative name"), std::string::npos);
+
+  TenantSetting by_subject;
+  by_subject.client_cert = CertificateIdentity::subject;
+  TenantSource subject_source(by_subject);
+  // The subject holds a space: hashed into the certificate namespace.
+  EXPECT_TRUE(subject_source.derive(headers, &a)->starts_with("cert:sha256:"));
+  TenantSetting by_cn;
+  by_cn.client_cert = CertificateIdentity::common_name;
+  TenantSource cn_source(by_cn);
+  EXPECT_EQ(*cn_source.derive(headers, &a), "cert:payments-a");
+}

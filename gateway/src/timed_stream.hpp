@@ -66,6 +66,9 @@ class TimedStream {
 
   executor_type get_executor() noexcept { return socket_.get_executor(); }
   Socket& socket() noexcept { return socket_; }
+  // For a TLS stream on top (Asio's ssl::stream asks its next layer for these).
+  using lowest_layer_type = Socket;
+  lowest_layer_type& lowest_layer() noexcept { return socket_; }
 
   void expires_after(Clock::duration timeout) { deadline_ = Clock::now() + timeout; }
   void expires_never() { deadline_ = Clock::time_point::max(); }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "idem/gateway/log.hpp"
 #include "proxy.hpp"
 
 namespace idem::gateway {
@@ -23,7 +24,8 @@ bool still_open(Socket& socket) {
 
 }  // namespace
 
-Task<UpstreamPool::Acquired> UpstreamPool::acquire(bool fresh, UpstreamAddresses& upstream, const Config& config) {
+Task<UpstreamPool::Acquired> UpstreamPool::acquire(bool fresh, UpstreamAddresses& upstream, const Config& config,
+                                                   const std::shared_ptr<asio::ssl::context>& tls) {
   Acquired out;
   if (!fresh) {
     const auto now = Clock::now();
@@ -62,13 +64,70 @@ Task<UpstreamPool::Acquired> UpstreamPool::acquire(bool fresh, UpstreamAddresses
   beast::error_code ignored;
   conn->stream.socket().set_option(tcp::no_delay(true), ignored);
   metrics_.upstream_connects.fetch_add(1, std::memory_order_relaxed);
+  if (tls) {
+    conn->tls_context = tls;
+    conn->stream.use_tls(*tls);
+    if (!co_await handshake(*conn, upstream, config, out)) co_return out;
+  }
   out.conn = std::move(conn);
   co_return out;
+}
+
+Task<bool> UpstreamPool::handshake(UpstreamConn& conn, UpstreamAddresses& upstream, const Config& config, Acquired& out) {
+  SSL* ssl = conn.stream.tls()->native_handle();
+  if (!prepare_upstream_connection(ssl, *config.upstream_tls_context, &conn.tls_failure)) {
+    out.ec = asio::error::invalid_argument;
+    out.failure = "TLS to the upstream " + config.upstream.text() + ": " + conn.tls_failure;
+    co_return false;
+  }
+  SSL_CTX* context = conn.tls_context->native_handle();
+  if (session_ && session_upstream_ == upstream.id() && session_context_ == context) SSL_set_session(ssl, session_.get());
+  co_await conn.stream.tls()->async_handshake(asio::ssl::stream_base::client, with(out.ec));
+  if (!out.ec) {
+    keep_session(conn);
+    co_return true;
+  }
+  metrics_.upstream_tls_failures.fetch_add(1, std::memory_order_relaxed);
+  // The certificate's refusal when the callback saw one; else the handshake's own error.
+  out.failure = "TLS handshake with the upstream " + config.upstream.text() + " failed: " +
+                (conn.tls_failure.empty() ? out.ec.message() : "its " + conn.tls_failure);
+  // Every request would log the same line: one per 10 s, with how many were not logged.
+  const auto now = Clock::now();
+  if (last_tls_warning_ == Clock::time_point{} || now - last_tls_warning_ >= std::chrono::seconds(10)) {
+    std::string line = out.failure;
+    if (tls_warnings_skipped_ > 0) line += " (and " + std::to_string(tls_warnings_skipped_) + " more since the last line)";
+    log::write(LogLevel::warn, line);
+    last_tls_warning_ = now;
+    tls_warnings_skipped_ = 0;
+  } else {
+    ++tls_warnings_skipped_;
+  }
+  co_return false;
+}
+
+void UpstreamPool::keep_session(UpstreamConn& conn) {
+  SSL* ssl = conn.stream.tls()->native_handle();
+  if (SSL_session_reused(ssl) == 1) {
+    metrics_.upstream_tls_resumed.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // TLS 1.3 sends its tickets after the handshake: a session read now may not be resumable
+  // yet, and release() looks again once the response was read.
+  SSL_SESSION* session = SSL_get1_session(ssl);
+  if (session == nullptr) return;
+  if (SSL_SESSION_is_resumable(session) != 1) {
+    SSL_SESSION_free(session);
+    return;
+  }
+  session_.reset(session);
+  session_upstream_ = conn.upstream_id;
+  session_context_ = conn.tls_context->native_handle();
 }
 
 void UpstreamPool::release(std::unique_ptr<UpstreamConn> conn, const Config& config) {
   if (idle_.size() >= config.upstream_max_idle || config.upstream_idle_timeout.count() == 0) return;
   if (conn->buffer.size() != 0) return;  // bytes after the response: the connection is confused
+  if (conn->stream.tls() != nullptr && !session_) keep_session(*conn);
   conn->stream.expires_never();
   conn->idle_since = Clock::now();
   idle_.push_back(std::move(conn));

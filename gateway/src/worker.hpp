@@ -29,6 +29,7 @@
 #include "idem/gateway/tenant.hpp"
 #include "idem/http/beast.hpp"
 #include "store_deadline.hpp"
+#include "stream.hpp"
 #include "timed_stream.hpp"
 
 namespace idem::gateway {
@@ -43,7 +44,6 @@ using tcp = asio::ip::tcp;
 // request path.
 template <class T>
 using Task = asio::awaitable<T, Executor>;
-using Stream = TimedStream;
 using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
 inline constexpr asio::use_awaitable_t<Executor> kAwait{};
 
@@ -97,10 +97,22 @@ class UpstreamAddresses {
   mutable std::atomic<bool> refresh_{false};
 };
 
-/// One configuration as the event loops serve it: the Runtime and the addresses of its upstream.
+/// One configuration as the event loops serve it: the Runtime, the addresses of its upstream,
+/// and the TLS contexts its certificates were loaded into.
 struct Snapshot {
+  Snapshot(std::shared_ptr<const Runtime> r, std::shared_ptr<UpstreamAddresses> u)
+      : runtime(std::move(r)),
+        upstream(std::move(u)),
+        listener_tls(asio_context(runtime->config().tls_context)),
+        upstream_tls(asio_context(runtime->config().upstream_tls_context)) {}
+
   std::shared_ptr<const Runtime> runtime;
   std::shared_ptr<UpstreamAddresses> upstream;
+  /// The TLS listener's context (null without [tls]): a connection accepted now handshakes with
+  /// it and keeps it, so a reload with a new certificate never touches an open connection.
+  std::shared_ptr<asio::ssl::context> listener_tls;
+  /// An https:// upstream's (null for http://).
+  std::shared_ptr<asio::ssl::context> upstream_tls;
   const Config& config() const { return runtime->config(); }
 };
 
@@ -178,7 +190,9 @@ struct LoopConfig {
 /// One upstream connection and the bytes read from it but not yet parsed.
 struct UpstreamConn {
   UpstreamConn(Deadlines& deadlines, const Executor& ex) : stream(deadlines, ex) {}
+  std::shared_ptr<asio::ssl::context> tls_context;  // an https:// upstream's; outlives `stream`
   Stream stream;
+  std::string tls_failure;  // why the upstream's certificate was refused (the handshake's callback writes it)
   beast::flat_buffer buffer;
   std::chrono::steady_clock::time_point idle_since{};
   std::uint64_t upstream_id = 0;  ///< UpstreamAddresses::id() of the upstream it is connected to
@@ -194,14 +208,17 @@ class UpstreamPool {
   UpstreamPool(asio::io_context& io, Deadlines& deadlines, MetricsShard& metrics)
       : io_(io), deadlines_(deadlines), metrics_(metrics) {}
 
-  /// A connection: a pooled one unless `fresh`, else a new one. On failure `conn` is null and
-  /// `ec` says why; nothing was sent anywhere.
+  /// A connection: a pooled one unless `fresh`, else a new one, over TLS for an https://
+  /// upstream (`tls`: the Snapshot's upstream context, null for http://). On failure `conn` is
+  /// null and `ec` says why (`failure` too, in words, when TLS failed); nothing was sent.
   struct Acquired {
     std::unique_ptr<UpstreamConn> conn;
     bool reused = false;
     beast::error_code ec;
+    std::string failure;
   };
-  Task<Acquired> acquire(bool fresh, UpstreamAddresses& upstream, const Config& config);
+  Task<Acquired> acquire(bool fresh, UpstreamAddresses& upstream, const Config& config,
+                         const std::shared_ptr<asio::ssl::context>& tls);
 
   /// Returns a connection whose last response was read completely and which the upstream keeps
   /// alive; it is closed instead when the pool is full.
@@ -214,10 +231,23 @@ class UpstreamPool {
   void clear() { idle_.clear(); }
 
  private:
+  struct SessionFree {
+    void operator()(SSL_SESSION* s) const { SSL_SESSION_free(s); }
+  };
+  Task<bool> handshake(UpstreamConn& conn, UpstreamAddresses& upstream, const Config& config, Acquired& out);
+  void keep_session(UpstreamConn& conn);
+
   asio::io_context& io_;
   Deadlines& deadlines_;
   MetricsShard& metrics_;
   std::vector<std::unique_ptr<UpstreamConn>> idle_;
+  // The last TLS session with the upstream, resumed by the next connection (an abbreviated
+  // handshake: no certificate chain sent or verified again), for the context it was made with.
+  std::unique_ptr<SSL_SESSION, SessionFree> session_;
+  std::uint64_t session_upstream_ = 0;
+  SSL_CTX* session_context_ = nullptr;
+  std::chrono::steady_clock::time_point last_tls_warning_{};
+  std::uint64_t tls_warnings_skipped_ = 0;
 };
 
 struct Session;
@@ -265,7 +295,8 @@ class Worker {
   std::shared_ptr<LoopConfig> config_;
 };
 
-/// Serves one client connection until it closes, times out, or the worker drains.
-Task<void> run_session(Worker& worker, Socket socket);
+/// Serves one client connection until it closes, times out, or the worker drains; over TLS with
+/// `tls` (the [tls] listener's context at accept time) unless it is null.
+Task<void> run_session(Worker& worker, Socket socket, std::shared_ptr<asio::ssl::context> tls);
 
 }  // namespace idem::gateway

@@ -19,6 +19,10 @@ void bind(sidecar::Settings& s, Config& c) {
   s.duration("retention", c.retention);
   s.duration("webhook_timeout", c.webhook_timeout);
   s.paths("webhook_secret_file", c.webhook_secret_file);
+  s.text("webhook_ca_file", c.webhook_ca_file);
+  s.text("webhook_cert_file", c.webhook_cert_file);
+  s.text("webhook_key_file", c.webhook_key_file);
+  s.text("webhook_key_passphrase_file", c.webhook_key_passphrase_file);
   s.duration("connect_timeout", c.connect_timeout);
   s.duration("confirm_timeout", c.confirm_timeout);
   s.choice("dead_rows", {"hold", "pass"}, [&c](const std::string& v) { c.dead_rows = v; });
@@ -44,6 +48,22 @@ void check(Config& c) {
     if (auto problem = check_sink_url(c.sink)) throw ConfigError("sink: " + *problem);
     // Refused rather than ignored: whoever set it expects signed events, and a broker sink sends none.
     if (!c.webhook_secret_file.empty()) throw ConfigError("webhook_secret_file: only a webhook sink (http:// or https://) signs");
+  }
+  if (!c.sink.starts_with("https://")) {
+    // Refused rather than ignored: whoever set them expects TLS to the webhook (an amqps://
+    // sink takes its files in the URL: cacertfile=, certfile=, keyfile=).
+    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"webhook_ca_file", &c.webhook_ca_file},
+                                     {"webhook_cert_file", &c.webhook_cert_file},
+                                     {"webhook_key_file", &c.webhook_key_file},
+                                     {"webhook_key_passphrase_file", &c.webhook_key_passphrase_file}}) {
+      if (!value->empty()) throw ConfigError(std::string(key) + ": only an https:// webhook sink uses TLS files");
+    }
+  }
+  if (c.webhook_cert_file.empty() != c.webhook_key_file.empty()) {
+    throw ConfigError("webhook_cert_file and webhook_key_file go together: give both or neither");
+  }
+  if (!c.webhook_key_passphrase_file.empty() && c.webhook_key_file.empty()) {
+    throw ConfigError("webhook_key_passphrase_file: only with webhook_key_file");
   }
   if (c.name.empty()) c.name = sidecar::host_and_pid();
   if (c.retry_min > c.retry_max) throw ConfigError("retry_min must not be longer than retry_max");

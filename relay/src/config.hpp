@@ -32,6 +32,14 @@ struct Config {
   /// Files of Standard Webhooks secrets (whsec_<base64>, one per line): the webhook sink signs
   /// every POST with each of them. Empty: unsigned.
   std::vector<std::string> webhook_secret_file;
+  /// An https:// webhook: a CA bundle to verify its certificate against instead of the system's.
+  std::string webhook_ca_file;
+  /// An https:// webhook that asks for one (mutual TLS): the client certificate (PEM) and its
+  /// key, read like a private file (0600 or 0640); an encrypted key's passphrase in a file of its
+  /// own (its first line).
+  std::string webhook_cert_file;
+  std::string webhook_key_file;
+  std::string webhook_key_passphrase_file;
   Millis connect_timeout = 5s;
   Millis confirm_timeout = 10s;         ///< a broker's publisher confirm
   /// What a dead row does to the later rows of its ordering key: "hold" them until an operator

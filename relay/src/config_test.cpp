@@ -33,6 +33,27 @@ TEST(RelayConfig, WebhookSecretFilesSignOnlyAWebhookSink) {
             std::string::npos);
 }
 
+TEST(RelayConfig, WebhookTlsFilesOnlyForAnHttpsWebhook) {
+  const Config c = parse(
+      "outbox = \"sqlite:x.db\"\nsink = \"https://h/x\"\nwebhook_ca_file = \"/etc/idem/ca.pem\"\n"
+      "webhook_cert_file = \"/etc/idem/relay.pem\"\nwebhook_key_file = \"/etc/idem/relay.key\"\n"
+      "webhook_key_passphrase_file = \"/etc/idem/relay.pass\"\n",
+      {});
+  EXPECT_EQ(c.webhook_ca_file, "/etc/idem/ca.pem");
+  EXPECT_EQ(c.webhook_cert_file, "/etc/idem/relay.pem");
+  EXPECT_EQ(c.webhook_key_file, "/etc/idem/relay.key");
+  EXPECT_EQ(c.webhook_key_passphrase_file, "/etc/idem/relay.pass");
+  EXPECT_NE(error_of("outbox = \"sqlite:x.db\"\nsink = \"http://h/x\"\nwebhook_ca_file = \"/ca\"\n")
+                .find("webhook_ca_file: only an https:// webhook sink"),
+            std::string::npos);
+  EXPECT_NE(error_of("outbox = \"sqlite:x.db\"\nsink = \"amqp://h/?exchange=e\"\nwebhook_cert_file = \"/c\"\n")
+                .find("webhook_cert_file: only an https:// webhook sink"),
+            std::string::npos);
+  EXPECT_NE(error_of("outbox = \"sqlite:x.db\"\nsink = \"https://h/x\"\nwebhook_key_file = \"/k\"\n")
+                .find("give both or neither"),
+            std::string::npos);
+}
+
 TEST(RelayConfig, BadSettingsAreOneClearLine) {
   EXPECT_NE(error_of("sink = \"http://h/x\"").find("no outbox"), std::string::npos);
   EXPECT_NE(error_of("outbox = \"sqlite:x.db\"").find("no sink"), std::string::npos);

@@ -83,7 +83,13 @@ int run(int argc, char** argv) {
     client::CurlOptions curl;
     curl.connect_timeout = std::min(config.connect_timeout, config.webhook_timeout);
     curl.user_agent = "idem-relay/0.1";
-    transport = std::make_unique<client::CurlTransport>(curl);
+    curl.ca_file = config.webhook_ca_file;
+    curl.cert_file = config.webhook_cert_file;
+    curl.key_file = config.webhook_key_file;
+    curl.key_passphrase_file = config.webhook_key_passphrase_file;
+    auto made = client::CurlTransport::create(curl);
+    if (!made) return fail(2, "webhook TLS: " + made.error());
+    transport = std::move(*made);
     std::shared_ptr<const webhook::StandardSigner> signer;
     if (!config.webhook_secret_file.empty()) {
       auto loaded = webhook::StandardSigner::load(config.webhook_secret_file);

@@ -13,6 +13,7 @@ import http.server
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -36,6 +37,14 @@ def env(name):
     return value
 
 
+def test_pki(name):
+    """(cert, key) of one of tests/common/tls_certs.py's certificates, as servers.sh made them
+    for this run (IDEM_TEST_TLS_DIR): "server", "client-a", "wrong-host", "unknown-ca",
+    "encrypted-key" (its passphrase: tls_certs.PASSPHRASE)...; "ca" is the CA everyone trusts."""
+    directory = env("IDEM_TEST_TLS_DIR")
+    return os.path.join(directory, name + ".pem"), os.path.join(directory, name + ".key")
+
+
 def unique(prefix):
     return "%s-%s" % (prefix, uuid.uuid4().hex[:12])
 
@@ -54,10 +63,12 @@ class Broker:
     """One queue (AMQP, SQS), stream and group (Redis) or topic (Kafka) under test, by URL.
     `private` is the test's own server, when it has one (private_server())."""
 
-    def __init__(self, kind, name=None, private=None, fifo=False):
+    def __init__(self, kind, name=None, private=None, fifo=False, tls=False):
         self.kind = kind
         self.name = name or unique("q")
         self.private = private
+        # amqp with tls: the node's amqps:// listener, verified against the test CA (servers.sh).
+        self.tls_query = ""
         suffix = self.fifo_suffix = ""
         if fifo:  # SQS FIFO: the queue and its dead-letter queues (the source's default names)
             if kind != "sqs":
@@ -77,10 +88,14 @@ class Broker:
             private.create_queue(base + "-dead-letter" + suffix, attributes)
             private.create_queue(base + "-dead-letter-dead-letter" + suffix, attributes)  # the inspecting source's own
         elif kind == "amqp":
-            base = env("IDEM_TEST_AMQP_URL").rstrip("/")
+            base = env("IDEM_TEST_AMQPS_URL" if tls else "IDEM_TEST_AMQP_URL").rstrip("/")
             if not base.endswith("%2f") and base.count("/") < 3:
                 base += "/%2f"
             self.base = base
+            if tls:
+                self.tls_query = "&cacertfile=" + urllib.parse.quote(env("IDEM_TEST_TLS_CA"), safe="")
+        if tls and kind != "amqp":
+            raise ValueError("only the AMQP broker has a TLS listener here")
         elif kind == "redis_streams":
             url = urllib.parse.urlsplit(private.url if private else env("IDEM_TEST_REDIS_URL"))
             self.base = "redis+stream://%s" % url.netloc
@@ -89,7 +104,7 @@ class Broker:
 
     def source_url(self, group="consumers"):
         if self.kind == "amqp":
-            return "%s?queue=%s" % (self.base, self.name)
+            return "%s?queue=%s%s" % (self.base, self.name, self.tls_query)
         if self.kind == "kafka":
             return "%s/%s?group=%s&%s" % (self.base, self.name, group, KAFKA_SOURCE_PARAMETERS)
         if self.kind == "sqs":  # one queue: every consumer competes for it, whatever its group
@@ -99,14 +114,14 @@ class Broker:
     def sink_url(self):
         if self.kind == "amqp":
             # The default exchange routes by queue name.
-            return "%s?exchange=&routing_key=%s" % (self.base, self.name)
+            return "%s?exchange=&routing_key=%s%s" % (self.base, self.name, self.tls_query)
         if self.kind == "sqs":
             return "%s/%s?region=%s" % (self.base, self.name, self.private.region)
         return "%s/%s" % (self.base, self.name)
 
     def dead_letter_source_url(self):
         if self.kind == "amqp":
-            return "%s?queue=%s.dead-letter&declare=false" % (self.base, self.name)
+            return "%s?queue=%s.dead-letter&declare=false%s" % (self.base, self.name, self.tls_query)
         if self.kind == "kafka":
             return "%s/%s.dead-letter?group=inspect&%s" % (self.base, self.name, KAFKA_SOURCE_PARAMETERS)
         if self.kind == "sqs":
@@ -544,9 +559,11 @@ class Handler:
     """A message handler over HTTP (what idem-consume and idem-relay deliver to), counting each
     Idempotency-Key it sees. `dedupe` makes it keep each key's effect once, as a handler with a
     unique index does; `answer(key, body)` may return (status, headers, body) to override 200, or
-    "hang" to never answer."""
+    "hang" to never answer. `tls` serves https:// instead: a dict with "cert" and "key" (PEM
+    files) and, for mutual TLS, "client_ca" (a client certificate issued by it is then required);
+    `client_subjects` collects the subjects of the client certificates that POSTed."""
 
-    def __init__(self, dedupe=False, answer=None):
+    def __init__(self, dedupe=False, answer=None, tls=None):
         self.lock = threading.Lock()
         self.calls = {}    # key -> POSTs received
         self.effects = {}  # key -> effects kept (dedupe: at most 1)
@@ -556,6 +573,9 @@ class Handler:
         self.dedupe = dedupe
         self.answer = answer
         self.release = threading.Event()  # ends "hang"s (at stop)
+        self.tls = tls
+        self.client_subjects = set()
+        self.handshake_failures = 0
         outer = self
 
         class Request(http.server.BaseHTTPRequestHandler):
@@ -567,10 +587,26 @@ class Handler:
             def log_message(self, *args):
                 pass
 
+            def setup(self):
+                if outer.tls:
+                    # The handshake in this connection's thread, not in the accepting one.
+                    try:
+                        self.request.do_handshake()
+                    except (OSError, ValueError):
+                        with outer.lock:
+                            outer.handshake_failures += 1
+                        raise
+                super().setup()
+
             def do_POST(self):
                 length = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(length)
                 key = self.headers.get("Idempotency-Key")
+                if outer.tls and outer.tls.get("client_ca"):
+                    peer = self.request.getpeercert() or {}
+                    subject = ",".join("%s=%s" % kv for rdn in peer.get("subject", ()) for kv in rdn)
+                    with outer.lock:
+                        outer.client_subjects.add(subject)
                 decided = outer.answer(key, body) if outer.answer else None
                 if decided == "hang":
                     outer.release.wait(120)
@@ -598,13 +634,23 @@ class Handler:
                     super().handle_error(request, client_address)
 
         self.server = Server(("127.0.0.1", 0), Request)
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            context.load_cert_chain(tls["cert"], tls["key"])
+            if tls.get("client_ca"):
+                context.verify_mode = ssl.CERT_REQUIRED
+                context.load_verify_locations(tls["client_ca"])
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True,
+                                                     do_handshake_on_connect=False)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
     @property
     def url(self):
-        return "http://127.0.0.1:%d/messages" % self.server.server_address[1]
+        scheme = "https" if self.tls else "http"
+        return "%s://127.0.0.1:%d/messages" % (scheme, self.server.server_address[1])
 
     def effect_counts(self):
         with self.lock:

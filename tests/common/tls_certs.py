@@ -86,6 +86,7 @@ def _serial(name):
 
 
 def make_test_pki(directory):
+    directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
     server_ext = [_SERVER_NAMES, "extendedKeyUsage=serverAuth", "keyUsage=critical,digitalSignature"]
 

@@ -29,6 +29,8 @@ inline constexpr std::string_view kCredentialTenantPrefix = "auth:";
 inline constexpr std::string_view kClaimsTenantPrefix = "jwt:";
 /// Header values that cannot be used verbatim: "sha256:" + hex SHA-256 of the value.
 inline constexpr std::string_view kHashedTenantPrefix = "sha256:";
+/// Tenants of verified client certificates (`from = "client_cert"`): "cert:" + the identity.
+inline constexpr std::string_view kCertificateTenantPrefix = "cert:";
 
 /// Whether `value` starts with a derived namespace's prefix (ASCII case-insensitively, so that
 /// a store comparing case-insensitively could not be fooled either).
@@ -39,6 +41,12 @@ bool has_reserved_tenant_prefix(std::string_view value);
 /// {"iss":"https://auth.example","sub":"user-1"}. An operator can recompute it:
 /// printf '%s' '{"sub":"user-1"}' | sha256sum.
 std::string claims_tenant(std::string_view canonical_claims);
+
+/// The tenant of a verified client certificate's identity (its subject, or one of its names):
+/// "cert:" + the identity when it is 1-128 visible ASCII characters not starting with "sha256:",
+/// else "cert:sha256:" + lowercase hex SHA-256 of it. A renewed certificate naming the same
+/// identity has the same tenant.
+std::string certificate_tenant(std::string_view identity);
 
 /// The tenant of a request. `none` gives "" (one shared scope). `header` gives the header's value
 /// when it is 1-128 visible ASCII characters not starting with a reserved prefix (above) and ""

@@ -14,6 +14,7 @@
 #include "idem/engine.hpp"
 #include "idem/error_envelope.hpp"
 #include "idem/gateway/routes.hpp"
+#include "idem/gateway/tls.hpp"
 #include "idem/tenant.hpp"
 
 namespace idem::gateway {
@@ -35,12 +36,16 @@ struct ListenAddress {
   std::string text() const;
 };
 
-/// The upstream service: http://HOST[:PORT] (plain HTTP/1.1; no path, no TLS).
+/// The upstream service: http://HOST[:PORT] or https://HOST[:PORT] (HTTP/1.1; no path).
 struct UpstreamUrl {
   std::string host;
   std::uint16_t port = 80;
   /// HOST[:PORT] as written: the Host header sent when the client sent none.
   std::string authority;
+  /// https://: TLS to the upstream, verified as [upstream_tls] says.
+  bool tls = false;
+  /// The URL again, "http://HOST:PORT" as written.
+  std::string text() const { return std::string(tls ? "https://" : "http://").append(authority); }
 };
 
 /// Where idempotency records live.
@@ -62,9 +67,21 @@ enum class LogFormat { text, json };
 /// Everything idem-gateway runs with; defaults are written here and in docs/gateway.md.
 struct Config {
   ListenAddress listen{"127.0.0.1", 8080};
+  /// false: listen = "off", no plain listener (only [tls]'s).
+  bool plain_listener = true;
+  /// [tls]: the TLS listener's address, certificate and client-certificate policy; nullopt: none.
+  std::optional<ListenerTls> tls;
+  std::optional<ListenAddress> tls_listen;
+  /// [tls]'s certificate and key, loaded with the configuration (a bad file stops the start or
+  /// the reload, which then keeps the running one); null without [tls].
+  std::shared_ptr<const TlsContext> tls_context;
   /// nullopt: no admin listener (admin_listen = "off").
   std::optional<ListenAddress> admin_listen = ListenAddress{"127.0.0.1", 9090};
   UpstreamUrl upstream{"127.0.0.1", 8081, "127.0.0.1:8081"};
+  /// [upstream_tls]: how an https:// upstream is verified, and the client certificate shown to it.
+  UpstreamTls upstream_tls;
+  /// Loaded with the configuration for an https:// upstream; null for http://.
+  std::shared_ptr<const TlsContext> upstream_tls_context;
   StoreUrl store{StoreUrl::Kind::sqlite, "./var/idem.db", "sqlite:./var/idem.db"};
 
   Millis upstream_timeout = 30s;          ///< request sent -> response fully received

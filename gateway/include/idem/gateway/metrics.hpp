@@ -117,6 +117,11 @@ struct alignas(64) MetricsShard {
   std::atomic<std::uint64_t> reaper_deleted{0};
   std::atomic<std::uint64_t> upstream_connects{0};
   std::atomic<std::uint64_t> upstream_reuses{0};
+  std::atomic<std::uint64_t> upstream_tls_resumed{0};   ///< TLS handshakes with the upstream that resumed a session
+  std::atomic<std::uint64_t> upstream_tls_failures{0};  ///< TLS handshakes with the upstream that failed
+  std::atomic<std::uint64_t> tls_handshakes{0};          ///< client TLS handshakes that succeeded
+  std::atomic<std::uint64_t> tls_resumed{0};             ///< ... of them resumed a session
+  std::atomic<std::uint64_t> tls_handshake_failures{0};  ///< client TLS handshakes that failed
   std::atomic<std::uint64_t> oversized_responses{0};
   std::atomic<std::uint64_t> connections_refused{0};
   std::atomic<std::uint64_t> accept_errors{0};  ///< accept() failed (out of file descriptors, mostly)

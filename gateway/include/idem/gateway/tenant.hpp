@@ -12,6 +12,7 @@
 #include "idem/clock.hpp"
 #include "idem/http_view.hpp"
 #include "idem/problem.hpp"
+#include "idem/gateway/tls.hpp"
 #include "idem/tenant.hpp"
 
 namespace idem::gateway {
@@ -24,6 +25,9 @@ struct TenantSetting {
   /// from = "jwt": the keys tokens are verified with and the options they were loaded for;
   /// null for the other sources.
   std::shared_ptr<const auth::KeySet> jwt;
+  /// from = "client_cert": which name of the verified client certificate is the tenant; nullopt
+  /// for the other sources.
+  std::optional<CertificateIdentity> client_cert;
 };
 
 /// The 401 answering a refused token: token_missing, token_invalid or token_expired, with
@@ -37,14 +41,18 @@ class TenantSource {
   /// `setting` must outlive the source; so must `clock`.
   explicit TenantSource(const TenantSetting& setting, const Clock& clock = SystemClock::instance());
 
-  /// Whether the tenant is a verified token's: a request that carries no idempotency key then
-  /// needs no token (it passes through, or is refused for the missing key, and the upstream
-  /// authenticates it as it always does).
-  bool verifies_tokens() const { return verifier_.has_value(); }
+  /// Whether the tenant is a verified credential's (a token, a client certificate): a request
+  /// that carries no idempotency key then needs none (it passes through, or is refused for the
+  /// missing key, and the upstream authenticates it as it always does).
+  bool verifies_credentials() const { return verifier_.has_value() || setting_->client_cert.has_value(); }
 
   /// The request's tenant, or the problem to answer: 400 tenant_ambiguous (the header it comes
-  /// from twice), 401 token_missing / token_invalid / token_expired.
-  std::expected<std::string, Problem> derive(std::span<const HeaderView> headers);
+  /// from twice), 401 token_missing / token_invalid / token_expired, 401
+  /// client_certificate_missing (from = "client_cert" on a connection without a verified
+  /// certificate, or one without the name `identity` picks). `certificate` is the connection's
+  /// verified client certificate, null when it has none.
+  std::expected<std::string, Problem> derive(std::span<const HeaderView> headers,
+                                             const ClientCertificate* certificate = nullptr);
 
  private:
   const TenantSetting* setting_;

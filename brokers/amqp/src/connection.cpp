@@ -1,6 +1,14 @@
 #include "connection.hpp"
 
+#include <amqp_ssl_socket.h>
+#include <amqp_tcp_socket.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -9,7 +17,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstring>
 
+#include "idem/private_file.hpp"
 #include "message.hpp"
 
 namespace idem::amqp_detail {
@@ -38,6 +48,104 @@ amqp_table_entry_t bool_entry(const char* key, bool value) {
   e.value.kind = AMQP_FIELD_KIND_BOOLEAN;
   e.value.value.boolean = value ? 1 : 0;
   return e;
+}
+
+// The first certificate check that failed in this thread's handshake (amqp_socket_open runs it
+// in the calling thread): librabbitmq keeps OpenSSL's verify result to itself.
+thread_local std::string tls_verify_failure;
+
+int record_verify_failure(int ok, X509_STORE_CTX* store) {
+  if (!ok && tls_verify_failure.empty()) {
+    const int err = X509_STORE_CTX_get_error(store);
+    tls_verify_failure = std::string("certificate verify failed: ") + X509_verify_cert_error_string(err);
+    if (X509* cert = X509_STORE_CTX_get_current_cert(store)) {
+      char subject[256] = {};
+      X509_NAME_oneline(X509_get_subject_name(cert), subject, sizeof subject - 1);
+      tls_verify_failure += std::string(" (certificate ") + subject + ")";
+    }
+  }
+  return ok;
+}
+
+// OpenSSL's reason for the latest failure (the queue emptied), or "".
+std::string openssl_reason() {
+  const unsigned long e = ERR_peek_last_error();
+  std::string out;
+  if (e != 0) {
+    if (const char* reason = ERR_reason_error_string(e)) out = reason;
+  }
+  ERR_clear_error();
+  return out;
+}
+
+int passphrase_callback(char* buffer, int size, int, void* user) {
+  const auto* passphrase = static_cast<const std::string*>(user);
+  // No passphrase: fail (OpenSSL's default would prompt on the terminal).
+  if (passphrase == nullptr || passphrase->empty() || passphrase->size() > static_cast<std::size_t>(size)) return -1;
+  std::memcpy(buffer, passphrase->data(), passphrase->size());
+  return static_cast<int>(passphrase->size());
+}
+
+// Sets up `ctx` for e: TLS 1.2 or later, the broker's certificate verified (chain and host name,
+// by OpenSSL, which also takes an IP address), the client certificate and key. Errors name the
+// URL parameter and the file.
+std::expected<void, std::string> configure_tls(SSL_CTX* ctx, const Endpoint& e) {
+  ERR_clear_error();
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  if (!e.ca_file.empty()) {
+    if (SSL_CTX_load_verify_locations(ctx, e.ca_file.c_str(), nullptr) != 1) {
+      const std::string why = openssl_reason();
+      return std::unexpected("cacertfile=" + e.ca_file + ": cannot use it as CA certificates: " +
+                             (why.empty() ? "not readable or not PEM" : why));
+    }
+  } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+    return std::unexpected("cannot load the system's trust store: " + openssl_reason() + "; give cacertfile=");
+  }
+  X509_VERIFY_PARAM* param = SSL_CTX_get0_param(ctx);
+  X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+  in6_addr ip{};
+  const bool is_ip = ::inet_pton(AF_INET, e.host.c_str(), &ip) == 1 || ::inet_pton(AF_INET6, e.host.c_str(), &ip) == 1;
+  if ((is_ip ? X509_VERIFY_PARAM_set1_ip_asc(param, e.host.c_str()) : X509_VERIFY_PARAM_set1_host(param, e.host.c_str(), 0)) != 1) {
+    return std::unexpected("cannot check the host name " + e.host + " against RabbitMQ's certificate");
+  }
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, &record_verify_failure);
+
+  if (e.cert_file.empty()) return {};
+  if (SSL_CTX_use_certificate_chain_file(ctx, e.cert_file.c_str()) != 1) {
+    const std::string why = openssl_reason();
+    return std::unexpected("certfile=" + e.cert_file + ": cannot use it as the client certificate: " +
+                           (why.empty() ? "not readable or not PEM" : why));
+  }
+  auto key = read_private_file(e.key_file, "key file (keyfile=)", std::size_t{1} << 20, "1 MiB");
+  if (!key) return std::unexpected(key.error());
+  std::string passphrase;
+  if (!e.key_passphrase_file.empty()) {
+    auto pass = read_private_file(e.key_passphrase_file, "passphrase file (passphrasefile=)", 4096, "4 KiB");
+    if (!pass) {
+      OPENSSL_cleanse(key->data(), key->size());
+      return std::unexpected(pass.error());
+    }
+    passphrase.assign(*pass, 0, pass->find_first_of("\r\n"));
+    OPENSSL_cleanse(pass->data(), pass->size());
+  }
+  BIO* bio = BIO_new_mem_buf(key->data(), static_cast<int>(key->size()));
+  EVP_PKEY* pkey = bio ? PEM_read_bio_PrivateKey(bio, nullptr, &passphrase_callback, &passphrase) : nullptr;
+  BIO_free(bio);
+  OPENSSL_cleanse(key->data(), key->size());
+  OPENSSL_cleanse(passphrase.data(), passphrase.size());
+  if (pkey == nullptr) {
+    const std::string why = openssl_reason();
+    return std::unexpected("keyfile=" + e.key_file + ": cannot open the key: " + (why.empty() ? "not a PEM key" : why) +
+                           (e.key_passphrase_file.empty() ? " (an encrypted key needs passphrasefile=)"
+                                                          : " (is the passphrase right?)"));
+  }
+  const int used = SSL_CTX_use_PrivateKey(ctx, pkey);
+  EVP_PKEY_free(pkey);
+  if (used != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+    ERR_clear_error();
+    return std::unexpected("keyfile=" + e.key_file + ": not the key of certfile=" + e.cert_file);
+  }
+  return {};
 }
 
 }  // namespace
@@ -83,13 +191,35 @@ std::expected<std::unique_ptr<Connection>, Failure> Connection::open(const Endpo
   const std::string target = endpoint.host + ":" + std::to_string(endpoint.port);
   c->state_ = amqp_new_connection();
   if (c->state_ == nullptr) return std::unexpected(c->library_failure(AMQP_STATUS_NO_MEMORY, "connecting to " + target));
-  amqp_socket_t* socket = amqp_tcp_socket_new(c->state_);
+  amqp_socket_t* socket = endpoint.tls ? amqp_ssl_socket_new(c->state_) : amqp_tcp_socket_new(c->state_);
   if (socket == nullptr) return std::unexpected(c->library_failure(AMQP_STATUS_NO_MEMORY, "connecting to " + target));
+  if (endpoint.tls) {
+    // OpenSSL checks the chain and the host name (X509_VERIFY_PARAM); librabbitmq's own name
+    // check reads DNS names only and would refuse a certificate for an IP address.
+    amqp_ssl_socket_set_verify_peer(socket, 1);
+    amqp_ssl_socket_set_verify_hostname(socket, 0);
+    auto configured = configure_tls(static_cast<SSL_CTX*>(amqp_ssl_socket_get_context(socket)), endpoint);
+    if (!configured) {
+      Failure f = c->base_failure("setting up TLS to " + target);
+      f.kind = Failure::Kind::tls_files;
+      f.reply_text = std::move(configured.error());
+      c->dead_ = true;
+      return std::unexpected(std::move(f));
+    }
+  }
 
   const timeval tv = to_timeval(endpoint.connect_timeout);
   errno = 0;
+  tls_verify_failure.clear();
+  ERR_clear_error();
   if (const int st = amqp_socket_open_noblock(socket, endpoint.host.c_str(), endpoint.port, &tv); st != AMQP_STATUS_OK) {
-    return std::unexpected(c->library_failure(st, "connecting to " + target));
+    const std::string reason = endpoint.tls ? openssl_reason() : std::string();
+    Failure f = c->library_failure(st, (endpoint.tls ? "TLS connecting to " : "connecting to ") + target);
+    if (endpoint.tls) {
+      f.tls_verify_failed = !tls_verify_failure.empty();
+      f.tls_detail = f.tls_verify_failed ? tls_verify_failure : reason;
+    }
+    return std::unexpected(std::move(f));
   }
   amqp_set_handshake_timeout(c->state_, &tv);
   amqp_set_rpc_timeout(c->state_, &tv);
@@ -119,6 +249,8 @@ std::expected<std::unique_ptr<Connection>, Failure> Connection::open(const Endpo
     if (login.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION) {
       f.kind = Failure::Kind::library;
       f.status = login.library_error;
+      // TLS 1.3: a client certificate the broker refuses is told after the handshake, here.
+      if (endpoint.tls) f.tls_detail = openssl_reason();
     } else if (login.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && login.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
       const auto* m = static_cast<const amqp_connection_close_t*>(login.reply.decoded);
       f.kind = Failure::Kind::connection_close;

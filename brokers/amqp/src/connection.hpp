@@ -63,6 +63,13 @@ struct Endpoint {
   std::string connection_name;
   /// The redacted URL, prefixed to error messages.
   std::string where;
+  /// amqps://: TLS, verified against ca_file (or the system's trust store), with a client
+  /// certificate when cert_file is set (AmqpUrl says more).
+  bool tls = false;
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  std::string key_passphrase_file;
 };
 
 /// The channel every idem connection uses.

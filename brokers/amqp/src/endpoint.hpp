@@ -23,6 +23,11 @@ inline Endpoint endpoint_for(const AmqpUrl& url, std::string where, Millis conne
   e.connect_timeout = connect_timeout;
   e.connection_name = std::move(connection_name);
   e.where = std::move(where);
+  e.tls = url.tls;
+  e.ca_file = url.ca_file;
+  e.cert_file = url.cert_file;
+  e.key_file = url.key_file;
+  e.key_passphrase_file = url.key_passphrase_file;
   return e;
 }
 

@@ -30,6 +30,24 @@ std::string library_words(const Failure& f) {
 }
 
 BrokerError from_library(const Failure& f) {
+  if (f.tls_verify_failed) {
+    // Retrying cannot help until the certificate or cacertfile= is fixed: an operator's matter,
+    // never a reason to connect without verification.
+    return make(f, BrokerErrc::refused, "TLS: RabbitMQ's certificate was not accepted: " +
+                                            (f.tls_detail.empty() ? library_words(f) : f.tls_detail) +
+                                            " (check cacertfile= and the URL's host name)");
+  }
+  switch (f.status) {
+    case AMQP_STATUS_SSL_ERROR:
+    case AMQP_STATUS_SSL_CONNECTION_FAILED:
+    case AMQP_STATUS_SSL_PEER_VERIFY_FAILED:
+    case AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED:
+      return make(f, BrokerErrc::unavailable, "TLS handshake with RabbitMQ failed: " +
+                                                  (f.tls_detail.empty() ? library_words(f) : f.tls_detail) +
+                                                  " (is it RabbitMQ's TLS port? does it accept our certificate?)");
+    default:
+      break;
+  }
   switch (f.status) {
     case AMQP_STATUS_CONNECTION_CLOSED:
     case AMQP_STATUS_SOCKET_CLOSED:
@@ -43,8 +61,6 @@ BrokerError from_library(const Failure& f) {
     case AMQP_STATUS_TCP_SOCKETLIB_INIT_ERROR:
     case AMQP_STATUS_HOSTNAME_RESOLUTION_FAILED:
     case AMQP_STATUS_HEARTBEAT_TIMEOUT:
-    case AMQP_STATUS_SSL_ERROR:
-    case AMQP_STATUS_SSL_CONNECTION_FAILED:
       return make(f, BrokerErrc::unavailable, "cannot reach RabbitMQ: " + library_words(f));
     case AMQP_STATUS_TIMEOUT:
       return make(f, BrokerErrc::timeout, "RabbitMQ did not answer in time");
@@ -132,6 +148,8 @@ BrokerError map_error(const Failure& f) {
       return make(f, BrokerErrc::unavailable, "RabbitMQ cancelled the consumer (was the queue deleted?)");
     case Failure::Kind::protocol:
       return make(f, BrokerErrc::internal, "unexpected frames from RabbitMQ: " + f.reply_text);
+    case Failure::Kind::tls_files:
+      return make(f, BrokerErrc::invalid, f.reply_text);
   }
   return make(f, BrokerErrc::internal, f.reply_text);
 }

@@ -22,6 +22,7 @@ struct Failure {
     nacked,            ///< the broker answered a publish with basic.nack
     cancelled,         ///< the broker cancelled our consumer (basic.cancel: the queue was deleted)
     protocol,          ///< frames out of order (a header without a deliver, a short body...)
+    tls_files,         ///< amqps://: a CA, certificate or key file cannot be used (`reply_text` says why)
   };
   Kind kind = Kind::library;
   int status = 0;
@@ -39,6 +40,13 @@ struct Failure {
   std::string exchange;     ///< returned: where the message went
   std::string routing_key;  ///< returned: with which routing key
   std::string where;  ///< the redacted URL, prefixed to the message
+  /// amqps://: why the TLS handshake failed, when known: the certificate check that failed
+  /// ("certificate verify failed: unable to get local issuer certificate (subject CN=...)"), or
+  /// OpenSSL's reason ("wrong version number").
+  std::string tls_detail;
+  /// The failed handshake was the broker's certificate failing our verification (not the
+  /// network, not the broker refusing ours).
+  bool tls_verify_failed = false;
 };
 
 /// The one mapping from an AMQP failure to the broker error model:
@@ -59,6 +67,11 @@ struct Failure {
 ///   heartbeat, cancelled (consuming again re-declares or reports the queue missing) -> unavailable
 ///   returned (no queue bound for the routing key), nacked              -> rejected
 ///   protocol                                                           -> internal
+///   tls_files (a CA, certificate or key file unusable, a key file's mode) -> invalid
+///   library: TLS handshake failed, the broker's certificate not verified
+///            (unknown CA, expired, another host name)                   -> refused
+///   library: TLS handshake failed otherwise (not a TLS port, the broker
+///            refused our certificate)                                  -> unavailable
 /// in_doubt: `sent` and the outcome is not known (unavailable, timeout, internal). The message
 /// is a sentence an operator can act on; it never holds the password.
 BrokerError map_error(const Failure& failure);

@@ -1,5 +1,6 @@
-// parse_amqp_url: amqp://[USER[:PASSWORD]@]HOST[:PORT][/VHOST][?PARAMETERS], as RabbitMQ's URI
-// spec reads it, plus idem's query parameters. No message here quotes the userinfo: a mistyped
+// parse_amqp_url: amqp[s]://[USER[:PASSWORD]@]HOST[:PORT][/VHOST][?PARAMETERS], as RabbitMQ's URI
+// spec reads it, plus idem's query parameters (and RabbitMQ's names for the TLS files:
+// cacertfile, certfile, keyfile). No message here quotes the userinfo: a mistyped
 // URL's password must not reach a log, so errors name the part that is wrong, and the URL they
 // are prefixed with went through redact_url.
 
@@ -26,8 +27,9 @@ struct Authority {
   int port = 5672;
 };
 
-std::expected<Authority, std::string> parse_host_port(std::string_view text) {
+std::expected<Authority, std::string> parse_host_port(std::string_view text, int default_port) {
   Authority a;
+  a.port = default_port;
   std::string_view host = text, port;
   if (text.starts_with('[')) {  // [IPv6]:port
     const auto close = text.find(']');
@@ -62,9 +64,11 @@ std::expected<AmqpUrl, std::string> parse(std::string_view url, AmqpUrlRole role
   if (url.starts_with("amqp://")) {
     rest = url.substr(7);
   } else if (url.starts_with("amqps://")) {
-    return std::unexpected("TLS (amqps://) is not supported by this build");
+    rest = url.substr(8);
+    out.tls = true;
+    out.port = 5671;
   } else {
-    return std::unexpected("the URL must start with amqp://");
+    return std::unexpected("the URL must start with amqp:// or amqps://");
   }
   if (const auto hash = rest.find('#'); hash != std::string_view::npos) {
     return std::unexpected("a fragment ('#') has no meaning here; percent-encode '#' in names as %23");
@@ -107,7 +111,7 @@ std::expected<AmqpUrl, std::string> parse(std::string_view url, AmqpUrlRole role
     out.user = std::move(*user);
     out.password = std::move(password);
   }
-  auto hp = parse_host_port(authority);
+  auto hp = parse_host_port(authority, out.port);
   if (!hp) return std::unexpected(hp.error());
   if (!hp->host.empty()) out.host = std::move(hp->host);
   out.port = hp->port;
@@ -130,9 +134,10 @@ std::expected<AmqpUrl, std::string> parse(std::string_view url, AmqpUrlRole role
     const bool source = role == AmqpUrlRole::source;
     const auto not_here = [&](std::string_view kind) -> std::unexpected<std::string> {
       return std::unexpected("parameter " + name + " is for " + std::string(kind) + " URLs; a " +
-                             (source ? "source takes queue, dead_letter_exchange, dead_letter_queue, declare, single_active_consumer and "
-                                              "heartbeat"
-                                     : "sink takes exchange, routing_key, declare and heartbeat"));
+                             (source ? "source takes queue, dead_letter_exchange, dead_letter_queue, declare, single_active_consumer, "
+                                              "heartbeat and (amqps://) cacertfile, certfile, keyfile, passphrasefile"
+                                     : "sink takes exchange, routing_key, declare, heartbeat and (amqps://) cacertfile, "
+                                       "certfile, keyfile, passphrasefile"));
     };
     auto name_value = [&](std::string& into) -> std::expected<void, std::string> {
       if (value.size() > kMaxShortString) return std::unexpected(name + " is longer than AMQP's 255 bytes");
@@ -165,6 +170,14 @@ std::expected<AmqpUrl, std::string> parse(std::string_view url, AmqpUrlRole role
       auto b = parse_bool(name, value);
       if (!b) return std::unexpected(b.error());
       out.single_active_consumer = *b;
+    } else if (name == "cacertfile" || name == "certfile" || name == "keyfile" || name == "passphrasefile") {
+      if (!out.tls) return std::unexpected(name + "= is for amqps:// (TLS) URLs");
+      if (value.empty()) return std::unexpected(name + "= needs a file path");
+      if (value.find('\0') != std::string::npos) return std::unexpected(name + "= cannot contain NUL (%00)");
+      (name == "cacertfile" ? out.ca_file
+       : name == "certfile" ? out.cert_file
+       : name == "keyfile"  ? out.key_file
+                            : out.key_passphrase_file) = std::move(value);
     } else if (name == "heartbeat") {
       unsigned seconds = 0;
       auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
@@ -177,6 +190,11 @@ std::expected<AmqpUrl, std::string> parse(std::string_view url, AmqpUrlRole role
     }
     if (!ok) return std::unexpected(ok.error());
   }
+
+  if (out.cert_file.empty() != out.key_file.empty()) {
+    return std::unexpected("certfile= and keyfile= go together (a client certificate and its key): give both or neither");
+  }
+  if (!out.key_passphrase_file.empty() && out.key_file.empty()) return std::unexpected("passphrasefile= needs keyfile=");
 
   if (role == AmqpUrlRole::source) {
     if (out.queue.empty()) return std::unexpected("a source needs ?queue=NAME");

@@ -12,7 +12,7 @@ namespace {
 enum class Scheme { amqp, redis_stream, kafka, sqs, unknown };
 
 Scheme scheme_of(std::string_view url) {
-  if (url.starts_with("amqp://")) return Scheme::amqp;
+  if (url.starts_with("amqp://") || url.starts_with("amqps://")) return Scheme::amqp;
   if (url.starts_with("redis+stream://")) return Scheme::redis_stream;
   if (url.starts_with("kafka://")) return Scheme::kafka;
   if (url.starts_with("sqs+https://") || url.starts_with("sqs+http://")) return Scheme::sqs;
@@ -20,10 +20,9 @@ Scheme scheme_of(std::string_view url) {
 }
 
 std::string unknown(std::string_view url) {
-  if (url.starts_with("amqps://")) return "AMQP over TLS (amqps://) is not supported by this build";
   // redact_kafka_url: redact_url and the two password parameters librdkafka's names use.
   return "unknown broker URL \"" + redact_kafka_url(url) +
-         "\"; expected amqp://USER:PASS@HOST:PORT/VHOST?..., redis+stream://HOST:PORT/STREAM?..., "
+         "\"; expected amqp[s]://USER:PASS@HOST:PORT/VHOST?..., redis+stream://HOST:PORT/STREAM?..., "
          "kafka://HOST:PORT[,HOST:PORT...]/TOPIC?... or sqs+https://HOST/ACCOUNT_ID/QUEUE?...";
 }
 

@@ -20,10 +20,10 @@ enum class AmqpUrlRole : std::uint8_t {
   sink,    ///< `?exchange=...&routing_key=...`: publish to an exchange
 };
 
-/// An amqp:// URL, parsed:
-///   amqp://[USER[:PASSWORD]@]HOST[:PORT][/VHOST][?PARAMETERS]
+/// An amqp:// or amqps:// URL, parsed:
+///   amqp[s]://[USER[:PASSWORD]@]HOST[:PORT][/VHOST][?PARAMETERS]
 /// User, password and vhost are percent-decoded (`%2f` is "/"); an empty path is vhost "/".
-/// TLS (amqps://) is not supported by this build.
+/// amqps:// is TLS (see `tls`).
 struct AmqpUrl {
   std::string host = "localhost";
   int port = 5672;
@@ -61,9 +61,21 @@ struct AmqpUrl {
   /// `heartbeat=SECONDS` proposed to the broker (0: none); a connection that stays silent for
   /// twice as long is taken as lost.
   std::chrono::seconds heartbeat{30};
+
+  /// amqps://: TLS (1.2 or later) to the broker, port 5671 by default. The broker's certificate
+  /// is always verified, chain and host name (the URL's host: a DNS name or an IP address in its
+  /// subjectAltName), against `cacertfile=PATH` or else the system's trust store.
+  bool tls = false;
+  std::string ca_file;    ///< `cacertfile=`: PEM CA certificates to trust instead of the system's
+  std::string cert_file;  ///< `certfile=`: a client certificate (PEM) for mutual TLS; needs keyfile
+  /// `keyfile=`: its private key (PEM), read under read_private_file's rules (mode 0600 or 0640).
+  std::string key_file;
+  /// `passphrasefile=`: for an encrypted key, a file whose first line is its passphrase (the same
+  /// rules); a passphrase itself never goes in a URL.
+  std::string key_passphrase_file;
 };
 
-/// Parses an amqp:// URL for `role`. Unknown or misplaced parameters, bad escapes, ports, names
+/// Parses an amqp:// or amqps:// URL for `role`. Unknown or misplaced parameters, bad escapes, ports, names
 /// longer than AMQP's 255 bytes: BrokerErrc::invalid, the message naming what is wrong (the URL in
 /// it goes through redact_url).
 BrokerResult<AmqpUrl> parse_amqp_url(std::string_view url, AmqpUrlRole role);

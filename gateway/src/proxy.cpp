@@ -4,6 +4,8 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/serializer.hpp>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -42,6 +44,28 @@ constexpr std::string_view kWebhookVerified = "Idem-Webhook-Verified";
 
 UpstreamError failure_kind(const beast::error_code& ec) {
   return ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::dropped;
+}
+
+// A TLS 1.3 client finishes its handshake before the server has checked the client's
+// certificate: an upstream that refuses the gateway's certificate says so with an alert where the
+// response should be. It read no request then (application data only follows an accepted
+// handshake), so the request was not sent in any sense that matters: 502, key released.
+bool upstream_refused_client_certificate(const beast::error_code& ec) {
+  if (ec.category() != asio::error::get_ssl_category()) return false;
+  switch (ERR_GET_REASON(static_cast<unsigned long>(ec.value()))) {
+    case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
+    case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_REVOKED:
+    case SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE:
+    case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
+    case SSL_R_TLSV1_ALERT_ACCESS_DENIED:
+    case SSL_R_TLSV1_ALERT_DECRYPT_ERROR:
+      return true;
+    default:
+      return false;
+  }
 }
 
 std::string response_failure(const beast::error_code& ec) {
@@ -458,7 +482,7 @@ void Handler::prepare_forward(Request& req, const Ticket* ticket) {
     req.set(kForwardedFor, xff);
   }
   if (has_xfp) req.erase(kForwardedProto);
-  req.insert(kForwardedProto, "http");
+  req.insert(kForwardedProto, s_.stream.tls() != nullptr ? "https" : "http");
   if (!has_host) req.insert(bhttp::field::host, cfg_->upstream.authority);
   req.version(11);
   // The body was read whole; send it with a Content-Length (never chunked). Requests without a
@@ -585,6 +609,11 @@ Task<Handler::Exchange> Handler::forward(Request& req, const Ticket* ticket, boo
       if (silent && acquired.reused && attempt == 0 && retry_safe) {
         fresh = true;
         continue;
+      }
+      if (!acquired.reused && !parser->got_some() && upstream_refused_client_certificate(ec)) {
+        const std::string detail = "the upstream refused the gateway's TLS client certificate ([upstream_tls] cert_file): " +
+                                   ec.message();
+        co_return co_await upstream_failed(UpstreamError::unreachable, ticket, version, keep_alive, detail);
       }
       const UpstreamError kind = failure_kind(ec);
       std::string detail = "the upstream did not answer within upstream_timeout";

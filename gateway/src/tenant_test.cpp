@@ -250,9 +250,6 @@ TEST(TokenProblem, CodesAndHeaders) {
   }
 }
 
-}  // namespace
-}  // namespace idem::gateway
-
 TEST(ClientCertTenant, TheChosenNameOfTheVerifiedCertificate) {
   TenantSetting setting;
   setting.client_cert = CertificateIdentity::uri;
@@ -289,3 +286,6 @@ TEST(ClientCertTenant, TheChosenNameOfTheVerifiedCertificate) {
   TenantSource cn_source(by_cn);
   EXPECT_EQ(*cn_source.derive(headers, &a), "cert:payments-a");
 }
+
+}  // namespace
+}  // namespace idem::gateway

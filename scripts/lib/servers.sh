@@ -18,7 +18,10 @@
 # of every node), IDEM_TEST_AMQP_URL (user idem, whose password needs percent-encoding),
 # IDEM_TEST_AMQP_PASSWORD (that password, raw: tests check it appears in no output),
 # IDEM_TEST_AMQP_MAX_MESSAGE_SIZE (the node's max_message_size), IDEM_TEST_RABBITMQ_DIR and
-# IDEM_TEST_SERVERS_SH (this script, for the restart subcommands).
+# IDEM_TEST_SERVERS_SH (this script, for the restart subcommands); with RabbitMQ also
+# IDEM_TEST_AMQPS_URL (the same node's TLS listener, amqps://, same user; its certificate names
+# 127.0.0.1 and localhost, issued by the test CA), IDEM_TEST_TLS_CA (that CA, PEM) and
+# IDEM_TEST_TLS_DIR (DIR/pki: tests/common/tls_certs.py's certificates and keys, made at start).
 set -euo pipefail
 
 usage="usage: servers.sh start DIR [postgres] [redis] [cluster] [rabbitmq] | servers.sh stop DIR
@@ -147,14 +150,28 @@ start_rabbitmq_node() {  # the node described by DIR/rabbitmq/env.sh; waits unti
 }
 
 start_rabbitmq() {
-  local rdir port dist epmd
+  local rdir port tls_port dist epmd pki
   rdir=$(rabbitmq_dir)
   port=$(free_port)
+  tls_port=$(free_port)
   dist=$(free_port)
   epmd=$(free_port)
-  mkdir -p "$rdir/mnesia" "$rdir/log"
+  mkdir -p "$rdir/mnesia" "$rdir/log" "$rdir/tls"
+  # A TLS listener too (amqps://), with a test CA made now: clients verify the node against
+  # ca.pem; a client certificate is checked when one is presented (verify_peer), not required.
+  pki=$dir/pki
+  [ -f "$pki/ca.pem" ] || python3 "$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/tests/common/tls_certs.py" "$pki" >/dev/null
+  cp "$pki/ca.pem" "$pki/server.pem" "$pki/server.key" "$rdir/tls/"  # the node's own copies, its user's
   cat >"$rdir/rabbitmq.conf" <<EOC
 listeners.tcp.default = 127.0.0.1:$port
+listeners.ssl.default = 127.0.0.1:$tls_port
+ssl_options.cacertfile = $rdir/tls/ca.pem
+ssl_options.certfile = $rdir/tls/server.pem
+ssl_options.keyfile = $rdir/tls/server.key
+ssl_options.verify = verify_peer
+ssl_options.fail_if_no_peer_cert = false
+ssl_options.versions.1 = tlsv1.3
+ssl_options.versions.2 = tlsv1.2
 loopback_users = none
 max_message_size = $rabbitmq_max_message_size
 EOC
@@ -178,6 +195,8 @@ EOC
   rabbitmqctl_in set_permissions -p / idem '.*' '.*' '.*' >/dev/null
   {
     echo "export IDEM_TEST_AMQP_URL='amqp://idem:$amqp_password_encoded@127.0.0.1:$port/%2f'"
+    echo "export IDEM_TEST_AMQPS_URL='amqps://idem:$amqp_password_encoded@127.0.0.1:$tls_port/%2f'"
+    echo "export IDEM_TEST_TLS_CA=$pki/ca.pem IDEM_TEST_TLS_DIR=$pki"
     echo "export IDEM_TEST_AMQP_PASSWORD='$amqp_password'"
     echo "export IDEM_TEST_AMQP_MAX_MESSAGE_SIZE=$rabbitmq_max_message_size"
     echo "export IDEM_TEST_RABBITMQ_DIR=$rdir"

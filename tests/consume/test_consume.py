@@ -2,7 +2,9 @@
 librdkafka's mock cluster, or an SQS queue on the fauxqs emulator) and a real HTTP handler, on a shared SQLite store. Every claim that
 something happens once is counted by the handler itself.
 
-    test_consume.py --broker amqp|redis_streams|kafka|sqs --consume PATH --tool PATH [unittest args]
+    test_consume.py --broker amqp|amqps|redis_streams|kafka|sqs --consume PATH --tool PATH [unittest args]
+
+  (amqps: RabbitMQ's TLS listener, verified against the test CA: amqps://...&cacertfile=)
 
   storm     10,000 ids, each published 1-3 times (shuffled), three competing sidecars: every id
             POSTed exactly once; nothing left in the queue
@@ -16,6 +18,11 @@ something happens once is counted by the handler itself.
             as the emulator takes any credentials): one clear line, exit 1
   sigterm   SIGTERM with deliveries in flight: they finish, are acked, exit 0; the rest come back
   admin     /metrics, /healthz, /readyz
+  tls       the storm delivered to an https:// handler that requires a client certificate (mutual
+            TLS): the same exact counts; a handler whose certificate names another host, or comes
+            from an unknown CA: no delivery counted, the reason (and the URL) in the log; a client
+            key file other users can read: refused at start, naming the file; an amqps:// source
+            whose CA is not trusted: one clear line, exit 1
 """
 import argparse
 import os
@@ -23,6 +30,7 @@ import random
 import signal
 import sys
 import threading
+import shutil
 import time
 import unittest
 import urllib.parse
@@ -99,7 +107,7 @@ class ConsumeTest(unittest.TestCase):
 
     def setUp(self):
         self.tool = brokers.BrokerTool(ARGS.tool)
-        self.broker = brokers.Broker(ARGS.broker, private=self.private)
+        self.broker = brokers.Broker(broker_kind(), private=self.private, tls=ARGS.broker == "amqps")
         self.broker.declare(self.tool)
         self.store = "sqlite:%s" % os.path.join(self.dir, "consume.db")
         self.sidecars = []
@@ -142,15 +150,20 @@ class ConsumeTest(unittest.TestCase):
     # -----------------------------------------------------------------------------------------
 
     def test_storm_three_sidecars_post_each_of_ten_thousand_ids_once(self):
-        self.handler = brokers.Handler()
+        self._storm(brokers.Handler())
+
+    def _storm(self, handler, settings=None, ids=10_000):
+        """`ids` ids, each published 1-3 times (shuffled), three competing sidecars: every id POSTed
+        exactly once, nothing left in the queue."""
+        self.handler = handler
         rng = random.Random(7)
         messages = []
-        for i in range(10_000):
+        for i in range(ids):
             for _ in range(rng.randint(1, 3)):
                 messages.append({"id": "storm-%05d" % i, "body": '{"n":%d}' % i})
         rng.shuffle(messages)
         for _ in range(3):
-            self.sidecar({"workers": 8, "prefetch": 64})
+            self.sidecar(dict({"workers": 8, "prefetch": 64}, **(settings or {})))
         for s in self.sidecars:
             s.wait_ready()
         self.assertEqual(self.tool.publish(self.broker.sink_url(), messages), len(messages))
@@ -162,15 +175,109 @@ class ConsumeTest(unittest.TestCase):
                 total += m.get("idem_consume_processed_total", 0) + m.get("idem_consume_duplicates_total", 0)
             # Counts alone cannot end the wait: a Kafka rebalance hands a partition's unacked
             # messages to another sidecar, which counts them again as duplicates.
-            return total >= len(messages) and len(self.handler.call_counts()) >= 10_000 and self.broker.settled()
+            return total >= len(messages) and len(self.handler.call_counts()) >= ids and self.broker.settled()
         brokers.wait_until(settled, 240, interval=0.5, what="every delivery settled")
         for s in self.sidecars:
             self.assertEqual(s.stop(), 0, s.process.log()[-2000:])
         calls = self.handler.call_counts()
-        self.assertEqual(len(calls), 10_000)
+        self.assertEqual(len(calls), ids)
         twice = {k: n for k, n in calls.items() if n != 1}
         self.assertEqual(twice, {}, "ids POSTed more than once")
         self.assertEqual(self.left_in_queue(), [])
+
+    # ---- TLS to the handler ---------------------------------------------------------------
+
+    def _client_tls(self):
+        """The sidecar's settings for the test CA and client certificate client-a."""
+        cert, key = brokers.test_pki("client-a")
+        return {"handler_ca_file": brokers.env("IDEM_TEST_TLS_CA"), "handler_cert_file": cert, "handler_key_file": key}
+
+    def test_tls_storm_to_an_https_handler_requiring_a_client_certificate(self):
+        cert, key = brokers.test_pki("server")
+        handler = brokers.Handler(tls={"cert": cert, "key": key, "client_ca": brokers.env("IDEM_TEST_TLS_CA")})
+        self.assertTrue(handler.url.startswith("https://"))
+        self._storm(handler, self._client_tls())
+        # Every POST came over a connection with the sidecars' client certificate.
+        subjects = handler.client_subjects
+        self.assertEqual(len(subjects), 1, subjects)
+        self.assertIn("commonName=payments-a", next(iter(subjects)))
+
+    def _undeliverable(self, server_cert, expected_reason):
+        """A handler serving `server_cert`, which the sidecar must not accept: three messages are
+        retried, then dead-lettered as poison, none reaches the handler, none counts as
+        processed, and the log says which URL and why."""
+        cert, key = brokers.test_pki(server_cert)
+        self.handler = brokers.Handler(tls={"cert": cert, "key": key})
+        s = self.sidecar(dict(self._client_tls(), max_attempts=2, retry_min="50ms", retry_max="100ms"))
+        s.wait_ready()
+        ids = ["%s-%d" % (server_cert, i) for i in range(3)]
+        self.tool.publish(self.broker.sink_url(), [{"id": i, "body": "{}"} for i in ids])
+        brokers.wait_until(lambda: s.metrics().get('idem_consume_dead_lettered_total{reason="poison"}', 0) >= 3, 60,
+                           what="three poison dead letters")
+        m = s.metrics()
+        self.assertEqual(s.stop(), 0, s.process.log()[-2000:])
+        self.assertEqual(m.get("idem_consume_processed_total", 0), 0, m)
+        self.assertEqual(self.handler.call_counts(), {})
+        dead = self.dead_letters()
+        self.assertEqual(sorted(d["id"] for d in dead.get("poison", [])), ids, dead)
+        log = s.process.log()
+        port = self.handler.server.server_address[1]
+        self.assertIn("TLS with https://127.0.0.1:%d failed" % port, log)
+        self.assertIn(expected_reason, log)
+
+    def test_tls_handler_certificate_for_another_host_is_never_delivered_to(self):
+        self._undeliverable("wrong-host", "no alternative certificate subject name matches target host name '127.0.0.1'")
+
+    def test_tls_handler_certificate_from_an_unknown_ca_is_never_delivered_to(self):
+        self._undeliverable("unknown-ca", "unable to get local issuer certificate")
+
+    def test_tls_client_key_file_others_can_read_is_refused_at_start(self):
+        self.handler = brokers.Handler()
+        settings = self._client_tls()
+        loose = os.path.join(self.dir, "loose.key")
+        shutil.copyfile(settings["handler_key_file"], loose)
+        os.chmod(loose, 0o644)
+        cert = settings["handler_cert_file"]
+        url = "https://127.0.0.1:%d/messages" % self.handler.server.server_address[1]
+
+        def start(name, **tls):
+            config = os.path.join(self.dir, name + ".toml")
+            with open(config, "w") as f:
+                f.write('source = "%s"\ndeliver = "%s"\nstore = "%s"\nadmin_listen = "off"\n' %
+                        (self.broker.source_url(), url, self.store))
+                f.write("".join('%s = "%s"\n' % kv for kv in dict(settings, **tls).items()))
+            p = Process(name, [ARGS.consume, "--config", config], self.dir)
+            self.assertEqual(p.wait(30), 2, p.log())
+            self.assertEqual(len(p.log().strip().splitlines()), 1, p.log())
+            self.assertNotIn("BEGIN", p.log())  # no key material, whatever went wrong
+            return p.log()
+        log = start("loose-key", handler_key_file=loose)
+        self.assertIn(loose, log)
+        self.assertIn("mode 0644", log)
+        # The key of another certificate: refused at start too, not at every delivery.
+        log = start("other-key", handler_key_file=brokers.test_pki("client-b")[1])
+        self.assertIn("does not hold the key of " + cert, log)
+        # An encrypted key without its passphrase file.
+        enc_cert, enc_key = brokers.test_pki("encrypted-key")
+        log = start("no-passphrase", handler_cert_file=enc_cert, handler_key_file=enc_key)
+        self.assertIn("needs key_passphrase_file", log)
+
+    def test_amqps_source_whose_ca_is_not_trusted_is_one_clear_line(self):
+        self.handler = brokers.Handler()
+        tls_broker = brokers.Broker("amqp", tls=True)
+        # Trusting another CA than the one that signed the node's certificate.
+        other_ca = os.path.join(brokers.env("IDEM_TEST_TLS_DIR"), "other-ca.pem")
+        source = tls_broker.source_url().replace(urllib.parse.quote(brokers.env("IDEM_TEST_TLS_CA"), safe=""),
+                                                 urllib.parse.quote(other_ca, safe=""))
+        self.assertNotEqual(source, tls_broker.source_url())
+        p = Process("amqps-unknown-ca", [ARGS.consume, "--source", source, "--deliver", self.handler.url,
+                                         "--store", self.store, "--admin-listen", "off"], self.dir)
+        self.assertEqual(p.wait(30), 1, p.log())
+        log = p.log()
+        self.assertEqual(len(log.strip().splitlines()), 1, log)
+        self.assertIn("certificate verify failed", log)
+        self.assertIn("amqps://idem:***@127.0.0.1:", log)
+        self.assertNotIn(brokers.env("IDEM_TEST_AMQP_PASSWORD"), log)
 
     def _kill_loop(self, settings, handler, ids, kills):
         """Publishes `ids` (a third of them twice), runs three sidecars, SIGKILLs one at random
@@ -205,7 +312,7 @@ class ConsumeTest(unittest.TestCase):
             done += 1
             if done == kills // 2 and not restarted:
                 restarted = True
-                brokers.restart_broker(ARGS.broker, self.private, down_seconds=brokers.outage_seconds(ARGS.broker))
+                brokers.restart_broker(broker_kind(), self.private, down_seconds=brokers.outage_seconds(broker_kind()))
             victim.start()
         publisher.join()
         for s in self.sidecars:
@@ -328,7 +435,7 @@ class ConsumeTest(unittest.TestCase):
             return
         secret = "Wr0ngPassw0rd-%d" % os.getpid()
         url = urllib.parse.urlsplit(self.broker.source_url())
-        user = "idem" if ARGS.broker == "amqp" else "nobody"
+        user = "idem" if broker_kind() == "amqp" else "nobody"
         source = url._replace(netloc="%s:%s@%s" % (user, secret, url.netloc.rpartition("@")[2])).geturl()
         if ARGS.broker == "kafka":
             # The mock cluster has no SASL: it fails the handshake, which a client reports as a
@@ -386,10 +493,15 @@ class ConsumeTest(unittest.TestCase):
         self.assertEqual(s.stop(), 0)
 
 
+def broker_kind():
+    """The broker under test: amqps is RabbitMQ (amqp) over its TLS listener."""
+    return "amqp" if ARGS.broker == "amqps" else ARGS.broker
+
+
 def main():
     global ARGS
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--broker", choices=["amqp", "redis_streams", "kafka", "sqs"], required=True)
+    parser.add_argument("--broker", choices=["amqp", "amqps", "redis_streams", "kafka", "sqs"], required=True)
     parser.add_argument("--consume", required=True)
     parser.add_argument("--tool", required=True)
     ARGS, rest = parser.parse_known_args()

@@ -4,7 +4,11 @@ to a sink; idem-notifier sends one receipt per payment. Sinks: a webhook (the no
 a Redis stream, a Kafka topic on librdkafka's mock cluster and an SQS queue on the fauxqs emulator
 (the notifier consuming them).
 
-    test_outbox.py storm|kills|faults --sink webhook|amqp|redis_streams|kafka|sqs
+    test_outbox.py storm|kills|faults|tls_refused --sink webhook|webhook_tls|amqp|amqps|redis_streams|kafka|sqs
+
+  (webhook_tls: the notifier's webhook behind a TLS terminator that requires a client certificate,
+  the relay with webhook_ca_file, webhook_cert_file and webhook_key_file; amqps: RabbitMQ's TLS
+  listener, amqps://...&cacertfile=, the notifier consuming it over TLS too)
 
   storm   2,000 payments from 20 clients through idem-gateway, 30 % of the answers dropped on the
           way back (idem-fault-proxy), retried with their keys: every succeeded payment has exactly
@@ -17,6 +21,9 @@ a Redis stream, a Kafka topic on librdkafka's mock cluster and an SQS queue on t
   faults  a row larger than the sink takes and (webhook) one it refuses: dead with the reason, the
           rest goes on; a row that cannot be decoded: dead with the reason; the sink away for 30 s
           while payments go on: the outbox grows, then drains, nothing lost
+  tls_refused  (webhook_tls) a webhook whose certificate names another host, then one from an
+          unknown CA: nothing is delivered, the rows stay pending, the relay's log names the URL
+          and the reason; then the right certificate: everything delivered once
 
 Binaries from the environment (set by ctest): IDEM_PAYMENTS_BIN, IDEM_GATEWAY_BIN, IDEM_RELAY_BIN,
 IDEM_NOTIFIER_BIN, IDEM_FAULT_PROXY_BIN, IDEM_BROKER_TOOL_BIN (and IDEM_KAFKA_MOCK,
@@ -38,6 +45,7 @@ import brokers  # noqa: E402
 import harness as h  # noqa: E402
 from procs import Proc  # noqa: E402
 from scratch import run_in_scratch_dir  # noqa: E402
+from tls_terminator import TlsTerminator  # noqa: E402
 
 RELAY_BIN = os.environ.get("IDEM_RELAY_BIN", "")
 NOTIFIER_BIN = os.environ.get("IDEM_NOTIFIER_BIN", "")
@@ -50,18 +58,29 @@ BALANCE = 10_000_000
 class Chain:
     """The outbox's way out: idem-relay on the ledger's file to `sink`, idem-notifier at the end."""
 
-    def __init__(self, sink, workdir, ledger_db):
+    def __init__(self, sink, workdir, ledger_db, server_cert="server"):
         self.sink, self.workdir, self.ledger_db = sink, workdir, ledger_db
         self.notifier_db = os.path.join(workdir, "notifier.db")
-        self.private = brokers.private_server(sink, workdir)
+        self.kind = {"webhook_tls": "webhook", "amqps": "amqp"}.get(sink, sink)
+        self.private = brokers.private_server(self.kind, workdir)
         self.broker = None
-        if sink == "webhook":
+        self.terminator = None
+        tls_settings = ""
+        if self.kind == "webhook":
             self.notifier_port = brokers.free_port()
             notifier_args = ["--listen", "127.0.0.1:%d" % self.notifier_port]
             sink_url = "http://127.0.0.1:%d/events" % self.notifier_port
+            if sink == "webhook_tls":
+                # https:// in front of the notifier, a client certificate required (mutual TLS).
+                ca = brokers.env("IDEM_TEST_TLS_CA")
+                self.terminator = TlsTerminator(self.notifier_port, *brokers.test_pki(server_cert), client_ca=ca)
+                sink_url = self.terminator.url("/events")
+                cert, key = brokers.test_pki("client-a")
+                tls_settings = 'webhook_ca_file = "%s"\nwebhook_cert_file = "%s"\nwebhook_key_file = "%s"\n' % (
+                    ca, cert, key)
         else:
-            self.broker = brokers.Broker(sink, private=self.private)
-            if sink not in ("kafka", "sqs"):  # declare the queue or group (Broker made topics and queues)
+            self.broker = brokers.Broker(self.kind, private=self.private, tls=sink == "amqps")
+            if self.kind not in ("kafka", "sqs"):  # declare the queue or group (Broker made topics and queues)
                 brokers.BrokerTool(TOOL_BIN).take(self.broker.source_url(group="notifier"), idle_ms=50)
             notifier_args = ["--source", self.broker.source_url(group="notifier")]
             sink_url = self.broker.sink_url()
@@ -72,11 +91,11 @@ class Chain:
         # 409 until then (20 attempts gave up after ~15 s and dead-lettered a payment's receipt).
         with open(config, "w") as f:
             f.write('outbox = "sqlite:%s"\nsink = "%s"\nadmin_listen = "127.0.0.1:%d"\nlog_level = "warn"\n'
-                    'poll_interval = "20ms"\nretry_min = "100ms"\nretry_max = "1s"\nmax_attempts = 100\n'
-                    % (ledger_db, sink_url, self.admin_port))
+                    'poll_interval = "20ms"\nretry_min = "100ms"\nretry_max = "1s"\nmax_attempts = 100\n%s'
+                    % (ledger_db, sink_url, self.admin_port, tls_settings))
         self.notifier = Proc("notifier", [NOTIFIER_BIN, "--db", self.notifier_db] + notifier_args, workdir)
         self.relay = Proc("relay", [RELAY_BIN, "--config", config], workdir)
-        if sink == "webhook":
+        if self.kind == "webhook":
             brokers.wait_until(lambda: self._answers(self.notifier_port, "/healthz"), 20, what="notifier up")
         brokers.wait_until(lambda: self._answers(self.admin_port, "/healthz"), 20, what="relay up")
 
@@ -88,13 +107,13 @@ class Chain:
             return False
 
     def restart_broker(self, down_seconds=0.0):
-        if self.sink != "webhook":
-            brokers.restart_broker(self.sink, self.private, down_seconds)
+        if self.kind != "webhook":
+            brokers.restart_broker(self.kind, self.private, down_seconds)
 
     def sink_away(self):
-        if self.sink == "webhook":
+        if self.kind == "webhook":
             self.notifier.kill()
-        elif self.sink == "amqp":
+        elif self.kind == "amqp":
             subprocess.run(["bash", brokers.SERVERS_SH, "stop-rabbitmq", brokers.env("IDEM_TEST_SERVERS_DIR")],
                            check=True, timeout=120)
         elif self.sink == "kafka":
@@ -105,12 +124,12 @@ class Chain:
             self.private.stop()
 
     def sink_back(self):
-        if self.sink == "webhook":
+        if self.kind == "webhook":
             self.notifier.start()
-        elif self.sink == "amqp":
+        elif self.kind == "amqp":
             subprocess.run(["bash", brokers.SERVERS_SH, "start-rabbitmq", brokers.env("IDEM_TEST_SERVERS_DIR")],
                            check=True, timeout=180)
-        elif self.sink == "kafka":
+        elif self.kind == "kafka":
             self.private.all_brokers("up")
         else:
             self.private.start()
@@ -141,6 +160,8 @@ class Chain:
         codes = {"relay": self.relay.stop(), "notifier": self.notifier.stop()}
         if self.private:
             self.private.stop()
+        if self.terminator:
+            self.terminator.stop()
         return codes
 
 
@@ -219,6 +240,11 @@ def storm(args, tmp):
         n = check_delivered(chain, ledger, "storm over " + args.sink)
         if n != 2000:
             h.fail("expected 2,000 payments in the ledger, found %d" % n)
+        if chain.terminator:
+            # Every connection the relay made presented its client certificate.
+            subjects = chain.terminator.client_subjects
+            if len(subjects) != 1 or "commonName=payments-a" not in next(iter(subjects)):
+                h.fail("the webhook's client certificates: %s" % subjects)
         codes = chain.stop()
         if set(codes.values()) != {0}:
             h.fail("relay/notifier exit codes %s" % codes)
@@ -272,7 +298,7 @@ def kills(args, tmp):
                 h.wait_http(port, "/healthz", service.proc, "idem-payments")
             if not restarted and sum(done.values()) >= 3 * KILLS // 2:
                 restarted = True
-                chain.restart_broker(down_seconds=brokers.outage_seconds(args.sink))
+                chain.restart_broker(down_seconds=brokers.outage_seconds(chain.kind))
         stop.set()
         for c in clients:
             c.join()
@@ -359,10 +385,60 @@ def faults(args, tmp):
         h.stop(service)
 
 
+def tls_refused(args, tmp):
+    """A webhook whose certificate the relay must not accept: another host's, then one from an
+    unknown CA. Nothing is delivered, nothing marked sent, the log says which URL and why; with
+    the right certificate, every row goes once."""
+    if args.sink != "webhook_tls":
+        h.fail("tls_refused runs against --sink webhook_tls")
+    db = os.path.join(tmp, "payments.db")
+    port = h.free_port()
+    service = h.start_service(port, db, "inprocess", log_path=os.path.join(tmp, "svc.log"))
+    chain = None
+    try:
+        accounts = h.open_accounts(port, 4, BALANCE)
+        ledger = h.Ledger(db)
+        results, lock = [], threading.Lock()
+        pay(port, accounts, 10, 3, time.monotonic() + 120, results, lock)
+        for server_cert, reason in (("wrong-host", "no alternative certificate subject name matches target host name"),
+                                    ("unknown-ca", "unable to get local issuer certificate")):
+            chain = Chain(args.sink, tmp, db, server_cert=server_cert)
+            where = "TLS with https://127.0.0.1:%d failed" % chain.terminator.port
+            brokers.wait_until(lambda: where in chain.relay.log() and reason in chain.relay.log(), 30,
+                               what="the relay's log naming %s and why" % server_cert)
+            time.sleep(1.0)  # some retries more
+            pending, dead = chain.outbox()
+            if pending != 10 or dead:
+                h.fail("%s: rows should stay pending: %d pending, dead %s" % (server_cert, pending, dead))
+            if chain.receipts():
+                h.fail("%s: receipts sent through a refused webhook: %s" % (server_cert, chain.receipts()))
+            if chain.terminator.bytes_forwarded:
+                h.fail("%s: %d bytes of requests went through" % (server_cert, chain.terminator.bytes_forwarded))
+            codes = chain.stop()
+            chain = None
+            if set(codes.values()) != {0}:
+                h.fail("relay/notifier exit codes %s" % codes)
+        chain = Chain(args.sink, tmp, db)
+        n = check_delivered(chain, ledger, "tls after refusals")
+        if n != 10:
+            h.fail("expected 10 payments, found %d" % n)
+        codes = chain.stop()
+        chain = None
+        if set(codes.values()) != {0}:
+            h.fail("relay/notifier exit codes %s" % codes)
+        h.log("tls_refused: another host's and an unknown CA's certificates refused with their reasons, "
+              "nothing delivered; then 10 receipts over mutual TLS")
+    finally:
+        if chain:
+            chain.stop()
+        h.stop(service)
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["storm", "kills", "faults"])
-    parser.add_argument("--sink", choices=["webhook", "amqp", "redis_streams", "kafka", "sqs"], required=True)
+    parser.add_argument("scenario", choices=["storm", "kills", "faults", "tls_refused"])
+    parser.add_argument("--sink", choices=["webhook", "webhook_tls", "amqp", "amqps", "redis_streams", "kafka", "sqs"],
+                        required=True)
     args = parser.parse_args()
     run_in_scratch_dir("idem-outbox-", lambda tmp: globals()[args.scenario](args, tmp))
 

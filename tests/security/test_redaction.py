@@ -21,6 +21,7 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
 import brokers  # noqa: E402
+import tls_certs  # noqa: E402
 from scratch import run_in_scratch_dir  # noqa: E402
 
 ARGS = None
@@ -426,6 +427,133 @@ class Secrets(unittest.TestCase):
         finally:
             handler.stop()
         self.check_clean(forms(PASSWORD) | forms(WRONG) | forms(amqp))
+
+
+    # --- TLS: key passphrases and amqps:// passwords --------------------------------------
+
+    def amqps_url(self, password, query):
+        base = urllib.parse.urlsplit(os.environ["IDEM_TEST_AMQPS_URL"])
+        host = base.netloc.rpartition("@")[2]
+        ca = urllib.parse.quote(os.environ["IDEM_TEST_TLS_CA"], safe="")
+        return "amqps://idem:%s@%s/%%2f?%s&cacertfile=%s" % (urllib.parse.quote(password, safe=""), host, query, ca)
+
+    def test_tls_key_passphrases_and_amqps_passwords(self):
+        """A client key's passphrase (idem-consume's handler_key_passphrase_file, idem-relay's
+        webhook_key_passphrase_file, an amqps:// URL's passphrasefile=) and an amqps:// URL's
+        password appear in no output: running at debug level, /readyz, /metrics, a wrong
+        passphrase, a wrong password."""
+        import shutil
+        import sqlite3
+        import tempfile
+        passphrase = tls_certs.PASSPHRASE
+        wrong_passphrase = "Wr0ng-passphrase-" + uuid.uuid4().hex[:8]
+        # Outside self.dir: check_clean reads every file there, and these hold the passphrases.
+        secret_dir = tempfile.mkdtemp(prefix="idem-redaction-tls-")
+        good_file = os.path.join(secret_dir, "key.pass")
+        wrong_file = os.path.join(secret_dir, "wrong.pass")
+        for path, text in ((good_file, passphrase), (wrong_file, wrong_passphrase)):
+            with open(path, "w") as f:
+                f.write(text + "\n")
+            os.chmod(path, 0o600)
+        cert, key = brokers.test_pki("encrypted-key")
+        server_cert, server_key = brokers.test_pki("server")
+        ca = os.environ["IDEM_TEST_TLS_CA"]
+        handler = brokers.Handler(tls={"cert": server_cert, "key": server_key})
+        amqp = self.amqp_password
+        tag = uuid.uuid4().hex[:8]
+        queue = "redaction-tls-" + tag
+        try:
+            # idem-consume: an amqps:// source with the password, an https:// handler, the
+            # client key encrypted, its passphrase from a file.
+            def consume_config(name, passphrase_file):
+                path = os.path.join(self.dir, name + ".toml")
+                with open(path, "w") as f:
+                    f.write('store = "sqlite:%s"\nhandler_ca_file = "%s"\nhandler_cert_file = "%s"\n'
+                            'handler_key_file = "%s"\nhandler_key_passphrase_file = "%s"\n'
+                            % (os.path.join(self.dir, "consume-tls.db"), ca, cert, key, passphrase_file))
+                return path
+            source = self.amqps_url(amqp, "queue=" + queue)
+            tool = brokers.BrokerTool(bin_path("tests", "tools", "idem-broker-tool"))
+            tool.take(source, idle_ms=50)  # the queue, before the message
+            tool.publish(self.amqps_url(amqp, "exchange=&routing_key=" + queue), [{"id": "tls-" + tag, "body": "{}"}])
+            admin = brokers.free_port()
+            log = os.path.join(self.dir, "consume-tls.log")
+            with open(log, "wb") as err:
+                p = subprocess.Popen([bin_path("consume", "idem-consume"), "--config", consume_config("consume-tls", good_file),
+                                      "--source", source, "--deliver", handler.url, "--admin-listen",
+                                      "127.0.0.1:%d" % admin, "--log-level", "debug"],
+                                     stdout=err, stderr=subprocess.STDOUT, cwd=self.dir)
+            try:
+                brokers.wait_until(lambda: ("tls-" + tag) in handler.call_counts(), 30, what="the delivery over TLS")
+                for path in ("/readyz", "/metrics"):
+                    self.collected.append(("consume tls %s" % path, brokers.http_get(admin, path)[1]))
+            finally:
+                p.terminate()
+                self.assertEqual(p.wait(30), 0)
+            with open(log) as f:
+                self.collected.append(("consume tls log", f.read()))
+            out = self.run_bin("consume wrong passphrase", [bin_path("consume", "idem-consume"), "--config",
+                                                           consume_config("consume-tls-wrong", wrong_file),
+                                                           "--source", source, "--deliver", handler.url,
+                                                           "--admin-listen", "off"])
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn("is the passphrase right?", out.stderr)
+            out = self.run_bin("consume amqps wrong password", [bin_path("consume", "idem-consume"), "--source",
+                                                               self.amqps_url(WRONG, "queue=" + queue), "--deliver",
+                                                               handler.url, "--store", "memory:", "--admin-listen", "off"])
+            self.assertEqual(out.returncode, 1, out.stderr)
+            self.assertIn("refused the login", out.stderr)
+            # An amqps:// URL's own passphrasefile=, wrong: refused before connecting.
+            out = self.run_bin("consume amqps wrong passphrasefile", [
+                bin_path("consume", "idem-consume"), "--source",
+                self.amqps_url(amqp, "queue=%s&certfile=%s&keyfile=%s&passphrasefile=%s" % (queue, cert, key, wrong_file)),
+                "--deliver", handler.url, "--store", "memory:", "--admin-listen", "off"])
+            self.assertEqual(out.returncode, 1, out.stderr)
+            self.assertIn("is the passphrase right?", out.stderr)
+
+            # idem-relay: an https:// webhook, the key's passphrase from a file; an amqps:// sink.
+            db_path = os.path.join(self.dir, "tls-outbox-%s.db" % tag)
+            sqlite3.connect(db_path).close()
+
+            def relay_config(name, sink, passphrase_file=None):
+                path = os.path.join(secret_dir, name + ".toml")  # the sink's password is in it
+                with open(path, "w") as f:
+                    f.write('outbox = "sqlite:%s"\nsink = "%s"\npoll_interval = "20ms"\n' % (db_path, sink))
+                    if passphrase_file:
+                        f.write('webhook_ca_file = "%s"\nwebhook_cert_file = "%s"\nwebhook_key_file = "%s"\n'
+                                'webhook_key_passphrase_file = "%s"\n' % (ca, cert, key, passphrase_file))
+                return path
+            for name, config in (("webhook", relay_config("relay-tls", handler.url, good_file)),
+                                 ("amqps", relay_config("relay-amqps", self.amqps_url(amqp, "exchange=&routing_key=" + queue)))):
+                admin = brokers.free_port()
+                log = os.path.join(self.dir, "relay-%s.log" % name)
+                with open(log, "wb") as err:
+                    p = subprocess.Popen([bin_path("relay", "idem-relay"), "--config", config, "--admin-listen",
+                                          "127.0.0.1:%d" % admin, "--log-level", "debug"],
+                                         stdout=err, stderr=subprocess.STDOUT, cwd=self.dir)
+                try:
+                    brokers.wait_until(lambda: ready(admin), 30, what="idem-relay %s" % name)
+                    for path in ("/readyz", "/metrics"):
+                        self.collected.append(("relay %s %s" % (name, path), brokers.http_get(admin, path)[1]))
+                finally:
+                    p.terminate()
+                    self.assertEqual(p.wait(30), 0)
+                with open(log) as f:
+                    self.collected.append(("relay %s log" % name, f.read()))
+            out = self.run_bin("relay wrong passphrase", [bin_path("relay", "idem-relay"), "--config",
+                                                         relay_config("relay-tls-wrong", handler.url, wrong_file),
+                                                         "--admin-listen", "off"])
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn("is the passphrase right?", out.stderr)
+            out = self.run_bin("relay amqps wrong password", [bin_path("relay", "idem-relay"), "--config",
+                                                             relay_config("relay-amqps-wrong",
+                                                                          self.amqps_url(WRONG, "exchange=&routing_key=" + queue)),
+                                                             "--admin-listen", "off"], timeout=20)
+            self.assertEqual(out.returncode, 1, out.stderr)
+        finally:
+            handler.stop()
+            shutil.rmtree(secret_dir, ignore_errors=True)
+        self.check_clean(forms(passphrase) | forms(wrong_passphrase) | forms(amqp) | forms(WRONG))
 
 
 def ready(port):

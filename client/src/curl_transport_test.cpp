@@ -5,10 +5,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <functional>
+#include <stdexcept>
 #include <mutex>
 #include <thread>
 
@@ -274,6 +277,67 @@ TEST(CurlTransport, ClientRetriesOverRealHttpWithOneKey) {
   const std::string header = "\r\nIdempotency-Key: " + r.key + "\r\n";
   EXPECT_NE(seen[0].find(header), std::string::npos) << seen[0];
   EXPECT_NE(seen[1].find(header), std::string::npos) << seen[1];
+}
+
+// A file under the test's temporary directory with `text` and `mode`; its path.
+std::string temp_file(const std::string& name, const std::string& text, mode_t mode) {
+  const std::string path = ::testing::TempDir() + "curl-transport-" + std::to_string(::getpid()) + "-" + name;
+  FILE* f = std::fopen(path.c_str(), "w");
+  EXPECT_NE(f, nullptr) << path;
+  if (f == nullptr) return path;
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+  ::chmod(path.c_str(), mode);
+  return path;
+}
+
+TEST(CurlTransport, TlsFilesAreCheckedWhenTheTransportIsMade) {
+  // No client certificate, no CA file: nothing to check.
+  EXPECT_TRUE(CurlTransport::create({}));
+  CurlOptions o;
+  o.ca_file = "/nonexistent/ca.pem";
+  auto made = CurlTransport::create(o);
+  ASSERT_FALSE(made);
+  EXPECT_NE(made.error().find("CA file: /nonexistent/ca.pem: cannot read it"), std::string::npos) << made.error();
+
+  const std::string cert = temp_file("cert.pem", "not a certificate\n", 0644);
+  o = {};
+  o.cert_file = cert;
+  made = CurlTransport::create(o);
+  ASSERT_FALSE(made);
+  EXPECT_NE(made.error().find("give both"), std::string::npos) << made.error();
+  o = {};
+  o.key_passphrase_file = cert;
+  made = CurlTransport::create(o);
+  ASSERT_FALSE(made);
+  EXPECT_NE(made.error().find("without a client key file"), std::string::npos) << made.error();
+
+  // A key file other users can read is refused before it is read, naming the file and the mode
+  // (read_private_file, as the encryption key file); its content never shows.
+  const std::string open_key = temp_file("open.key", "-----BEGIN PRIVATE KEY-----\nZq9-not-a-key\n", 0644);
+  o = {};
+  o.cert_file = cert;
+  o.key_file = open_key;
+  made = CurlTransport::create(o);
+  ASSERT_FALSE(made);
+  EXPECT_NE(made.error().find(open_key + ": the client key file's mode 0644"), std::string::npos) << made.error();
+  EXPECT_EQ(made.error().find("Zq9"), std::string::npos) << made.error();
+  // A private file that holds no key: refused at start, not at the first delivery.
+  const std::string junk_key = temp_file("junk.key", "Zq9-not-a-key\n", 0600);
+  o.key_file = junk_key;
+  made = CurlTransport::create(o);
+  ASSERT_FALSE(made);
+  EXPECT_NE(made.error().find(junk_key + ": cannot open the client key file"), std::string::npos) << made.error();
+  EXPECT_EQ(made.error().find("Zq9"), std::string::npos) << made.error();
+  // The same through the constructor: an exception with the same message.
+  EXPECT_THROW(CurlTransport transport(o), std::invalid_argument);
+  // A passphrase file others can read: refused too.
+  const std::string open_pass = temp_file("open.pass", "Zq9-passphrase\n", 0644);
+  o.key_passphrase_file = open_pass;
+  made = CurlTransport::create(o);
+  ASSERT_FALSE(made);
+  EXPECT_EQ(made.error().find("Zq9"), std::string::npos) << made.error();
+  for (const auto& path : {cert, open_key, junk_key, open_pass}) ::unlink(path.c_str());
 }
 
 }  // namespace

@@ -11,6 +11,9 @@ TEST(RedactUrl, HidesTheUserinfoPassword) {
   EXPECT_EQ(redact_url("redis://app:s3cret@h:6379/2"), "redis://app:***@h:6379/2");
   EXPECT_EQ(redact_url("redis://:s3cret@h:6379"), "redis://:***@h:6379");
   EXPECT_EQ(redact_url("amqp://guest:s3cret@h:5672/%2f?queue=q"), "amqp://guest:***@h:5672/%2f?queue=q");
+  // amqps://: the password goes, the TLS file paths (no secrets) stay, so the line says which.
+  EXPECT_EQ(redact_url("amqps://idem:s3cret@h:5671/%2f?queue=q&cacertfile=%2Fetc%2Fca.pem&keyfile=/etc/k.pem"),
+            "amqps://idem:***@h:5671/%2f?queue=q&cacertfile=%2Fetc%2Fca.pem&keyfile=/etc/k.pem");
   EXPECT_EQ(redact_url("redis+cluster://u:s3cret@a:1,b:2"), "redis+cluster://u:***@a:1,b:2");
   EXPECT_EQ(redact_url("http://hook:s3cret@h/receipts"), "http://hook:***@h/receipts");
 }

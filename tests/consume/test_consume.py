@@ -19,8 +19,8 @@ something happens once is counted by the handler itself.
   sigterm   SIGTERM with deliveries in flight: they finish, are acked, exit 0; the rest come back
   admin     /metrics, /healthz, /readyz
   tls       the storm delivered to an https:// handler that requires a client certificate (mutual
-            TLS): the same exact counts; a handler whose certificate names another host, or comes
-            from an unknown CA: no delivery counted, the reason (and the URL) in the log; a client
+            TLS): the same exact counts; a handler whose certificate names another host, comes
+            from an unknown CA or expired: no delivery counted, the reason (and the URL) in the log; a client
             key file other users can read: refused at start, naming the file; an amqps:// source
             whose CA is not trusted: one clear line, exit 1
 """
@@ -230,6 +230,9 @@ class ConsumeTest(unittest.TestCase):
 
     def test_tls_handler_certificate_from_an_unknown_ca_is_never_delivered_to(self):
         self._undeliverable("unknown-ca", "unable to get local issuer certificate")
+
+    def test_tls_handler_certificate_that_expired_is_never_delivered_to(self):
+        self._undeliverable("expired", "certificate has expired")
 
     def test_tls_client_key_file_others_can_read_is_refused_at_start(self):
         self.handler = brokers.Handler()

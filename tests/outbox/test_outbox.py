@@ -22,8 +22,8 @@ a Redis stream, a Kafka topic on librdkafka's mock cluster and an SQS queue on t
           rest goes on; a row that cannot be decoded: dead with the reason; the sink away for 30 s
           while payments go on: the outbox grows, then drains, nothing lost
   tls_refused  (webhook_tls) a webhook whose certificate names another host, then one from an
-          unknown CA: nothing is delivered, the rows stay pending, the relay's log names the URL
-          and the reason; then the right certificate: everything delivered once
+          unknown CA, then an expired one: nothing is delivered, the rows stay pending, the
+          relay's log names the URL and the reason; then the right certificate: each row once
 
 Binaries from the environment (set by ctest): IDEM_PAYMENTS_BIN, IDEM_GATEWAY_BIN, IDEM_RELAY_BIN,
 IDEM_NOTIFIER_BIN, IDEM_FAULT_PROXY_BIN, IDEM_BROKER_TOOL_BIN (and IDEM_KAFKA_MOCK,
@@ -401,7 +401,8 @@ def tls_refused(args, tmp):
         results, lock = [], threading.Lock()
         pay(port, accounts, 10, 3, time.monotonic() + 120, results, lock)
         for server_cert, reason in (("wrong-host", "no alternative certificate subject name matches target host name"),
-                                    ("unknown-ca", "unable to get local issuer certificate")):
+                                    ("unknown-ca", "unable to get local issuer certificate"),
+                                    ("expired", "certificate has expired")):
             chain = Chain(args.sink, tmp, db, server_cert=server_cert)
             where = "TLS with https://127.0.0.1:%d failed" % chain.terminator.port
             brokers.wait_until(lambda: where in chain.relay.log() and reason in chain.relay.log(), 30,

@@ -95,7 +95,10 @@ class Broker:
                 base += "/%2f"
             self.base = base
             if tls:
-                self.tls_query = "&cacertfile=" + urllib.parse.quote(env("IDEM_TEST_TLS_CA"), safe="")
+                # Mutual TLS: the node checks a client certificate presented (servers.sh).
+                cert, key = test_pki("client-a")
+                self.tls_query = "&" + urllib.parse.urlencode({"cacertfile": env("IDEM_TEST_TLS_CA"), "certfile": cert,
+                                                               "keyfile": key})
         elif kind == "redis_streams":
             url = urllib.parse.urlsplit(private.url if private else env("IDEM_TEST_REDIS_URL"))
             self.base = "redis+stream://%s" % url.netloc
@@ -243,6 +246,16 @@ def rabbitmq_queue_depth(queue):
         if name == queue:
             return int(count)
     raise AssertionError("queue %s not found in: %s" % (queue, out[-500:]))
+
+
+def rabbitmq_tls_peers():
+    """The subjects of the client certificates of the shared node's TLS connections, one per
+    connection (rabbitmqctl list_connections)."""
+    servers = env("IDEM_TEST_SERVERS_DIR")
+    out = subprocess.run(["bash", SERVERS_SH, "rabbitmqctl", servers, "list_connections", "--quiet",
+                          "--no-table-headers", "ssl", "peer_cert_subject"],
+                         check=True, timeout=60, capture_output=True, text=True).stdout
+    return [line.partition("\t")[2] for line in out.splitlines() if line.startswith("true\t")]
 
 
 def restart_rabbitmq():

@@ -166,6 +166,10 @@ class ConsumeTest(unittest.TestCase):
             self.sidecar(dict({"workers": 8, "prefetch": 64}, **(settings or {})))
         for s in self.sidecars:
             s.wait_ready()
+        if ARGS.broker == "amqps":
+            # Each sidecar's connection is TLS with its client certificate, as RabbitMQ saw it.
+            peers = [p for p in brokers.rabbitmq_tls_peers() if "CN=payments-a" in p]
+            self.assertGreaterEqual(len(peers), 3, peers)
         self.assertEqual(self.tool.publish(self.broker.sink_url(), messages), len(messages))
 
         def settled():

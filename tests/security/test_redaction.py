@@ -553,7 +553,13 @@ class Secrets(unittest.TestCase):
         finally:
             handler.stop()
             shutil.rmtree(secret_dir, ignore_errors=True)
-        self.check_clean(forms(passphrase) | forms(wrong_passphrase) | forms(amqp) | forms(WRONG))
+        # Nor any line of the private keys used.
+        key_lines = set()
+        for path in (key, brokers.test_pki("client-a")[1]):
+            with open(path) as f:
+                key_lines |= {line.strip() for line in f if len(line.strip()) > 16 and "-----" not in line}
+        self.assertTrue(key_lines)
+        self.check_clean(forms(passphrase) | forms(wrong_passphrase) | forms(amqp) | forms(WRONG) | key_lines)
 
 
 def ready(port):

@@ -264,29 +264,8 @@ int passphrase_callback(char* buffer, int size, int, void* user) {
   return static_cast<int>(passphrase->size());
 }
 
-}  // namespace
-
-namespace {
 // Reads and checks the TLS files of `o` (see CurlOptions): the key's bytes into `key_pem`, the
 // passphrase into `passphrase`.
-std::expected<void, std::string> load_tls_files(const CurlOptions& o, std::string& key_pem, std::string& passphrase);
-}  // namespace
-
-CurlTransport::CurlTransport(CurlOptions options) : impl_(std::make_unique<Impl>()) {
-  global_init();
-  impl_->options = std::move(options);
-  if (auto loaded = load_tls_files(impl_->options, impl_->key_pem, impl_->passphrase); !loaded) throw std::invalid_argument(loaded.error());
-}
-
-std::expected<std::unique_ptr<CurlTransport>, std::string> CurlTransport::create(CurlOptions options) {
-  try {
-    return std::make_unique<CurlTransport>(std::move(options));
-  } catch (const std::invalid_argument& e) {
-    return std::unexpected(std::string(e.what()));
-  }
-}
-
-namespace {
 std::expected<void, std::string> load_tls_files(const CurlOptions& o, std::string& key_pem, std::string& passphrase) {
   if (!o.ca_file.empty()) {
     if (auto ok = check_readable(o.ca_file, "CA file"); !ok) return ok;
@@ -337,7 +316,24 @@ std::expected<void, std::string> load_tls_files(const CurlOptions& o, std::strin
   }
   return {};
 }
+
 }  // namespace
+
+CurlTransport::CurlTransport(CurlOptions options) : impl_(std::make_unique<Impl>()) {
+  global_init();
+  impl_->options = std::move(options);
+  if (auto loaded = load_tls_files(impl_->options, impl_->key_pem, impl_->passphrase); !loaded) {
+    throw std::invalid_argument(loaded.error());
+  }
+}
+
+std::expected<std::unique_ptr<CurlTransport>, std::string> CurlTransport::create(CurlOptions options) {
+  try {
+    return std::make_unique<CurlTransport>(std::move(options));
+  } catch (const std::invalid_argument& e) {
+    return std::unexpected(std::string(e.what()));
+  }
+}
 
 CurlTransport::~CurlTransport() = default;
 

@@ -105,8 +105,8 @@ int run(int argc, char** argv) {
   CLI::App app{"idem-consume: delivers queue messages to an HTTP handler once per message id (docs/idem-consume.md)",
                "idem-consume"};
   sidecar::FlagOptions options(app, {
-      {"source", "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME, redis+stream://HOST:PORT/STREAM?group=GROUP, kafka://HOST:PORT[,HOST:PORT...]/TOPIC?group=GROUP or sqs+https://HOST/ACCOUNT/QUEUE"},
-      {"deliver", "the handler's URL: http://HOST:PORT/PATH"},
+      {"source", "amqp[s]://USER:PASS@HOST:PORT/VHOST?queue=NAME, redis+stream://HOST:PORT/STREAM?group=GROUP, kafka://HOST:PORT[,HOST:PORT...]/TOPIC?group=GROUP or sqs+https://HOST/ACCOUNT/QUEUE"},
+      {"deliver", "the handler's URL: http://HOST:PORT/PATH or https://... (TLS files: handler_ca_file, handler_cert_file, handler_key_file in --config)"},
       {"store", "where processed message ids are kept (memory:, sqlite:PATH, postgres://, redis://, ...)"},
       {"admin_listen", "HOST:PORT for /metrics, /healthz, /readyz, or off"},
       {"name", "consumer name (records under tenant \"consumer NAME\"); default: the queue, or STREAM/GROUP"},

@@ -43,7 +43,7 @@ int run(int argc, char** argv) {
   CLI::App app{"idem-relay: publishes an outbox to a broker or a webhook, at least once (docs/outbox.md)", "idem-relay"};
   sidecar::FlagOptions options(app, {
       {"outbox", "the outbox: sqlite:PATH or postgres://USER:PASS@HOST/DB"},
-      {"sink", "amqp://USER:PASS@HOST:PORT/VHOST?exchange=E, redis+stream://HOST:PORT/STREAM, kafka://HOST:PORT[,HOST:PORT...]/TOPIC, sqs+https://HOST/ACCOUNT/QUEUE or http(s)://..."},
+      {"sink", "amqp[s]://USER:PASS@HOST:PORT/VHOST?exchange=E, redis+stream://HOST:PORT/STREAM, kafka://HOST:PORT[,HOST:PORT...]/TOPIC, sqs+https://HOST/ACCOUNT/QUEUE or http(s)://..."},
       {"admin_listen", "HOST:PORT for /metrics, /healthz, /readyz, or off"},
       {"name", "this relay's name on the rows it holds (default HOSTNAME-PID)"},
       {"log_level", "error, warn, info or debug"}});

@@ -110,12 +110,16 @@ void load_certificate(SSL_CTX* ctx, const CertificateFiles& files, std::string_v
              ? "not a PEM private key, or an encrypted one (give key_passphrase_file)"
              : "not a PEM private key, or the passphrase in key_passphrase_file does not decrypt it");
   }
-  const int used = SSL_CTX_use_PrivateKey(ctx, key);
+  // OpenSSL refuses a key that does not match the certificate already here (X509 "key values
+  // mismatch"); SSL_CTX_check_private_key catches what it lets through.
+  const bool used = SSL_CTX_use_PrivateKey(ctx, key) == 1 && SSL_CTX_check_private_key(ctx) == 1;
   EVP_PKEY_free(key);
-  if (used != 1) fail(key_key, files.key_file, "cannot use the key: " + openssl_errors());
-  if (SSL_CTX_check_private_key(ctx) != 1) {
-    ERR_clear_error();
-    fail(key_key, files.key_file, "the key does not belong to the certificate in " + cert_key);
+  if (!used) {
+    const std::string why = openssl_errors();
+    fail(key_key, files.key_file,
+         why.find("mismatch") != std::string::npos || why.find("does not match") != std::string::npos
+             ? "the key does not belong to the certificate in " + cert_key
+             : "cannot use the key: " + why);
   }
   if (X509* cert = SSL_CTX_get0_certificate(ctx); cert != nullptr && warnings != nullptr) {
     if (const auto days = days_left(cert)) {
@@ -224,8 +228,9 @@ std::shared_ptr<const TlsContext> TlsContext::for_upstream(const UpstreamTls& se
   if (!setting.client.empty()) load_certificate(ctx.get(), setting.client, "", warnings);
   SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, record_verification);
   SSL_CTX_set_verify_depth(ctx.get(), 8);
-  // Sessions are kept by the connection pool (one per event loop), not in OpenSSL's cache.
-  SSL_CTX_set_session_cache_mode(ctx.get(), SSL_SESS_CACHE_OFF);
+  // Sessions are kept by the connection pool (one per event loop), not in OpenSSL's store; the
+  // client cache mode must be on for TLS 1.3 tickets to be kept on the session at all.
+  SSL_CTX_set_session_cache_mode(ctx.get(), SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
   auto out = std::shared_ptr<TlsContext>(new TlsContext(ctx.release()));
   out->server_name_ = setting.server_name.empty() ? std::string(host) : setting.server_name;
   return out;

@@ -84,20 +84,22 @@ Task<bool> UpstreamPool::handshake(UpstreamConn& conn, UpstreamAddresses& upstre
   if (session_ && session_upstream_ == upstream.id() && session_context_ == context) SSL_set_session(ssl, session_.get());
   co_await conn.stream.tls()->async_handshake(asio::ssl::stream_base::client, with(out.ec));
   if (!out.ec) {
-    keep_session(conn);
+    if (SSL_session_reused(ssl) == 1) metrics_.upstream_tls_resumed.fetch_add(1, std::memory_order_relaxed);
     co_return true;
   }
   metrics_.upstream_tls_failures.fetch_add(1, std::memory_order_relaxed);
   // The certificate's refusal when the callback saw one; else the handshake's own error.
   out.failure = "TLS handshake with the upstream " + config.upstream.text() + " failed: " +
                 (conn.tls_failure.empty() ? out.ec.message() : "its " + conn.tls_failure);
-  // Every request would log the same line: one per 10 s, with how many were not logged.
+  // Every request would log the same line: a new reason at once, the same one again after 10 s,
+  // with how many were not logged.
   const auto now = Clock::now();
-  if (last_tls_warning_ == Clock::time_point{} || now - last_tls_warning_ >= std::chrono::seconds(10)) {
+  if (out.failure != last_tls_warning_text_ || now - last_tls_warning_ >= std::chrono::seconds(10)) {
     std::string line = out.failure;
     if (tls_warnings_skipped_ > 0) line += " (and " + std::to_string(tls_warnings_skipped_) + " more since the last line)";
     log::write(LogLevel::warn, line);
     last_tls_warning_ = now;
+    last_tls_warning_text_ = out.failure;
     tls_warnings_skipped_ = 0;
   } else {
     ++tls_warnings_skipped_;
@@ -106,28 +108,30 @@ Task<bool> UpstreamPool::handshake(UpstreamConn& conn, UpstreamAddresses& upstre
 }
 
 void UpstreamPool::keep_session(UpstreamConn& conn) {
-  SSL* ssl = conn.stream.tls()->native_handle();
-  if (SSL_session_reused(ssl) == 1) {
-    metrics_.upstream_tls_resumed.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  // TLS 1.3 sends its tickets after the handshake: a session read now may not be resumable
-  // yet, and release() looks again once the response was read.
-  SSL_SESSION* session = SSL_get1_session(ssl);
+  SSL_SESSION* session = SSL_get1_session(conn.stream.tls()->native_handle());
   if (session == nullptr) return;
-  if (SSL_SESSION_is_resumable(session) != 1) {
+  // A TLS 1.3 session resumes only with a ticket (they arrive after the handshake, before the
+  // response at the latest); TLS 1.3 clients also send a session id, which resumes nothing.
+  const bool resumable = SSL_SESSION_is_resumable(session) == 1 &&
+                         (SSL_SESSION_get_protocol_version(session) < TLS1_3_VERSION || SSL_SESSION_has_ticket(session) == 1);
+  if (!resumable) {
     SSL_SESSION_free(session);
     return;
   }
-  session_.reset(session);
+  // A copy: OpenSSL marks a connection's own session not resumable when the connection is freed
+  // without a TLS shutdown (every pooled connection that is closed, or dropped by the upstream).
+  session_.reset(SSL_SESSION_dup(session));
+  SSL_SESSION_free(session);
   session_upstream_ = conn.upstream_id;
   session_context_ = conn.tls_context->native_handle();
 }
 
 void UpstreamPool::release(std::unique_ptr<UpstreamConn> conn, const Config& config) {
+  // The connection's latest session (a TLS 1.3 ticket arrived with the response at the latest)
+  // is the one the next connection resumes.
+  if (conn->stream.tls() != nullptr) keep_session(*conn);
   if (idle_.size() >= config.upstream_max_idle || config.upstream_idle_timeout.count() == 0) return;
   if (conn->buffer.size() != 0) return;  // bytes after the response: the connection is confused
-  if (conn->stream.tls() != nullptr && !session_) keep_session(*conn);
   conn->stream.expires_never();
   conn->idle_since = Clock::now();
   idle_.push_back(std::move(conn));

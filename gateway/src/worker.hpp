@@ -241,12 +241,13 @@ class UpstreamPool {
   Deadlines& deadlines_;
   MetricsShard& metrics_;
   std::vector<std::unique_ptr<UpstreamConn>> idle_;
-  // The last TLS session with the upstream, resumed by the next connection (an abbreviated
+  // The latest TLS session with the upstream, resumed by the next new connection (an abbreviated
   // handshake: no certificate chain sent or verified again), for the context it was made with.
   std::unique_ptr<SSL_SESSION, SessionFree> session_;
   std::uint64_t session_upstream_ = 0;
   SSL_CTX* session_context_ = nullptr;
   std::chrono::steady_clock::time_point last_tls_warning_{};
+  std::string last_tls_warning_text_;
   std::uint64_t tls_warnings_skipped_ = 0;
 };
 

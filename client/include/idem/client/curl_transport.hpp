@@ -40,10 +40,10 @@ struct CurlOptions {
 /// POST is the caller's decision). Thread-safe: each call borrows an easy handle from a pool, so
 /// connections are reused across calls and threads. No curl header leaks from here.
 ///
-/// TLS failures (an unknown CA, a host name the certificate does not name, an expired
-/// certificate, a refused client certificate) are TransportErrors whose message names the
-/// server (scheme://host:port, never the userinfo) and curl's reason; never a fallback to
-/// plain HTTP or to an unverified connection.
+/// https:// is TLS 1.2 or later. TLS failures (an unknown CA, a host name the certificate does
+/// not name, an expired certificate, a refused client certificate) are TransportErrors whose
+/// message names the server (scheme://host:port, never the userinfo) and curl's reason; never a
+/// fallback to plain HTTP or to an unverified connection.
 class CurlTransport final : public Transport {
  public:
   /// Checks the TLS files of `options` (ca_file and cert_file readable; key_file and

@@ -106,6 +106,34 @@ executions=$(curl -s "http://127.0.0.1:$upstream_port/" | python3 -c "import jso
 [ -f /var/lib/idem/idem.db ] || fail "the store is not in /var/lib/idem"
 echo "packages: the installed gateway executed once and replayed: $second"
 
+# TLS with the certificate layout of docs/operations.md: /etc/idem/tls is root:idem 0750, the key
+# root:idem 0640, read by the unit's user; the [tls] listener added to the installed config.
+kill "${pids[-1]}" 2>/dev/null || true
+wait "${pids[-1]}" 2>/dev/null || true
+unset 'pids[-1]'
+[ "$(stat -c '%U:%G %a' /etc/idem/tls)" = "root:idem 750" ] || fail "/etc/idem/tls is $(stat -c '%U:%G %a' /etc/idem/tls), not root:idem 750"
+python3 "$root/tests/common/tls_certs.py" "$work/pki" >/dev/null
+install -o root -g idem -m 0644 "$work/pki/server.pem" /etc/idem/tls/gateway.pem
+install -o root -g idem -m 0640 "$work/pki/server.key" /etc/idem/tls/gateway.key
+tls_port=$(free_port)
+printf '\n[tls]\nlisten = "127.0.0.1:%s"\ncert_file = "/etc/idem/tls/gateway.pem"\nkey_file = "/etc/idem/tls/gateway.key"\n' \
+  "$tls_port" >>/etc/idem/gateway.toml
+# shellcheck disable=SC2086  # ExecStart is a command line
+runuser -u "$user" -- $exec_start --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" \
+  --upstream "http://127.0.0.1:$upstream_port" >"$work/gateway-tls.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+tls_replay=$(curl -s -D "$work/h3" --cacert "$work/pki/ca.pem" -X POST -H "Idempotency-Key: $key" \
+  -H 'Content-Type: application/json' -d '{"amount": 100}' "https://localhost:$tls_port/v1/payments") \
+  || { cat "$work/gateway-tls.log" >&2; fail "the installed gateway did not answer over TLS"; }
+grep -qi '^Idempotent-Replayed: true' "$work/h3" || fail "the TLS retry was not a replay: $(cat "$work/h3")"
+[ "$tls_replay" = "$first" ] || fail "the TLS replay differs: $tls_replay / $first"
+rm -f /etc/idem/tls/gateway.pem /etc/idem/tls/gateway.key
+echo "packages: the installed gateway read its certificate from /etc/idem/tls as $user and replayed over TLS"
+
 # find_package(idem COMPONENTS c) for each component, from /usr.
 mkdir -p "$work/consumer"
 cat >"$work/consumer/main.cpp" <<'EOF'

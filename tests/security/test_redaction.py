@@ -11,6 +11,7 @@ ACL user, and the shared RabbitMQ node's password-protected user.
 """
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -560,6 +561,79 @@ class Secrets(unittest.TestCase):
                 key_lines |= {line.strip() for line in f if len(line.strip()) > 16 and "-----" not in line}
         self.assertTrue(key_lines)
         self.check_clean(forms(passphrase) | forms(wrong_passphrase) | forms(amqp) | forms(WRONG) | key_lines)
+
+    def test_gateway_tls_key_passphrase(self):
+        """idem-gateway's [tls] key_passphrase_file: the passphrase and the private key's lines
+        appear in no output at debug level (start, a request over TLS, /metrics, a reload) nor
+        when the passphrase is wrong or the key file readable by others; file paths may."""
+        import shutil
+        import ssl
+        import tempfile
+        import urllib.request
+        passphrase = tls_certs.PASSPHRASE
+        wrong_passphrase = "Wr0ng-passphrase-" + uuid.uuid4().hex[:8]
+        secret_dir = tempfile.mkdtemp(prefix="idem-redaction-gw-tls-")  # outside self.dir: check_clean reads it
+        good_file = os.path.join(secret_dir, "key.pass")
+        wrong_file = os.path.join(secret_dir, "wrong.pass")
+        for path, text in ((good_file, passphrase), (wrong_file, wrong_passphrase)):
+            with open(path, "w") as f:
+                f.write(text + "\n")
+            os.chmod(path, 0o600)
+        cert, key = brokers.test_pki("encrypted-key")
+        ca = os.environ["IDEM_TEST_TLS_CA"]
+        try:
+            def config(name, passphrase_file, key_file=key):
+                path = os.path.join(self.dir, name + ".toml")
+                tls_port = brokers.free_port()
+                with open(path, "w") as f:
+                    f.write('log_level = "debug"\nstore = "memory:"\nupstream = "http://127.0.0.1:9"\n'
+                            '[tls]\nlisten = "127.0.0.1:%d"\ncert_file = "%s"\nkey_file = "%s"\n'
+                            'key_passphrase_file = "%s"\n' % (tls_port, cert, key_file, passphrase_file))
+                return path, tls_port
+            path, tls_port = config("gateway-tls", good_file)
+            port, admin = brokers.free_port(), brokers.free_port()
+            log = os.path.join(self.dir, "gateway-tls.log")
+            with open(log, "wb") as err:
+                p = subprocess.Popen([bin_path("gateway", "idem-gateway"), "--config", path, "--listen",
+                                      "127.0.0.1:%d" % port, "--admin-listen", "127.0.0.1:%d" % admin],
+                                     stdout=err, stderr=subprocess.STDOUT, cwd=self.dir)
+            try:
+                brokers.wait_until(lambda: ready(admin), 30, what="idem-gateway with an encrypted TLS key")
+                ctx = ssl.create_default_context(cafile=ca)
+                req = urllib.request.Request("https://localhost:%d/x" % tls_port, data=b"{}", method="POST",
+                                             headers={"Idempotency-Key": "redaction-tls-" + uuid.uuid4().hex})
+                try:
+                    urllib.request.urlopen(req, context=ctx, timeout=10)
+                except urllib.error.HTTPError as e:
+                    self.assertEqual(e.code, 502)  # nothing listens upstream: the TLS hop is what counts
+                p.send_signal(signal.SIGHUP)  # the files read again
+                def reloaded():
+                    with open(log) as f:
+                        return "in force" in f.read()
+                brokers.wait_until(reloaded, 10, what="the reload")
+                self.collected.append(("gateway tls /metrics", brokers.http_get(admin, "/metrics")[1]))
+            finally:
+                p.terminate()
+                self.assertEqual(p.wait(30), 0)
+            with open(log) as f:
+                self.collected.append(("gateway tls log", f.read()))
+            wrong, _ = config("gateway-tls-wrong", wrong_file)
+            out = self.run_bin("gateway tls wrong passphrase", [bin_path("gateway", "idem-gateway"), "--config", wrong])
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn("does not decrypt it", out.stderr)
+            readable = os.path.join(secret_dir, "readable.key")
+            shutil.copy(key, readable)
+            os.chmod(readable, 0o644)
+            loose, _ = config("gateway-tls-loose", good_file, readable)
+            out = self.run_bin("gateway tls readable key", [bin_path("gateway", "idem-gateway"), "--config", loose])
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn(readable, out.stderr)  # the path is named; the key is not
+        finally:
+            shutil.rmtree(secret_dir, ignore_errors=True)
+        with open(key) as f:
+            key_lines = {line.strip() for line in f if len(line.strip()) > 16 and "-----" not in line}
+        self.assertTrue(key_lines)
+        self.check_clean(forms(passphrase) | forms(wrong_passphrase) | key_lines)
 
 
 def ready(port):

@@ -22,6 +22,11 @@
 # IDEM_TEST_AMQPS_URL (the same node's TLS listener, amqps://, same user; its certificate names
 # 127.0.0.1 and localhost, issued by the test CA), IDEM_TEST_TLS_CA (that CA, PEM) and
 # IDEM_TEST_TLS_DIR (DIR/pki: tests/common/tls_certs.py's certificates and keys, made at start).
+# PostgreSQL accepts TLS with the same CA's server certificate: IDEM_TEST_POSTGRES_URL pins
+# sslmode=disable (plain, as before TLS); IDEM_TEST_POSTGRES_TLS_URL is the same server and user
+# at host localhost with sslmode=verify-full against the test CA; IDEM_TEST_POSTGRES_CLIENT_CERT_URL
+# logs in as payments-a by client certificate alone (client-a.pem), to database idem_client_cert.
+# With PostgreSQL also IDEM_TEST_TLS_CA and IDEM_TEST_TLS_DIR.
 set -euo pipefail
 
 usage="usage: servers.sh start DIR [postgres] [redis] [cluster] [rabbitmq] | servers.sh stop DIR
@@ -70,17 +75,62 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
   done
 }
 
+# The test CA and certificates (tests/common/tls_certs.py), made once under DIR/pki and shared by
+# every server started under DIR that speaks TLS.
+make_pki() {
+  local pki=$dir/pki
+  [ -f "$pki/ca.pem" ] || python3 "$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/tests/common/tls_certs.py" "$pki" >/dev/null
+}
+
+# PostgreSQL accepts TLS too (ssl = on, the test CA's server certificate, which names localhost and
+# 127.0.0.1): libpq's sslmode=verify-full works against it. IDEM_TEST_POSTGRES_URL pins
+# sslmode=disable, since libpq's default (prefer) would move every existing test to TLS.
+# Client certificates: the role payments-a (client-a.pem's CN) logs in by its certificate alone,
+# over TLS only (pg_hba: hostssl ... cert, then reject), to its own database idem_client_cert.
 start_postgres() {
-  local port data=$dir/pg
+  local port data=$dir/pg pki=$dir/pki
   port=$(free_port)
   mkdir -p "$data"
   [ "$(id -u)" -eq 0 ] && chown postgres: "$data" && chmod 755 "$dir"
   as_pg "$pg_bin/initdb" -D "$data" -A trust -U idem --no-sync -E UTF8 >"$dir/pg-initdb.log" 2>&1
+  make_pki
+  # The server's own copies in its data directory: PostgreSQL refuses a key file that is not its
+  # user's or is readable by others.
+  cp "$pki/server.pem" "$data/tls-server.pem"
+  cp "$pki/server.key" "$data/tls-server.key"
+  cp "$pki/ca.pem" "$data/tls-ca.pem"
+  [ "$(id -u)" -eq 0 ] && chown postgres: "$data/tls-server.pem" "$data/tls-server.key" "$data/tls-ca.pem"
+  chmod 600 "$data/tls-server.key"
+  cat >>"$data/postgresql.conf" <<EOC
+
+# scripts/lib/servers.sh: TLS with the test CA's certificates (DIR/pki)
+ssl = on
+ssl_cert_file = '$data/tls-server.pem'
+ssl_key_file = '$data/tls-server.key'
+ssl_ca_file = '$data/tls-ca.pem'
+EOC
+  local hba
+  hba=$(cat "$data/pg_hba.conf")
+  {
+    echo "# scripts/lib/servers.sh: payments-a by its client certificate, over TLS only"
+    echo "hostssl all payments-a 127.0.0.1/32 cert"
+    echo "host    all payments-a 127.0.0.1/32 reject"
+    echo "local   all payments-a              reject"
+    echo "$hba"
+  } >"$data/pg_hba.conf"
   as_pg "$pg_bin/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 \
     -o "-p $port -k $data -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
   as_pg "$pg_bin/createdb" -h 127.0.0.1 -p "$port" -U idem idem_test
-  echo "export IDEM_TEST_POSTGRES_URL=postgres://idem@127.0.0.1:$port/idem_test" >>"$dir/env"
-  echo "export IDEM_TEST_POSTGRES_DATA=$data IDEM_TEST_POSTGRES_BIN=$pg_bin" >>"$dir/env"
+  as_pg "$pg_bin/psql" -h 127.0.0.1 -p "$port" -U idem -d idem_test -q -v ON_ERROR_STOP=1 \
+    -c 'CREATE ROLE "payments-a" LOGIN' -c 'CREATE DATABASE idem_client_cert OWNER "payments-a"'
+  local tls="sslmode=verify-full&sslrootcert=$pki/ca.pem"
+  {
+    echo "export IDEM_TEST_POSTGRES_URL='postgres://idem@127.0.0.1:$port/idem_test?sslmode=disable'"
+    echo "export IDEM_TEST_POSTGRES_TLS_URL='postgres://idem@localhost:$port/idem_test?$tls'"
+    echo "export IDEM_TEST_POSTGRES_CLIENT_CERT_URL='postgres://payments-a@localhost:$port/idem_client_cert?$tls&sslcert=$pki/client-a.pem&sslkey=$pki/client-a.key'"
+    echo "export IDEM_TEST_POSTGRES_DATA=$data IDEM_TEST_POSTGRES_BIN=$pg_bin"
+    echo "export IDEM_TEST_TLS_CA=$pki/ca.pem IDEM_TEST_TLS_DIR=$pki"
+  } >>"$dir/env"
 }
 
 start_redis() {  # start_redis NAME PORT EXTRA_ARGS...

@@ -80,11 +80,12 @@ EOF
   pid_of[$name]=$!
 }
 
-# start_gateway BINARY NAME STORE_URL PORT ADMIN_PORT [EXTRA_TOML]: an idem-gateway in front of
-# the upstream, with no [[route]] and warn-level logging, EXTRA_TOML (tables such as [tenant])
-# appended to its config; returns once its /healthz answers.
+# start_gateway BINARY NAME STORE_URL PORT ADMIN_PORT [EXTRA_TOML] [UPSTREAM_URL]: an idem-gateway
+# in front of the upstream (UPSTREAM_URL, default http://127.0.0.1:$upstream_port), with no
+# [[route]] and warn-level logging, EXTRA_TOML (tables such as [tenant]) appended to its config;
+# returns once its /healthz answers.
 start_gateway() {
-  local binary=$1 name=$2 store=$3 port=$4 admin=$5 extra=${6:-}
+  local binary=$1 name=$2 store=$3 port=$4 admin=$5 extra=${6:-} upstream=${7:-http://127.0.0.1:$upstream_port}
   cat >"$work/$name.toml" <<EOF
 # No [[route]]: every POST and PATCH is handled, key optional (wrk always sends one).
 upstream_timeout = "30s"
@@ -94,7 +95,7 @@ log_level = "warn"
 $extra
 EOF
   "$binary" --config "$work/$name.toml" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" \
-    --upstream "http://127.0.0.1:$upstream_port" --store "$store" >"$work/$name.log" 2>&1 &
+    --upstream "$upstream" --store "$store" >"$work/$name.log" 2>&1 &
   pids+=($!)
   pid_of[$name]=$!
   wait_http "http://127.0.0.1:$admin/healthz"

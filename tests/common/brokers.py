@@ -325,6 +325,12 @@ class PrivateRedis:
     def stop(self):
         stop_process(self.proc)
 
+    def kill(self):
+        """SIGKILL: no shutdown, nothing written at exit; start() reloads what its AOF holds."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
     def restart(self, down_seconds=0.0):
         self.stop()
         time.sleep(down_seconds)

@@ -2,7 +2,8 @@
 librdkafka's mock cluster, or an SQS queue on the fauxqs emulator) and a real HTTP handler, on a shared SQLite store. Every claim that
 something happens once is counted by the handler itself.
 
-    test_consume.py --broker amqp|amqps|redis_streams|kafka|sqs --consume PATH --tool PATH [unittest args]
+    test_consume.py --broker amqp|amqps|redis_streams|kafka|sqs --consume PATH --tool PATH [--idemctl PATH]
+                    [unittest args]
 
   (amqps: RabbitMQ's TLS listener, verified against the test CA: amqps://...&cacertfile=)
 
@@ -13,6 +14,12 @@ something happens once is counted by the handler itself.
             moves partitions between the sidecars; SQS: the endpoint away for 30 s); with on_lease_expiry = "unknown" no id is POSTed twice and the parked ones
             are bounded by kills x in-flight; with a handler deduping by Idempotency-Key, every id
             has exactly one effect and none is lost
+  store kills
+            the shared store (a private PostgreSQL, a private Redis with appendfsync always)
+            SIGKILLed 5 times (IDEM_CONSUME_STORE_KILLS) while three sidecars claim and record
+            batches, on_lease_expiry = "unknown": every delivery acked as processed or duplicate
+            has its completed record (idemctl list), every id is recorded or parked, none POSTed
+            twice
   bad       no id, a bad id, a body over the limit, a handler answering 400, a handler that never
             answers: dead-lettered with their reasons; wrong credentials (SQS: an unknown queue,
             as the emulator takes any credentials): one clear line, exit 1
@@ -25,9 +32,12 @@ something happens once is counted by the handler itself.
             whose CA is not trusted: one clear line, exit 1
 """
 import argparse
+import json
 import os
 import random
+import re
 import signal
+import subprocess
 import sys
 import threading
 import shutil
@@ -40,11 +50,13 @@ sys.path.insert(0, os.path.join(HERE, "..", "common"))
 sys.path.insert(0, os.path.join(HERE, "..", "gateway"))
 import brokers  # noqa: E402
 import history  # noqa: E402
+import stores  # noqa: E402
 from harness import Process  # noqa: E402
 from scratch import run_in_scratch_dir  # noqa: E402
 
 ARGS = None
 KILLS = int(os.environ.get("IDEM_CONSUME_KILLS", "20"))
+STORE_KILLS = int(os.environ.get("IDEM_CONSUME_STORE_KILLS", "5"))
 
 
 class Sidecar:
@@ -54,10 +66,9 @@ class Sidecar:
         self.workdir = workdir
         self.name = name
         self.config = os.path.join(workdir, "%s.toml" % name)
-        lines = ['source = "%s"' % source, 'deliver = "%s"' % deliver, 'store = "%s"' % store,
-                 'log_level = "warn"']
-        for key, value in (settings or {}).items():
-            lines.append("%s = %s" % (key, value if isinstance(value, int) else '"%s"' % value))
+        # `settings` may replace these (log_level = "info": a line per outcome, acks included).
+        values = dict({"source": source, "deliver": deliver, "store": store, "log_level": "warn"}, **(settings or {}))
+        lines = ["%s = %s" % (key, value if isinstance(value, int) else '"%s"' % value) for key, value in values.items()]
         with open(self.config, "w") as f:
             f.write("\n".join(lines) + "\n")
         self.process = None
@@ -395,6 +406,145 @@ class ConsumeTest(unittest.TestCase):
         self.assertEqual(self.left_in_queue(), [])
         self._check_history("unknown")
 
+    # ---- the shared store killed mid-batch ---------------------------------------------------
+
+    def test_store_kills_postgres_leave_no_message_acked_and_unrecorded(self):
+        server = stores.PrivatePostgres("store-kills")
+        self.addCleanup(server.stop)
+        self._store_kills(server)
+
+    def test_store_kills_redis_leave_no_message_acked_and_unrecorded(self):
+        server = brokers.PrivateRedis(self.dir)  # AOF, appendfsync always: a reply means on disk
+        self.addCleanup(server.stop)
+        self._store_kills(server)
+
+    def _store_kills(self, server):
+        """Three sidecars share `server` (PrivatePostgres, PrivateRedis) as their store: each
+        receive claimed with one store call, completions recorded in batches. 3,000 ids, each
+        published 1-3 times, go out in chunks: before each of STORE_KILLS kills a chunk is
+        published and the sidecars are seen settling deliveries again, then the store is SIGKILLed
+        20-300 ms later, mid-flow, and started again 0.3-1.5 s after (same port, same data).
+        on_lease_expiry = "unknown" and a handler counting POSTs, as in
+        test_kills_with_unknown_never_post_twice_and_park_a_bounded_few. Afterwards, from the
+        sidecars' own lines (log_level info: one per outcome, acks included), the broker's
+        dead-letter queue and the store's records (idemctl list):
+          - every delivery acked as processed or duplicate has its id's completed record (200):
+            no message both acked and unrecorded;
+          - every id is completed, or parked (dead-lettered as outcome_unknown: a claim or a
+            completion the kill left in doubt, its lease run out), never both; nothing left in
+            the queue;
+          - no id POSTed twice; each completed id POSTed exactly once; the parked are at most
+            kills x sidecars x prefetch (the deliveries a sidecar holds claimed at once);
+          - the history checker finds nothing (policy unknown)."""
+        self.assertTrue(ARGS.idemctl, "--idemctl is required for the store kill tests")
+        name = "store-kills"
+        kills = STORE_KILLS
+        sidecars, prefetch = 3, 32
+        self.store = server.url
+        self.handler = brokers.Handler()
+        ids = ["sk-%05d" % i for i in range(3000)]
+        rng = random.Random(37)
+        messages = [{"id": i, "body": '{"id":"%s"}' % i} for i in ids for _ in range(rng.randint(1, 3))]
+        rng.shuffle(messages)
+        pieces = kills + 3
+        size = -(-len(messages) // pieces)
+        chunks = [messages[k * size:(k + 1) * size] for k in range(pieces)]
+        settings = {"name": name, "workers": 8, "prefetch": prefetch, "on_lease_expiry": "unknown", "lease": "3s",
+                    "handler_timeout": "1s", "retry_min": "50ms", "retry_max": "500ms", "claim_idle": "2s",
+                    "drain_timeout": "5s", "log_level": "info"}
+        for _ in range(sidecars):
+            self.sidecar(settings)
+        for s in self.sidecars:
+            s.wait_ready()
+        self.record = history.History(os.path.join(self.dir, "history.jsonl"))
+        started = time.monotonic()
+
+        def publish(chunk):
+            sent = time.monotonic()
+            self.assertEqual(self.tool.publish(self.broker.sink_url(), chunk), len(chunk))
+            for m in chunk:  # confirmed by the broker: each message is an acknowledged operation
+                self.record.op(m["id"], sent, 200)
+
+        def metric(name):
+            return sum(s.metrics().get(name, 0) for s in self.sidecars)
+
+        def settled_so_far():
+            return metric("idem_consume_processed_total") + metric("idem_consume_duplicates_total")
+
+        in_flight_at_kills = []
+        for k in range(kills):
+            publish(chunks[k])
+            before = settled_so_far()
+            brokers.wait_until(lambda: settled_so_far() > before, 120, interval=0.02,
+                               what="the sidecars settling deliveries again (kill %d)" % (k + 1))
+            time.sleep(rng.uniform(0.02, 0.3))
+            in_flight_at_kills.append(int(metric("idem_consume_in_flight")))
+            self.record.event("store_kill", n=k + 1)
+            server.kill()
+            time.sleep(rng.uniform(0.3, 1.5))
+            server.start()
+            self.record.event("store_up", n=k + 1)
+        for chunk in chunks[kills:]:
+            publish(chunk)
+        parked = set()
+        self._wait_all_accounted(ids, parked)
+        dropped = metric("idem_log_lines_dropped_total")
+        for s in self.sidecars:
+            self.assertEqual(s.stop(), 0, s.process.log()[-2000:])
+        wall = time.monotonic() - started
+        self.assertEqual(self.left_in_queue(), [])
+        self.assertEqual(dropped, 0, "log lines dropped: the acks read from the logs would be incomplete")
+
+        # What each sidecar settled, by its own lines.
+        acked, parked_logged = set(), set()
+        completion_failures = claim_failures = 0
+        line = re.compile(r'message id="([^"]*)" outcome=(\S+)(.*)$')
+        for s in self.sidecars:
+            for text in s.process.log().splitlines():
+                m = line.search(text)
+                if not m:
+                    continue
+                key, outcome, rest = m.groups()
+                if outcome in ("processed", "duplicate"):
+                    acked.add(key)
+                elif outcome == "dead_letter:outcome_unknown":
+                    parked_logged.add(key)
+                elif outcome == "retry:store_error":
+                    if "recording the message failed after its effect" in rest:
+                        completion_failures += 1
+                    else:
+                        claim_failures += 1
+        self.assertEqual(parked_logged, parked, "the dead letters and the sidecars' lines disagree")
+
+        # The store's records, as an operator reads them.
+        out = subprocess.run([ARGS.idemctl, "list", "--store", server.url, "--tenant", "consumer " + name, "--all",
+                              "--limit", "1000", "--json"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        records = {r["key"]: r for r in json.loads(out.stdout)["records"]}
+        completed = {k for k, r in records.items() if r["state"] == "completed"}
+        calls = self.handler.call_counts()
+
+        def none(found, what):  # the first 20 offenders and how many there are
+            found = sorted(found)
+            self.assertEqual(found[:20], [], "%d %s" % (len(found), what))
+
+        none(set(records) - set(ids), "records of ids never published")
+        none([k for k in completed if (records[k].get("response") or {}).get("status") != 200],
+             "completed records without the handler's 200")
+        none(acked - completed, "ids acked as processed or duplicate, but not recorded as completed")
+        none(set(ids) - completed - parked, "ids neither recorded nor parked")
+        none(completed & parked, "ids parked although recorded")
+        none(set(ids) - acked - parked, "ids the sidecars' lines show neither acked nor parked")
+        self.assertEqual({k: n for k, n in calls.items() if n > 1}, {}, "ids POSTed twice")
+        none([k for k in completed if calls.get(k) != 1], "ids recorded as completed, but not POSTed exactly once")
+        self.assertLessEqual(len(parked), kills * sidecars * prefetch, "more parked than kills x held claims")
+        # The kills met batches in flight: deliveries found the store gone.
+        self.assertGreater(completion_failures + claim_failures, 0, "no delivery met a store outage")
+        self._check_history("unknown", parked)
+        print("store kills=%d in flight at the kills=%s failed claims=%d failed completions=%d parked=%d "
+              "completed=%d posted=%d wall=%.1fs" % (kills, in_flight_at_kills, claim_failures, completion_failures,
+                                                    len(parked), len(completed), len(calls), wall))
+
     def test_bad_messages_are_dead_lettered_with_their_reasons(self):
         def answer(key, body):
             if key == "reject-me":
@@ -511,6 +661,7 @@ def main():
     parser.add_argument("--broker", choices=["amqp", "amqps", "redis_streams", "kafka", "sqs"], required=True)
     parser.add_argument("--consume", required=True)
     parser.add_argument("--tool", required=True)
+    parser.add_argument("--idemctl", help="idemctl, to read the store's records (the store kill tests)")
     ARGS, rest = parser.parse_known_args()
     program = unittest.main(argv=[sys.argv[0]] + rest, verbosity=2, exit=False)
     # A pattern that matches nothing must not pass as a green test that tested nothing.

@@ -421,9 +421,10 @@ class ConsumeTest(unittest.TestCase):
     def _store_kills(self, server):
         """Three sidecars share `server` (PrivatePostgres, PrivateRedis) as their store: each
         receive claimed with one store call, completions recorded in batches. 3,000 ids, each
-        published 1-3 times, go out in chunks: before each of STORE_KILLS kills a chunk is
-        published and the sidecars are seen settling deliveries again, then the store is SIGKILLed
-        20-300 ms later, mid-flow, and started again 0.3-1.5 s after (same port, same data).
+        published 1-3 times, go out in chunks: before each of STORE_KILLS kills a chunk
+        starts going out and the sidecars are seen settling deliveries again, then the store is
+        SIGKILLed 0-150 ms later, mid-flow, and started again 0.3-1.5 s after (same port, same
+        data).
         on_lease_expiry = "unknown" and a handler counting POSTs, as in
         test_kills_with_unknown_never_post_twice_and_park_a_bounded_few. Afterwards, from the
         sidecars' own lines (log_level info: one per outcome, acks included), the broker's
@@ -473,14 +474,30 @@ class ConsumeTest(unittest.TestCase):
 
         in_flight_at_kills = []
         for k in range(kills):
-            publish(chunks[k])
+            # The chunk goes out while the store is killed: the sidecars keep up with a publisher,
+            # so a kill after the publish would often find them idle.
             before = settled_so_far()
-            brokers.wait_until(lambda: settled_so_far() > before, 120, interval=0.02,
+            failed = []
+
+            def publish_in_background(chunk=chunks[k]):
+                try:
+                    publish(chunk)
+                except BaseException as e:  # raised again in the test's thread, after join()
+                    failed.append(e)
+            publisher = threading.Thread(target=publish_in_background)
+            publisher.start()
+            brokers.wait_until(lambda: failed or settled_so_far() > before, 120, interval=0.02,
                                what="the sidecars settling deliveries again (kill %d)" % (k + 1))
-            time.sleep(rng.uniform(0.02, 0.3))
+            if failed:
+                publisher.join()
+                raise failed[0]
+            time.sleep(rng.uniform(0.0, 0.15))
             in_flight_at_kills.append(int(metric("idem_consume_in_flight")))
             self.record.event("store_kill", n=k + 1)
             server.kill()
+            publisher.join()
+            if failed:
+                raise failed[0]
             time.sleep(rng.uniform(0.3, 1.5))
             server.start()
             self.record.event("store_up", n=k + 1)

@@ -583,7 +583,12 @@ Task<Handler::Exchange> Handler::forward(Request& req, const Ticket* ticket, boo
           fresh = true;
           continue;
         }
-        const std::string detail = "sending to the upstream failed: " + ec.message();
+        std::string detail = "sending to the upstream failed: " + ec.message();
+        if (conn->stream.tls() != nullptr && !acquired.reused) {
+          // An upstream refusing the gateway's certificate closes right after the handshake.
+          detail += " (right after the TLS handshake: the upstream may have refused the gateway's client certificate, "
+                    "[upstream_tls] cert_file)";
+        }
         co_return co_await upstream_failed(UpstreamError::unreachable, ticket, version, keep_alive, detail);
       }
       const UpstreamError kind = failure_kind(ec);

@@ -232,6 +232,12 @@ Task<void> run_session(Worker& w, Socket socket, std::shared_ptr<asio::ssl::cont
     w.metrics.in_flight.fetch_sub(1, std::memory_order_relaxed);
     if (!keep || w.draining) break;
   }
+  if (auto* tls = s.stream.tls(); tls != nullptr && ec.category() != asio::error::get_ssl_category()) {
+    // OpenSSL drops a session from the server's cache when its connection is freed without a TLS
+    // shutdown, and the gateway closes without one (as most HTTP servers and clients do): mark it
+    // shut down, unless a TLS error ended it, so that the client can resume it by session id.
+    SSL_set_shutdown(tls->native_handle(), SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+  }
   s.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
   s.stream.close();
 }

@@ -93,6 +93,9 @@ struct ConsumeLoop::Task {
   // what the claim found instead; the completion of an effect that ran, for settle_finished.
   std::optional<Consumer::Held> held;
   std::optional<StoreResult<MessageOutcome>> found;
+  // Also kept when the store did not take it (down, timed out): the effect ran, so the next try
+  // writes the same completion again, with the same claim's fence, and never runs the effect
+  // again (claiming again would meet its own claim in progress and wait out the lease).
   std::optional<CompleteRequest> completion;
   // The batch processor's form: a receive's deliveries that run together (this task is only
   // their container: it holds no delivery of its own).
@@ -223,7 +226,8 @@ MessageDisposition completed(const StoreResult<FenceStatus>& answer) {
   if (!answer) {
     return MessageDisposition::retry_it("store_error",
                                         "recording the message failed after its effect: store " +
-                                            std::string(to_string(answer.error().code)) + ": " + answer.error().message,
+                                            std::string(to_string(answer.error().code)) + ": " + answer.error().message +
+                                            " (the record is written again; the effect does not run again)",
                                         /*counts=*/false);
   }
   if (*answer == FenceStatus::lost) {
@@ -289,16 +293,17 @@ MessageDisposition ConsumeLoop::run_effect(Task& task) {
     }
     return failed;
   }
-  CompleteRequest completion = consumer_->completion(held, std::move(*ran));
-  if (task.first_parked) {
-    // Its key's hold moves on as soon as this is settled: record it now, not with a batch.
-    std::vector<CompleteRequest> one;
-    one.push_back(std::move(completion));
-    auto answers = consumer_->complete_many(std::move(one));
-    return completed(answers.front());
-  }
-  task.completion = std::move(completion);
-  return MessageDisposition::ack_it("processed");
+  task.completion = consumer_->completion(held, std::move(*ran));
+  return record_completion(task);
+}
+
+MessageDisposition ConsumeLoop::record_completion(Task& task) {
+  // Its key's hold moves on as soon as this is settled: record it now, not with a batch.
+  if (!task.first_parked) return MessageDisposition::ack_it("processed");  // complete_batch writes it
+  std::vector<CompleteRequest> one{*task.completion};
+  auto answers = consumer_->complete_many(std::move(one));
+  if (answers.front() || answers.front().error().code == StoreErrc::internal) task.completion.reset();
+  return completed(answers.front());
 }
 
 void ConsumeLoop::complete_batch(std::vector<std::pair<std::unique_ptr<Task>, MessageDisposition>>& done) {
@@ -308,10 +313,11 @@ void ConsumeLoop::complete_batch(std::vector<std::pair<std::unique_ptr<Task>, Me
     Task& task = *done[i].first;
     if (!task.completion) continue;
     if (done[i].second.action == MessageDisposition::Action::ack) {
-      requests.push_back(std::move(*task.completion));
+      requests.push_back(*task.completion);  // a copy: kept on the task until the store took it
       which.push_back(i);
+    } else {
+      task.completion.reset();
     }
-    task.completion.reset();
   }
   if (requests.empty()) return;
   auto answers = consumer_->complete_many(std::move(requests));
@@ -319,6 +325,10 @@ void ConsumeLoop::complete_batch(std::vector<std::pair<std::unique_ptr<Task>, Me
     const StoreResult<FenceStatus> answer =
         j < answers.size() ? std::move(answers[j])
                            : std::unexpected(StoreError{StoreErrc::internal, "the store answered fewer completions than it was asked", false});
+    Task& task = *done[which[j]].first;
+    // Taken, or fenced out (another delivery took the message over): nothing to write again. An
+    // internal error (a store that answered nonsense) claims afresh rather than loop on it.
+    if (answer || answer.error().code == StoreErrc::internal) task.completion.reset();
     done[which[j]].second = completed(answer);
   }
 }
@@ -502,6 +512,8 @@ void ConsumeLoop::worker() {
       MessageDisposition disposition;
       if (task->pending) {
         disposition = *task->pending;
+      } else if (task->completion) {
+        disposition = record_completion(*task);  // its effect ran; its completion did not take
       } else if (auto held = check_hold(*task)) {
         release_claim(*task);
         disposition = std::move(*held);
@@ -680,7 +692,8 @@ void ConsumeLoop::settle_finished() {
         break;
       }
       case MessageDisposition::Action::retry: {
-        // A completion that did not take (complete_batch): the effect happened; its record
+        // A completion that did not take (complete_batch): the effect happened. The store was
+        // unavailable: the next try writes the same completion again; fenced out: the record
         // decides what the next try does.
         stats_.retried.fetch_add(1, std::memory_order_relaxed);
         tell(d, "retry:" + disposition.reason, disposition.detail);

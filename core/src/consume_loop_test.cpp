@@ -758,8 +758,16 @@ class CountingStore final : public Store {
   void complete_many(std::vector<CompleteRequest> r, BatchCallback<FenceStatus> done) override {
     ++complete_batches;
     complete_items += static_cast<int>(r.size());
+    if (failing_completions.load() > 0) {
+      --failing_completions;  // the store is down: nothing written
+      BatchResults<FenceStatus> down;
+      for (std::size_t i = 0; i < r.size(); ++i) down.push_back(std::unexpected(StoreError{StoreErrc::unavailable, "down", true}));
+      done(std::move(down));
+      return;
+    }
     inner.complete_many(std::move(r), std::move(done));
   }
+  std::atomic<int> failing_completions{0};  // complete_many calls answered "unavailable", first
   void fail(FailRequest r, Callback<FenceStatus> done) override { inner.fail(std::move(r), std::move(done)); }
   void release(Fence f, Callback<FenceStatus> done) override {
     ++releases;
@@ -810,6 +818,38 @@ TEST(ConsumeLoop, TheBatchedFormClaimsAReceiveWithOneCallAndSharesCompletions) {
   ASSERT_TRUE(run_until(again, [&] { return source.acks() == static_cast<std::size_t>(kMessages + 8); }));
   EXPECT_EQ(again.stats().duplicates.load(), 8u);
   EXPECT_EQ(effects.of("m-0"), 1);
+}
+
+TEST(ConsumeLoop, TheBatchedFormWritesACompletionTheStoreDidNotTakeAgainAndNeverRunsTheEffectTwice) {
+  CountingStore store;
+  store.failing_completions = 3;  // the store goes away just after the effects ran
+  Consumer consumer = batch_consumer(store);
+  FakeSource source;
+  constexpr int kMessages = 16;
+  for (int i = 0; i < kMessages; ++i) source.publish("m-" + std::to_string(i), "body");
+  Effects effects;
+  auto options = fast_options();
+  options.max_in_flight = kMessages;
+  ConsumeLoop loop(source, consumer, [&](const Delivery& d, const DeliveryAttempt&) -> std::expected<std::string, MessageDisposition> {
+    effects.add(d.message_id);
+    return "done";
+  }, options);
+  ASSERT_TRUE(run_until(loop, [&] { return source.acks() == static_cast<std::size_t>(kMessages); }));
+  for (int i = 0; i < kMessages; ++i) EXPECT_EQ(effects.of("m-" + std::to_string(i)), 1) << i;
+  EXPECT_EQ(store.failing_completions.load(), 0);
+  // Not claimed again: the retries wrote the completions they kept, with their claims' fences.
+  EXPECT_EQ(store.claims.load(), 0);
+  EXPECT_EQ(store.claim_items.load(), kMessages);
+  EXPECT_GE(loop.stats().retried.load(), 1u);
+  EXPECT_EQ(loop.stats().processed.load(), static_cast<std::uint64_t>(kMessages));
+  // Every record is complete: delivered again, each is a duplicate.
+  for (int i = 0; i < kMessages; ++i) source.publish("m-" + std::to_string(i), "body");
+  ConsumeLoop again(source, consumer, [&](const Delivery& d, const DeliveryAttempt&) -> std::expected<std::string, MessageDisposition> {
+    effects.add(d.message_id);
+    return "done";
+  }, options);
+  ASSERT_TRUE(run_until(again, [&] { return source.acks() == static_cast<std::size_t>(2 * kMessages); }));
+  EXPECT_EQ(again.stats().duplicates.load(), static_cast<std::uint64_t>(kMessages));
 }
 
 TEST(ConsumeLoop, TheBatchedFormRunsAnIdTwiceInOneReceiveOnce) {

@@ -249,6 +249,9 @@ class ConsumeLoop {
   // The batched form's processor: claim (unless claimed in a batch), run the effect, leave the
   // completion for settle_finished (or write it now when the key's hold must follow it).
   MessageDisposition run_effect(Task& task);
+  // The completion of a task whose effect ran: written by complete_batch with the others, or now
+  // when its key's hold moves on with it; kept on the task when the store did not take it.
+  MessageDisposition record_completion(Task& task);
   // Forgets a task's unused claim (it will not run here), so that its next delivery runs at once.
   void release_claim(Task& task);
   // Runs one task by whichever form the loop has.

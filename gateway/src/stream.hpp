@@ -55,30 +55,19 @@ class Stream {
   /// The TLS layer; null for a plain connection.
   Tls* tls() noexcept { return tls_ ? &*tls_ : nullptr; }
 
+  // Both layers complete with void(error_code, size_t), so for any token both calls have the same
+  // result type: the token goes straight to the layer that carries the bytes, with no
+  // initiation of this stream's own in between.
   template <class MutableBuffers, class Token>
   auto async_read_some(const MutableBuffers& buffers, Token&& token) {
-    return boost::asio::async_initiate<Token, void(boost::beast::error_code, std::size_t)>(
-        [this](auto handler, const MutableBuffers& b) {
-          if (tls_) {
-            tls_->async_read_some(b, std::move(handler));
-          } else {
-            plain_.async_read_some(b, std::move(handler));
-          }
-        },
-        token, buffers);
+    if (tls_) return tls_->async_read_some(buffers, std::forward<Token>(token));
+    return plain_.async_read_some(buffers, std::forward<Token>(token));
   }
 
   template <class ConstBuffers, class Token>
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
-    return boost::asio::async_initiate<Token, void(boost::beast::error_code, std::size_t)>(
-        [this](auto handler, const ConstBuffers& b) {
-          if (tls_) {
-            tls_->async_write_some(b, std::move(handler));
-          } else {
-            plain_.async_write_some(b, std::move(handler));
-          }
-        },
-        token, buffers);
+    if (tls_) return tls_->async_write_some(buffers, std::forward<Token>(token));
+    return plain_.async_write_some(buffers, std::forward<Token>(token));
   }
 
   /// TCP: before use_tls.

@@ -81,18 +81,22 @@ EOF
 pids+=($!)
 
 # The unit's command, as the unit's user, from the installed config; the ports are this test's.
+# start_installed_gateway LOG: started, and ready, or the test fails with its log.
 port=$(free_port)
 admin=$(free_port)
-echo "packages: runuser -u $user -- $exec_start (listen 127.0.0.1:$port)"
-# shellcheck disable=SC2086  # ExecStart is a command line
-runuser -u "$user" -- $exec_start --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" \
-  --upstream "http://127.0.0.1:$upstream_port" >"$work/gateway.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null 2>&1 && break
-  sleep 0.1
-done
-curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null || { cat "$work/gateway.log" >&2; fail "the installed gateway is not ready"; }
+start_installed_gateway() {
+  echo "packages: runuser -u $user -- $exec_start (listen 127.0.0.1:$port)"
+  # shellcheck disable=SC2086  # ExecStart is a command line
+  runuser -u "$user" -- $exec_start --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" \
+    --upstream "http://127.0.0.1:$upstream_port" >"$1" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null || { cat "$1" >&2; fail "the installed gateway is not ready"; }
+}
+start_installed_gateway "$work/gateway.log"
 key="package-test-$(date +%s%N)"
 first=$(curl -s -D "$work/h1" -X POST -H "Idempotency-Key: $key" -H 'Content-Type: application/json' \
   -d '{"amount": 100}' "http://127.0.0.1:$port/v1/payments")
@@ -118,14 +122,7 @@ install -o root -g idem -m 0640 "$work/pki/server.key" /etc/idem/tls/gateway.key
 tls_port=$(free_port)
 printf '\n[tls]\nlisten = "127.0.0.1:%s"\ncert_file = "/etc/idem/tls/gateway.pem"\nkey_file = "/etc/idem/tls/gateway.key"\n' \
   "$tls_port" >>/etc/idem/gateway.toml
-# shellcheck disable=SC2086  # ExecStart is a command line
-runuser -u "$user" -- $exec_start --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" \
-  --upstream "http://127.0.0.1:$upstream_port" >"$work/gateway-tls.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null 2>&1 && break
-  sleep 0.1
-done
+start_installed_gateway "$work/gateway-tls.log"
 tls_replay=$(curl -s -D "$work/h3" --cacert "$work/pki/ca.pem" -X POST -H "Idempotency-Key: $key" \
   -H 'Content-Type: application/json' -d '{"amount": 100}' "https://localhost:$tls_port/v1/payments") \
   || { cat "$work/gateway-tls.log" >&2; fail "the installed gateway did not answer over TLS"; }

@@ -27,7 +27,7 @@ if [ "$phase" != test ]; then
   quiet_build "$root/build/logs/tsan.log" "ThreadSanitizer tree (build/tsan)" -- \
     cmake --build "$build" -j"$jobs" --target idem_core_test idem_stores_test idem_sqlite_test \
     idem_postgres_test idem_redis_test idem_redis_unit_test idem_http_test idem_gateway_test \
-    idem_gateway_stream_test idem-gateway idem_fixture_upstream
+    idem_gateway_stream_test idem-gateway idem_fixture_upstream idemctl
 fi
 [ "$phase" = build ] && exit 0
 

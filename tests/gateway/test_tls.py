@@ -420,7 +420,9 @@ class Rotation(TlsTestCase):
         self.assertNotIn("Non-2xx", out, "wrk got answers other than 2xx during the rotations:\n" + out)
         self.assertNotIn("Socket errors", out, "wrk's connections failed during the rotations:\n" + out)
         requests = int(re.search(r"(\d+) requests in", out).group(1))
-        self.assertGreater(requests, 1000, out)
+        # Load through every rotation (a few hundred requests a second under the sanitizers on a
+        # busy machine, tens of thousands in a release build).
+        self.assertGreater(requests, 200, out)
         print("rotations=%d wrk_requests=%d" % (rotations, requests))
 
 

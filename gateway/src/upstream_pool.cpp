@@ -107,16 +107,16 @@ Task<bool> UpstreamPool::handshake(UpstreamConn& conn, UpstreamAddresses& upstre
   co_return false;
 }
 
-void UpstreamPool::keep_session(UpstreamConn& conn) {
+bool UpstreamPool::keep_session(UpstreamConn& conn) {
   SSL_SESSION* session = SSL_get1_session(conn.stream.tls()->native_handle());
-  if (session == nullptr) return;
+  if (session == nullptr) return false;
   // A TLS 1.3 session resumes only with a ticket (they arrive after the handshake, before the
   // response at the latest); TLS 1.3 clients also send a session id, which resumes nothing.
   const bool resumable = SSL_SESSION_is_resumable(session) == 1 &&
                          (SSL_SESSION_get_protocol_version(session) < TLS1_3_VERSION || SSL_SESSION_has_ticket(session) == 1);
   if (!resumable) {
     SSL_SESSION_free(session);
-    return;
+    return false;
   }
   // A copy: OpenSSL marks a connection's own session not resumable when the connection is freed
   // without a TLS shutdown (every pooled connection that is closed, or dropped by the upstream).
@@ -124,12 +124,13 @@ void UpstreamPool::keep_session(UpstreamConn& conn) {
   SSL_SESSION_free(session);
   session_upstream_ = conn.upstream_id;
   session_context_ = conn.tls_context->native_handle();
+  return true;
 }
 
 void UpstreamPool::release(std::unique_ptr<UpstreamConn> conn, const Config& config) {
-  // The connection's latest session (a TLS 1.3 ticket arrived with the response at the latest)
-  // is the one the next connection resumes.
-  if (conn->stream.tls() != nullptr) keep_session(*conn);
+  // A connection's session (its TLS 1.3 ticket arrived with the response at the latest) is the
+  // one the next new connection resumes: kept once per connection, not copied on every response.
+  if (conn->stream.tls() != nullptr && !conn->session_kept) conn->session_kept = keep_session(*conn);
   if (idle_.size() >= config.upstream_max_idle || config.upstream_idle_timeout.count() == 0) return;
   if (conn->buffer.size() != 0) return;  // bytes after the response: the connection is confused
   conn->stream.expires_never();

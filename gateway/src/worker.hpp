@@ -193,6 +193,7 @@ struct UpstreamConn {
   std::shared_ptr<asio::ssl::context> tls_context;  // an https:// upstream's; outlives `stream`
   Stream stream;
   std::string tls_failure;  // why the upstream's certificate was refused (the handshake's callback writes it)
+  bool session_kept = false;  // its TLS session is the pool's, for the next new connection to resume
   beast::flat_buffer buffer;
   std::chrono::steady_clock::time_point idle_since{};
   std::uint64_t upstream_id = 0;  ///< UpstreamAddresses::id() of the upstream it is connected to
@@ -235,7 +236,7 @@ class UpstreamPool {
     void operator()(SSL_SESSION* s) const { SSL_SESSION_free(s); }
   };
   Task<bool> handshake(UpstreamConn& conn, UpstreamAddresses& upstream, const Config& config, Acquired& out);
-  void keep_session(UpstreamConn& conn);
+  bool keep_session(UpstreamConn& conn);  // whether it kept the connection's session
 
   asio::io_context& io_;
   Deadlines& deadlines_;

@@ -322,19 +322,22 @@ class OperatorResolvesUnknownOutcomesTest(ClientTestCase):
     stops with outcome_unknown and keeps a dead letter; an operator resolves or releases the key on
     the gateway's store; `dead-letters retry` then gets the resolved answer, or executes again."""
 
+    # The upstream gets 1.5 s to answer: the released key's second execution must finish in time
+    # on a machine that also runs the sanitizer lanes (300 ms once timed out there in CI).
     CONFIG = """
-upstream_timeout = "300ms"
+upstream_timeout = "1500ms"
 
 [idempotency]
-lease = "1s"
+lease = "2s"
 on_lease_expiry = "unknown"
 """
 
 
     def send_unknown(self, journal, key):
         """/hang-first never answers a key's first execution: the gateway times out (504), the key
-        stays in progress, its lease runs out, and the retries meet 409 idempotency_outcome_unknown."""
-        rc, out, err = idemctl("send", "--journal", journal, "--key", key, "--attempts", "10",
+        stays in progress, its lease runs out, and the retries meet 409 idempotency_outcome_unknown
+        (the attempts cover the lease several times over; the first outcome_unknown ends them)."""
+        rc, out, err = idemctl("send", "--journal", journal, "--key", key, "--attempts", "40",
                                "--retry-delay", "200ms", "-d", "{}", self.gateway_url + "/hang-first")
         self.assertEqual(rc, 1, err)
         self.assertRegex(err.splitlines()[0], r"^idemctl: key=%s attempts=\d+ replayed=false status=409 "

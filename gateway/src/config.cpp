@@ -705,6 +705,8 @@ void parse_top(const Context& ctx, const toml::table& root, Config& config) {
       parse_encryption(ctx, v, config);
     } else if (key == "tls") {
       parse_tls(ctx, v, config);
+    } else if (key == "http2") {
+      parse_http2(ctx, v, config);
     } else if (key == "upstream_tls") {
       parse_upstream_tls(ctx, v, config);
     } else if (key == "idempotency" || key == "tenant" || key == "route") {

@@ -118,6 +118,30 @@ CertificateIdentity parse_certificate_identity(const Context& ctx, const toml::n
   ctx.fail(&node, "identity: " + quoted(text) + ": expected \"subject\", \"common_name\", \"uri\" or \"dns\"");
 }
 
+void parse_http2(const Context& parent, const toml::node& node, Config& config) {
+  const Context ctx{parent.source, "[http2]"};
+  const auto* table = node.as_table();
+  if (table == nullptr) parent.fail(&node, "\"http2\": expected a table [http2]");
+  Http2Settings http2;
+  for (const auto& [k, v] : *table) {
+    const std::string_view key = k.str();
+    if (key == "tls") {
+      http2.tls = get_bool(ctx, key, v);
+    } else if (key == "cleartext") {
+      http2.cleartext = get_bool(ctx, key, v);
+    } else if (key == "max_concurrent_streams") {
+      http2.max_concurrent_streams = static_cast<std::uint32_t>(get_int(ctx, key, v, 1, 10000));
+    } else if (key == "initial_window") {
+      const std::size_t window = get_size(ctx, key, v, 1024);
+      if (window > 0x7fffffffu) ctx.fail(&v, "initial_window: at most 2147483647 bytes (HTTP/2's largest window)");
+      http2.initial_window = static_cast<std::uint32_t>(window);
+    } else {
+      ctx.fail(&v, "unknown key " + quoted(key));
+    }
+  }
+  config.http2 = http2;
+}
+
 void load_tls_contexts(Config& config) {
   bool client_cert_tenant = uses_client_cert(config.tenant);
   for (const auto& route : config.routes) {
@@ -131,6 +155,13 @@ void load_tls_contexts(Config& config) {
                               config.listen.text() + ") carry no certificate and are refused 401; set listen = \"off\" "
                               "to serve TLS only");
   }
+  if (config.http2.tls && !config.tls) {
+    config.warnings.push_back("[http2] tls = true has no effect: there is no [tls] listener");
+  }
+  if (config.http2.cleartext && !config.plain_listener) {
+    config.warnings.push_back("[http2] cleartext = true has no effect: the plain listener is off");
+  }
+  if (config.tls) config.tls->offer_h2 = config.http2.tls;
   try {
     if (config.tls) config.tls_context = TlsContext::for_listener(*config.tls, &config.warnings);
   } catch (const std::runtime_error& e) {

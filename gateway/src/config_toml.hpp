@@ -64,6 +64,8 @@ WebhookRoute parse_webhook(const Context& route_ctx, const toml::node& node, con
 /// [tls] and [upstream_tls] (config_tls.cpp): their keys only; load_tls_contexts reads the files.
 void parse_tls(const Context& parent, const toml::node& node, Config& config);
 void parse_upstream_tls(const Context& parent, const toml::node& node, Config& config);
+/// [http2] (config_tls.cpp, beside [tls], whose ALPN it changes).
+void parse_http2(const Context& parent, const toml::node& node, Config& config);
 /// A tenant table's `identity` (from = "client_cert").
 CertificateIdentity parse_certificate_identity(const Context& ctx, const toml::node& node, std::string_view text);
 /// Loads the certificates and keys of [tls] and of an https:// upstream into `config`, and checks

@@ -119,14 +119,9 @@ http::Response problem_response(const Problem& problem, const RouteOptions& opti
   return http::problem_response(problem, *options.errors, version, keep_alive);
 }
 
-Handler::Handler(Session& s) : s_(s), w_(s.worker), m_(s.worker.metrics), engine_(s.worker.shared.engine) {}
+Handler::Handler(ClientSide& s) : s_(s), w_(s.worker), m_(s.worker.metrics), engine_(s.worker.shared.engine) {}
 
-Task<bool> Handler::write(Response& res) {
-  beast::error_code ec;
-  s_.stream.expires_after(cfg_->client_timeout);
-  co_await write_message(s_.stream, res, s_.head, ec);
-  co_return !ec;
-}
+Task<bool> Handler::write(Response& res) { return s_.write(res, cfg_->client_timeout); }
 
 Response Handler::problem(const Problem& p, unsigned version, bool keep_alive) const {
   return problem_response(p, *options_, version, keep_alive);
@@ -482,7 +477,7 @@ void Handler::prepare_forward(Request& req, const Ticket* ticket) {
     req.set(kForwardedFor, xff);
   }
   if (has_xfp) req.erase(kForwardedProto);
-  req.insert(kForwardedProto, s_.stream.tls() != nullptr ? "https" : "http");
+  req.insert(kForwardedProto, s_.tls ? "https" : "http");
   if (!has_host) req.insert(bhttp::field::host, cfg_->upstream.authority);
   req.version(11);
   // The body was read whole; send it with a Content-Length (never chunked). Requests without a
@@ -664,7 +659,6 @@ Task<Handler::Exchange> Handler::forward(Request& req, const Ticket* ticket, boo
   auto chunk = std::make_unique<char[]>(kChunk);
   bool streaming = false;
   bhttp::response<bhttp::buffer_body> out;
-  std::optional<bhttp::response_serializer<bhttp::buffer_body>> sr;
   Exchange ex;
 
   auto start_streaming = [&]() -> Task<bool> {
@@ -691,7 +685,6 @@ Task<Handler::Exchange> Handler::forward(Request& req, const Ticket* ticket, boo
     out.keep_alive(client_keep_alive);
     ex.keep_alive = client_keep_alive;
     ex.status = status;
-    sr.emplace(out);
     streaming = true;
     co_return true;
   };
@@ -699,10 +692,7 @@ Task<Handler::Exchange> Handler::forward(Request& req, const Ticket* ticket, boo
     out.body().data = size ? const_cast<char*>(data) : nullptr;
     out.body().size = size;
     out.body().more = more;
-    beast::error_code wec;
-    s_.stream.expires_after(cfg_->client_timeout);
-    co_await bhttp::async_write(s_.stream, *sr, with(wec));
-    co_return !wec || wec == bhttp::error::need_buffer;
+    return s_.write_piece(out, cfg_->client_timeout);
   };
 
   if (length && *length > limit) co_await start_streaming();

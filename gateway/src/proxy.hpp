@@ -4,8 +4,12 @@
 // requests off a client connection, proxy.cpp decides and answers them (Handler), and
 // upstream_pool.cpp keeps the connections to the upstream.
 
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+#include <utility>
+
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/write.hpp>
 
@@ -21,6 +25,8 @@
 namespace idem::gateway {
 
 namespace bhttp = beast::http;
+
+class H2Connection;
 
 inline auto with(beast::error_code& ec) { return asio::redirect_error(kAwait, ec); }
 
@@ -40,11 +46,40 @@ Task<std::size_t> write_message(Stream& stream, Message& message, std::string& h
   co_return co_await asio::async_write(stream, buffers, with(ec));
 }
 
-/// A client connection, linked into its worker's list of sessions while it lives.
-struct Session {
-  Session(Worker& w, Socket socket, std::shared_ptr<asio::ssl::context> tls)
-      : worker(w), tls_context(std::move(tls)), stream(w.deadlines, std::move(socket)) {
+/// The client side of one request, as the Handler sees it: who sent it, over what, and how its
+/// answer goes back. An HTTP/1.1 connection (Session) carries one request at a time; an HTTP/2
+/// connection one per stream (H2Stream, h2_session.cpp).
+struct ClientSide {
+  explicit ClientSide(Worker& w) : worker(w) {}
+  ClientSide(const ClientSide&) = delete;
+  ClientSide& operator=(const ClientSide&) = delete;
+
+  /// Sends a whole response, taking its body; false when the client is gone.
+  virtual Task<bool> write(http::Response& res, Millis timeout) = 0;
+  /// Sends a response whose body arrives in pieces (the upstream's, beyond what can be stored):
+  /// `out`'s head goes with the first piece; each call sends what out.body() points at, the last
+  /// with more = false. False when the client is gone.
+  virtual Task<bool> write_piece(bhttp::response<bhttp::buffer_body>& out, Millis timeout) = 0;
+
+  Worker& worker;
+  std::string client_ip;
+  bool tls = false;  // came through the [tls] listener: X-Forwarded-Proto https
+  /// The client certificate verified in the TLS handshake, if any: a client_cert tenant's.
+  std::optional<ClientCertificate> client_certificate;
+  http::BeastRequestView view;
+  std::string head;  // the head of the message being written (write_message), reused
+
+ protected:
+  ~ClientSide() = default;
+};
+
+/// A client connection, linked into its worker's list of sessions while it lives. It speaks
+/// HTTP/1.1 (run_session), or HTTP/2 once ALPN or the h2c preface says so (run_h2).
+struct Session final : ClientSide {
+  Session(Worker& w, Socket socket, std::shared_ptr<asio::ssl::context> tls_ctx)
+      : ClientSide(w), tls_context(std::move(tls_ctx)), stream(w.deadlines, std::move(socket)) {
     if (tls_context) stream.use_tls(*tls_context);
+    tls = tls_context != nullptr;
     next = w.sessions;
     if (next) next->prev = this;
     w.sessions = this;
@@ -58,28 +93,34 @@ struct Session {
     worker.metrics.connections.fetch_sub(1, std::memory_order_relaxed);
     worker.open.fetch_sub(1, std::memory_order_relaxed);
   }
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
 
-  Worker& worker;
+  Task<bool> write(http::Response& res, Millis timeout) override;
+  Task<bool> write_piece(bhttp::response<bhttp::buffer_body>& out, Millis timeout) override;
+
   std::shared_ptr<asio::ssl::context> tls_context;  // the [tls] listener's when it came through it; outlives `stream`
   Stream stream;
-  /// The client certificate verified in the TLS handshake, if any: a client_cert tenant's.
-  std::optional<ClientCertificate> client_certificate;
   beast::flat_buffer buffer;
-  http::BeastRequestView view;
-  std::string head;  // the head of the message being written (write_message), reused
-  std::string client_ip;
   bool idle = false;  // waiting for the first byte of the next request
+  H2Connection* h2 = nullptr;  // while it speaks HTTP/2: what drain() tells to send GOAWAY
   Session* prev = nullptr;
   Session* next = nullptr;
+
+ private:
+  // write_piece's, for the response being streamed (reset after its last piece).
+  std::optional<bhttp::response_serializer<bhttp::buffer_body>> piece_serializer_;
 };
+
+/// Serves an HTTP/2 connection (h2_session.cpp): `s` after its TLS handshake chose h2, or a plain
+/// connection whose first bytes (already in s.buffer) are the h2c preface.
+Task<void> run_h2(Session& s);
+/// Drain: GOAWAY now; the connection closes once its open streams are answered.
+void drain(H2Connection& connection);
 
 /// Handles one request of a session at a time: routes it, decides with the engine, forwards it or
 /// answers from the store, records the outcome and writes the response.
 class Handler {
  public:
-  explicit Handler(Session& s);
+  explicit Handler(ClientSide& s);
 
   /// Handles `req`, routed to `route`, with the configuration `config` (the one in force when it
   /// arrived, kept until it is answered). Returns whether the connection may carry another request.
@@ -113,7 +154,7 @@ class Handler {
   void log_key(const Decision* d, const Problem* refusal, const Policy& policy, const std::string* tenant,
                const http::Request& req, const Exchange& ex);
 
-  Session& s_;
+  ClientSide& s_;
   Worker& w_;
   MetricsShard& m_;
   Engine& engine_;

@@ -108,7 +108,40 @@ Task<bool> handshake(Session& s) {
   co_return true;
 }
 
+bool is_h2(Session& s) {
+  const unsigned char* alpn = nullptr;
+  unsigned int size = 0;
+  SSL_get0_alpn_selected(s.stream.tls()->native_handle(), &alpn, &size);
+  return size == 2 && alpn[0] == 'h' && alpn[1] == '2';
+}
+
+// The h2c connection preface (RFC 9113, 3.4), which no HTTP/1.1 request line can begin with.
+constexpr std::string_view kH2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+// Whether a plain connection's first bytes are (so far) the h2c preface.
+bool starts_like_h2(const beast::flat_buffer& buffer) {
+  const std::string_view got(static_cast<const char*>(buffer.data().data()), buffer.size());
+  const std::size_t n = std::min(got.size(), kH2Preface.size());
+  return n > 0 && got.substr(0, n) == kH2Preface.substr(0, n);
+}
+
 }  // namespace
+
+Task<bool> Session::write(Response& res, Millis timeout) {
+  beast::error_code ec;
+  stream.expires_after(timeout);
+  co_await write_message(stream, res, head, ec);
+  co_return !ec;
+}
+
+Task<bool> Session::write_piece(bhttp::response<bhttp::buffer_body>& out, Millis timeout) {
+  if (!piece_serializer_ || &piece_serializer_->get() != &out) piece_serializer_.emplace(out);
+  beast::error_code ec;
+  stream.expires_after(timeout);
+  co_await bhttp::async_write(stream, *piece_serializer_, with(ec));
+  if (!out.body().more) piece_serializer_.reset();
+  co_return !ec || ec == bhttp::error::need_buffer;
+}
 
 Worker::~Worker() {
   // Pooled sockets belong to the io_context: close them first. Sessions waiting for a store are
@@ -123,7 +156,11 @@ Worker::~Worker() {
 void Worker::drain() {
   draining = true;
   for (Session* s = sessions; s != nullptr; s = s->next) {
-    if (s->idle) s->stream.cancel();
+    if (s->h2 != nullptr) {
+      gateway::drain(*s->h2);
+    } else if (s->idle) {
+      s->stream.cancel();
+    }
   }
 }
 
@@ -138,6 +175,27 @@ Task<void> run_session(Worker& w, Socket socket, std::shared_ptr<asio::ssl::cont
   if (s.stream.tls() != nullptr && !co_await handshake(s)) {
     s.stream.close();
     co_return;
+  }
+  if (s.stream.tls() != nullptr ? is_h2(s) : w.config()->config().http2.cleartext) {
+    if (s.stream.tls() == nullptr) {
+      // h2c with prior knowledge, beside HTTP/1.1: the first bytes say which (within idle_timeout).
+      s.idle = true;
+      s.stream.expires_after(w.config()->config().idle_timeout);
+      while (s.buffer.size() == 0 || (s.buffer.size() < kH2Preface.size() && starts_like_h2(s.buffer))) {
+        const std::size_t n = co_await s.stream.async_read_some(s.buffer.prepare(8192), with(ec));
+        s.buffer.commit(n);
+        if (ec) break;  // closed, idle too long, or draining (drain() cancels an idle session)
+      }
+      s.idle = false;
+      if (ec || s.buffer.size() == 0) {
+        s.stream.close();
+        co_return;
+      }
+    }
+    if (s.stream.tls() != nullptr || starts_like_h2(s.buffer)) {
+      co_await run_h2(s);
+      co_return;
+    }
   }
   Handler handler(s);
   for (;;) {

@@ -22,6 +22,7 @@ constexpr const char* kTls12Ciphers =
     "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
 // ALPN, wire format: a length byte, then the name.
 constexpr unsigned char kAlpnHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+constexpr unsigned char kAlpnH2Http11[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
 constexpr std::size_t kMaxPemFile = 1024 * 1024;
 
 // OpenSSL's error queue as one line (and emptied), for a message after a failed call.
@@ -134,11 +135,15 @@ void load_certificate(SSL_CTX* ctx, const CertificateFiles& files, std::string_v
   }
 }
 
-// ALPN on the listener: http/1.1 when the client offers it; no ALPN (not a failed handshake)
-// when it offers only protocols the gateway does not speak.
-int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned inlen, void*) {
+// ALPN on the listener: h2 when [http2] tls is on and the client offers it (`offer_h2` is not
+// null), else http/1.1 when the client offers it; no ALPN (not a failed handshake) when it offers
+// only protocols the gateway does not speak.
+int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned inlen,
+                void* offer_h2) {
+  const unsigned char* ours = offer_h2 != nullptr ? kAlpnH2Http11 : kAlpnHttp11;
+  const unsigned ours_size = offer_h2 != nullptr ? sizeof kAlpnH2Http11 : sizeof kAlpnHttp11;
   unsigned char* selected = nullptr;
-  if (SSL_select_next_proto(&selected, outlen, kAlpnHttp11, sizeof kAlpnHttp11, in, inlen) == OPENSSL_NPN_NEGOTIATED) {
+  if (SSL_select_next_proto(&selected, outlen, ours, ours_size, in, inlen) == OPENSSL_NPN_NEGOTIATED) {
     *out = selected;
     return SSL_TLSEXT_ERR_OK;
   }
@@ -192,7 +197,8 @@ std::shared_ptr<const TlsContext> TlsContext::for_listener(const ListenerTls& se
   SSL_CTX_set_session_id_context(ctx.get(), kSessionContext, sizeof kSessionContext - 1);
   SSL_CTX_set_session_cache_mode(ctx.get(), SSL_SESS_CACHE_SERVER);
   SSL_CTX_sess_set_cache_size(ctx.get(), 20000);
-  SSL_CTX_set_alpn_select_cb(ctx.get(), select_alpn, nullptr);
+  static constexpr char kOfferH2 = 1;  // any non-null argument
+  SSL_CTX_set_alpn_select_cb(ctx.get(), select_alpn, setting.offer_h2 ? const_cast<char*>(&kOfferH2) : nullptr);
   if (setting.client_certificates != ClientCertificates::off) {
     if (setting.client_ca_file.empty()) {
       throw std::runtime_error("client_ca_file: missing (client_certificates = \"optional\" or \"required\" verifies "

@@ -64,6 +64,19 @@ enum class LogLevel { error, warn, info, debug };
 /// How log lines are written: `time level message` text, or one JSON object per line.
 enum class LogFormat { text, json };
 
+/// [http2]: HTTP/2 on the client listeners (docs/gateway.md, HTTP/2). The upstream side stays
+/// HTTP/1.1.
+struct Http2Settings {
+  bool tls = false;        ///< offer h2 by ALPN on the [tls] listener (server preference: h2 first)
+  bool cleartext = false;  ///< h2c with prior knowledge on the plain listener, beside HTTP/1.1
+  std::uint32_t max_concurrent_streams = 100;  ///< SETTINGS_MAX_CONCURRENT_STREAMS per connection
+  /// SETTINGS_INITIAL_WINDOW_SIZE: how much of a request body a client may send before the
+  /// gateway has read it (per stream); the connection's window is max_concurrent_streams times it.
+  std::uint32_t initial_window = 256 * 1024;
+
+  bool any() const { return tls || cleartext; }
+};
+
 /// Everything idem-gateway runs with; defaults are written here and in docs/gateway.md.
 struct Config {
   ListenAddress listen{"127.0.0.1", 8080};
@@ -75,6 +88,8 @@ struct Config {
   /// [tls]'s certificate and key, loaded with the configuration (a bad file stops the start or
   /// the reload, which then keeps the running one); null without [tls].
   std::shared_ptr<const TlsContext> tls_context;
+  /// [http2]: off unless asked for.
+  Http2Settings http2;
   /// nullopt: no admin listener (admin_listen = "off").
   std::optional<ListenAddress> admin_listen = ListenAddress{"127.0.0.1", 9090};
   UpstreamUrl upstream{"127.0.0.1", 8081, "127.0.0.1:8081"};

@@ -41,6 +41,7 @@ struct ListenerTls {
   TlsVersion min_version = TlsVersion::v1_2;
   ClientCertificates client_certificates = ClientCertificates::off;
   std::string client_ca_file;  ///< the CAs client certificates are verified against
+  bool offer_h2 = false;       ///< ALPN: h2 before http/1.1 ([http2] tls = true)
 };
 
 /// [upstream_tls]: how an https:// upstream is verified and what the gateway presents to it.

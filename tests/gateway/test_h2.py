@@ -137,7 +137,7 @@ class H2Test(GatewayTestCase):
     def start_class_processes(cls):
         cls.pki = make_test_pki(os.path.join(cls.workdir, "pki"))
         cls.ca = cls.pki["ca"][0]
-        top = 'max_header = "%dB"\nmax_body = "64KiB"\n' % MAX_HEADER
+        top = 'max_header = "%dB"\nmax_body = "1MiB"\n' % MAX_HEADER
         routes = ('[[route]]\nmethod = "POST"\npath = "/echo/small/**"\nmax_body = "%dB"\n\n' % SMALL_BODY)
         # The gateway under test: h2 on both listeners, the default stream limit (100).
         cls.gw = cls.h2_gateway(top, "[http2]\ntls = true\ncleartext = true\n\n" + routes, pki=cls.pki)
@@ -404,6 +404,59 @@ class H2Test(GatewayTestCase):
         for u in uris:
             self.assertIn(u.split(str(self.gw.port), 1)[1], counted)
 
+    def test_streams_are_served_in_parallel(self):
+        c = self.h2()
+        keys, ids, data = [], [], b""
+        for i in range(20):
+            keys.append(new_key("par%d" % i))
+            sid, frames = c.request_frames("POST", "/slow/par?ms=600", [("idempotency-key", keys[-1])], b"{}")
+            ids.append(sid)
+            data += frames
+        start = time.monotonic()
+        self.assertTrue(c.send(data))
+        self.assertTrue(c.wait(lambda: all(c.streams[s].done for s in ids), 20), c.streams)
+        elapsed = time.monotonic() - start
+        self.assertEqual([c.streams[s].status for s in ids], [200] * 20)
+        self.assertLess(elapsed, 3.0, "20 streams of 600 ms each took %.1fs: not concurrent" % elapsed)
+        self.assertEqual([self.upstream.executions(k) for k in keys], [1] * 20)
+
+    def test_large_bodies_both_ways(self):
+        # A request body well above the 64 KiB initial window: the gateway must hand out credit.
+        body = ("%08d" % 0) * 100000  # 800,000 bytes
+        for url, args in (("https://localhost:%d/echo/big-in" % self.gw.tls_port, ["--http2"]),
+                          ("http://127.0.0.1:%d/echo/big-in" % self.gw.port, ["--http2-prior-knowledge"])):
+            with self.subTest(url=url):
+                key = new_key("bigin")
+                r = self.curl(url, *args, body=body, key=key)
+                self.assertEqual(r.version, "2", r)
+                self.assertExecuted(r.response)
+                self.assertEqual(r.response.json()["body"], body)
+                self.assertReplayOf(self.curl(url, *args, body=body, key=key).response, r.response)
+        # A response above max_stored_response (streamed, not stored) and one below (stored).
+        for size in (3000000, 300000):
+            r = self.curl("https://localhost:%d/large/out?bytes=%d" % (self.gw.tls_port, size), "--http2",
+                          body="{}", key=new_key("bigout"))
+            self.assertEqual(r.version, "2", r)
+            self.assertEqual(r.response.status, 200, r)
+            self.assertEqual(len(r.response.body), size)
+            self.assertEqual(r.response.body[:52], bytes(range(97, 123)) * 2)
+
+    def test_a_client_reset_mid_flight_is_recorded_like_a_vanished_http11_client(self):
+        key = new_key("rst")
+        c = self.h2()
+        sid = c.request("POST", "/slow/rst?ms=700", [("idempotency-key", key)], b"{}")
+        self.eventually(lambda: self.upstream.executions(key) == 1, 5)
+        self.assertTrue(c.rst(sid, h2_raw.CANCEL))
+        # The connection goes on.
+        ok = c.response(c.request("POST", "/echo/after-rst", [("idempotency-key", new_key())], b"{}"))
+        self.assertExecuted(as_response(ok))
+        time.sleep(1.0)  # the upstream answers at 0.7 s
+        # Never executed twice; the outcome was recorded, so the retry replays.
+        again = c.response(c.request("POST", "/slow/rst?ms=700", [("idempotency-key", key)], b"{}"))
+        self.assertEqual(again.status, 200, again)
+        self.assertEqual(again.header("idempotent-replayed"), "true", again)
+        self.assertEqual(self.upstream.executions(key), 1)
+
     # -- hostile clients ------------------------------------------------------------------------
 
     def test_header_list_above_max_header_is_431_and_the_connection_stays(self):
@@ -547,6 +600,22 @@ class H2Test(GatewayTestCase):
         c = self.h2()
         ok = c.response(c.request("POST", "/echo/after-garbage", [("idempotency-key", new_key())], b"{}"))
         self.assertExecuted(as_response(ok))
+
+    def test_continuation_flood_closes_the_connection(self):
+        # HEADERS without END_HEADERS, then 20,000 small CONTINUATION frames: a header list far
+        # above max_header that never ends (CVE-2024-27316's pattern).
+        c = self.h2()
+        sid = c.new_stream_id()
+        block = h2_raw.encode_headers([(":method", "POST"), (":scheme", "http"), (":authority", "x"),
+                                       (":path", "/echo/continuation")])
+        data = bytearray(h2_raw.frame(h2_raw.HEADERS, 0, sid, block))
+        one = h2_raw.frame(h2_raw.CONTINUATION, 0, sid, h2_raw.encode_headers([("x-c", "v" * 10)]))
+        for _ in range(20000):
+            data += one
+        c.send(bytes(data), timeout=30)
+        self.assertTrue(c.wait_closed(10) or c.streams[sid].done, "neither closed nor answered")
+        self.assertIn(c.streams[sid].status, (None, 431), c.streams[sid])
+        self.assertTrue(self.gw.healthy())
 
     def test_drain_sends_goaway_and_finishes_the_stream_in_flight(self):
         gw = self.h2_gateway('drain_timeout = "10s"\n', "[http2]\ncleartext = true\n")

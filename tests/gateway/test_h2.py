@@ -637,5 +637,85 @@ class H2Test(GatewayTestCase):
         self.assertEqual(gw.process.wait(15), 0, gw.process.log()[-2000:])
 
 
+class H2Timeouts(GatewayTestCase):
+    """client_timeout and idle_timeout over h2: per stream, as they are per request over HTTP/1.1
+    (test_hostile.py), without taking the connection's other streams down."""
+
+    CONFIG = None
+    CLIENT_TIMEOUT = 2.0
+    IDLE_TIMEOUT = 3.0
+
+    @classmethod
+    def start_class_processes(cls):
+        cls.gw = H2Gateway(cls.workdir, cls.store_url("h2-timeouts.db"), cls.upstream.url,
+                           'client_timeout = "2s"\nidle_timeout = "3s"\n', "[http2]\ncleartext = true\n")
+        cls._owned.append(cls.gw)
+
+    def h2(self, **kw):
+        c = H2Connection(self.gw.port, **kw)
+        self.addCleanup(c.close)
+        return c
+
+    def test_a_stalled_request_body_does_not_take_the_other_streams_down(self):
+        c = self.h2()
+        start = time.monotonic()
+        stalled = c.request("POST", "/echo/stalled", [("idempotency-key", new_key()), ("content-length", "10")],
+                            end_stream=False)
+        time.sleep(1.0)
+        key = new_key("victim")
+        victim = c.request("POST", "/slow/victim?ms=2500", [("idempotency-key", key)], b"{}")
+        r = c.response(victim, 8)
+        self.assertEqual((r.status, r.ended), (200, True),
+                         "a stream in flight lost when another stream's body stalled: %r; GOAWAY %r, closed %s "
+                         "after %.1fs" % (r, c.goaway, c.closed, time.monotonic() - start))
+        self.assertEqual(self.upstream.executions(key), 1)
+        s = c.streams[stalled]
+        self.assertTrue(c.wait(lambda: s.done, max(0.0, start + self.CLIENT_TIMEOUT + 3.0 - time.monotonic())) or c.closed,
+                        "the stalled stream still open after %.1fs" % (time.monotonic() - start))
+        self.assertIn(s.status, (None, 408), s)
+
+    def test_a_stalled_request_body_is_cut_off_on_a_busy_connection(self):
+        c = self.h2()
+        start = time.monotonic()
+        stalled = c.request("POST", "/echo/stalled", [("idempotency-key", new_key()), ("content-length", "10")],
+                            end_stream=False)
+        s = c.streams[stalled]
+        served = 0
+        while not s.done and not c.closed and time.monotonic() < start + self.CLIENT_TIMEOUT + 3.0:
+            r = c.response(c.request("POST", "/echo/busy", [("idempotency-key", new_key())], b"{}"), 5)
+            if r.status == 200:
+                served += 1
+            c.wait(lambda: s.done, 0.3)
+        elapsed = time.monotonic() - start
+        self.assertTrue(s.done or c.closed, "a stream without its body still open after %.1fs (client_timeout "
+                        "%.0fs) while other streams kept the connection busy" % (elapsed, self.CLIENT_TIMEOUT))
+        self.assertIn(s.status, (None, 408), s)
+        self.assertGreater(served, 3)
+
+    def test_a_client_that_never_reads_is_cut_off(self):
+        # No flow-control credit, ever: the response can never be written.
+        c = self.h2(settings=((h2_raw.SETTINGS_INITIAL_WINDOW_SIZE, 0),))
+        start = time.monotonic()
+        sid = c.request("POST", "/large/unread?bytes=100000", [("idempotency-key", new_key())], b"{}")
+        s = c.streams[sid]
+        c.wait(lambda: s.reset_code is not None, self.CLIENT_TIMEOUT + 3.0)
+        self.assertTrue(s.reset_code is not None or c.closed,
+                        "a response the client never takes still held after %.1fs (client_timeout %.0fs): %r"
+                        % (time.monotonic() - start, self.CLIENT_TIMEOUT, s))
+        self.assertTrue(self.gw.healthy())
+
+    def test_an_idle_connection_is_closed_with_goaway(self):
+        c = self.h2()
+        r = c.response(c.request("POST", "/echo/idle", [("idempotency-key", new_key())], b"{}"))
+        self.assertEqual(r.status, 200, r)
+        start = time.monotonic()
+        self.assertTrue(c.wait_closed(self.IDLE_TIMEOUT + 3.0), "idle h2 connection never closed")
+        self.assertGreater(time.monotonic() - start, self.IDLE_TIMEOUT - 0.5)
+        # RFC 9113 §6.8: a GOAWAY before closing tells the client which streams were processed
+        # (here: all of them), so that it knows what it may retry.
+        self.assertIsNotNone(c.goaway, "idle connection closed without GOAWAY")
+        self.assertEqual(c.goaway[:2], (r.stream_id, h2_raw.NO_ERROR), c.goaway)
+
+
 if __name__ == "__main__":
     harness.main()

@@ -255,6 +255,76 @@ class H2Test(GatewayTestCase):
         self.assertEqual(up.version, "1.1", up)
         self.assertExecuted(up.response)
 
+    def test_http2_section_is_checked_at_start(self):
+        def start(tables, with_tls=False, starts=False):
+            """(exit code, output) of a gateway refusing the file; (None, output) of one that
+            started (stopped once /healthz answered)."""
+            path = os.path.join(self.workdir, "h2-check-%s.toml" % uuid.uuid4().hex[:8])
+            admin = free_port()
+            text = 'listen = "127.0.0.1:%d"\nadmin_listen = "127.0.0.1:%d"\nstore = "memory:"\nupstream = "%s"\n' % (
+                free_port(), admin, self.upstream.url)
+            if with_tls:
+                text += '[tls]\nlisten = "127.0.0.1:%d"\ncert_file = "%s"\nkey_file = "%s"\n' % (
+                    free_port(), self.pki["server"][0], self.pki["server"][1])
+            with open(path, "w") as f:
+                f.write(text + tables)
+            p = subprocess.Popen([harness.ARGS.gateway, "--config", path], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, preexec_fn=harness._die_with_parent)
+            try:
+                if starts:
+                    deadline = time.monotonic() + harness.STARTUP_TIMEOUT
+                    while p.poll() is None and time.monotonic() < deadline:
+                        try:
+                            if request(admin, "GET", "/healthz", timeout=1.0).status == 200:
+                                break
+                        except OSError:
+                            time.sleep(0.05)
+                    if p.poll() is None:
+                        p.send_signal(signal.SIGTERM)
+                        out, err = p.communicate(timeout=15)
+                        return None, out + err
+                out, err = p.communicate(timeout=harness.STARTUP_TIMEOUT)
+                return p.returncode, out + err
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.communicate()
+
+        for tables, mention in (("[http2]\nmax_concurrent_streams = 0\n", "max_concurrent_streams"),
+                                ("[http2]\nmax_concurrent_streams = 10001\n", "max_concurrent_streams"),
+                                ("[http2]\ncleartext = \"yes\"\n", "cleartext"),
+                                ("[http2]\nh2c_upgrade = true\n", "h2c_upgrade")):
+            with self.subTest(tables=tables):
+                code, text = start(tables)
+                self.assertEqual(code, 2, "started, or exited otherwise: %r" % text)
+                self.assertIn(mention, text)
+                self.assertIn("[http2]", text)
+        # Both limits themselves are fine.
+        for n in (1, 10000):
+            code, text = start("[http2]\ncleartext = true\nmax_concurrent_streams = %d\n" % n, starts=True)
+            self.assertIsNone(code, "max_concurrent_streams = %d refused: %r" % (n, text))
+        # tls = true without a [tls] listener starts, saying it has no effect.
+        code, text = start("[http2]\ntls = true\n", starts=True)
+        self.assertIsNone(code, text)
+        self.assertIn("no effect", text)
+
+    def test_reload_keeps_h2_connections_serving(self):
+        conns = [self.h2(tls=True), self.h2()]
+        for c in conns:
+            self.assertExecuted(as_response(c.response(c.request("POST", "/echo/before-reload",
+                                                                 [("idempotency-key", new_key())], b"{}"))))
+        before = self.gw.process.log().count("in force")
+        self.gw.process.signal(signal.SIGHUP)
+        self.assertTrue(self.eventually(lambda: self.gw.process.log().count("in force") > before, 10))
+        for c in conns:
+            r = c.response(c.request("POST", "/echo/after-reload", [("idempotency-key", new_key())], b"{}"))
+            self.assertExecuted(as_response(r))
+            self.assertIsNone(c.goaway)
+        fresh = self.curl("https://localhost:%d/echo/after-reload" % self.gw.tls_port, "--http2", body="{}",
+                          key=new_key())
+        self.assertEqual(fresh.version, "2", fresh)
+        self.assertExecuted(fresh.response)
+
     def test_alpn_offers_h2_only_with_http2_tls(self):
         def negotiated(port, offer):
             ctx = self.tls_context(offer)
@@ -450,9 +520,14 @@ class H2Test(GatewayTestCase):
         # The connection goes on.
         ok = c.response(c.request("POST", "/echo/after-rst", [("idempotency-key", new_key())], b"{}"))
         self.assertExecuted(as_response(ok))
-        time.sleep(1.0)  # the upstream answers at 0.7 s
-        # Never executed twice; the outcome was recorded, so the retry replays.
-        again = c.response(c.request("POST", "/slow/rst?ms=700", [("idempotency-key", key)], b"{}"))
+        # Never executed twice; the outcome was recorded (the upstream answers at 0.7 s: until
+        # then a retry is 409 in progress), so the retry replays.
+        deadline = time.monotonic() + 10
+        while True:
+            again = c.response(c.request("POST", "/slow/rst?ms=700", [("idempotency-key", key)], b"{}"))
+            if again.status != 409 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         self.assertEqual(again.status, 200, again)
         self.assertEqual(again.header("idempotent-replayed"), "true", again)
         self.assertEqual(self.upstream.executions(key), 1)

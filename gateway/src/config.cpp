@@ -1,6 +1,7 @@
 #include "idem/gateway/config.hpp"
 
 #include "config_toml.hpp"
+#include "idem/gateway/grpc.hpp"
 
 #include "idem/http/lookup.hpp"
 #include "idem/open_store.hpp"
@@ -568,6 +569,14 @@ void parse_route(const Context& ctx, const toml::table& table, const toml::table
       route.options.advertise_expiry = get_bool(ctx, key, v);
     } else if (key == "allow_short_lease") {
       route.options.allow_short_lease = get_bool(ctx, key, v);
+    } else if (key == "grpc_retryable") {
+      route.options.grpc_retryable = 0;
+      for (const std::string& text : get_string_array(ctx, key, v)) {
+        const auto code = grpc::parse_code(text);
+        if (!code) ctx.fail(&v, "grpc_retryable: " + quoted(text) + " is not a gRPC status (e.g. \"UNAVAILABLE\")");
+        if (*code == grpc::Code::ok) ctx.fail(&v, "grpc_retryable: OK is a success, always stored");
+        route.options.grpc_retryable |= 1u << static_cast<unsigned>(*code);
+      }
     } else if (key == "ask") {
       const std::string text = get_string(ctx, key, v);
       if (auto lookup = http::parse_lookup(text); !lookup) ctx.fail(&v, "ask: " + quoted(text) + ": " + lookup.error());
@@ -631,6 +640,15 @@ void parse_top(const Context& ctx, const toml::table& root, Config& config) {
       config.upstream = wrap(ctx, &v, key, get_string(ctx, key, v), parse_upstream_url);
     } else if (key == "store") {
       config.store = wrap(ctx, &v, key, get_string(ctx, key, v), parse_store_url);
+    } else if (key == "upstream_protocol") {
+      const std::string protocol = get_string(ctx, key, v);
+      if (protocol == "h2") {
+        config.upstream_http2 = true;
+      } else if (protocol == "http/1.1") {
+        config.upstream_http2 = false;
+      } else {
+        ctx.fail(&v, "upstream_protocol: " + quoted(protocol) + ": expected \"http/1.1\" or \"h2\"");
+      }
     } else if (key == "upstream_timeout") {
       config.upstream_timeout = get_duration(ctx, key, v);
     } else if (key == "upstream_connect_timeout") {

@@ -37,6 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "idem/gateway/grpc.hpp"
 #include "idem/gateway/log.hpp"
 #include "idem/problem.hpp"
 #include "proxy.hpp"
@@ -66,9 +67,11 @@ nghttp2_nv make_nv(std::string_view name, std::string_view value) {
 
 // A response head as HTTP/2 header fields: :status, then each field with its name in lower case,
 // without the connection-specific ones. `names` and `status` keep the bytes the fields point into
-// (nghttp2 copies them when the response is submitted).
+// (nghttp2 copies them when the response is submitted). Fields named "trailer:NAME" (an HTTP/2
+// upstream's trailers, grpc.hpp) go to `trailers` instead, as NAME.
 std::vector<nghttp2_nv> response_fields(const bhttp::fields& fields, unsigned status, std::string& status_text,
-                                        std::vector<std::string>& names) {
+                                        std::vector<std::string>& names,
+                                        std::vector<std::pair<std::string, std::string>>& trailers) {
   status_text = std::to_string(status);
   std::size_t count = 0;
   for (auto it = fields.begin(); it != fields.end(); ++it) ++count;
@@ -80,6 +83,10 @@ std::vector<nghttp2_nv> response_fields(const bhttp::fields& fields, unsigned st
   for (const auto& field : fields) {
     const std::string_view name = field.name_string();
     if (is_connection_specific(name)) continue;
+    if (name.starts_with(grpc::kTrailerPrefix)) {
+      trailers.emplace_back(name.substr(grpc::kTrailerPrefix.size()), field.value());
+      continue;
+    }
     std::string& lowered = names.emplace_back(name);
     std::transform(lowered.begin(), lowered.end(), lowered.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -95,6 +102,7 @@ struct H2Stream final : ClientSide {
   H2Stream(H2Connection& c, std::int32_t stream_id, const Session& s) : ClientSide(s.worker), connection(c), id(stream_id) {
     client_ip = s.client_ip;
     tls = s.tls;
+    h2 = true;
     client_certificate = s.client_certificate;
   }
 
@@ -119,6 +127,7 @@ struct H2Stream final : ClientSide {
   bool dispatched = false;  // handed to its handler
   // The answer.
   std::string pending;  // body bytes nghttp2 has not taken yet, from `sent` on
+  std::vector<std::pair<std::string, std::string>> trailers;  // sent after the body
   std::size_t sent = 0;
   bool eof = false;        // `pending` ends the body
   bool submitted = false;  // the head is with nghttp2
@@ -186,7 +195,8 @@ class H2Connection {
 bool H2Stream::submit(const bhttp::fields& fields, unsigned status, bool with_body) {
   std::string status_text;
   std::vector<std::string> names;
-  const std::vector<nghttp2_nv> nv = response_fields(fields, status, status_text, names);
+  const std::vector<nghttp2_nv> nv = response_fields(fields, status, status_text, names, trailers);
+  if (!trailers.empty()) with_body = true;  // trailers follow DATA, even an empty one
   nghttp2_data_provider provider{};
   provider.source.ptr = this;
   provider.read_callback = &H2Stream::read_body;
@@ -229,7 +239,7 @@ Task<bool> H2Stream::write_piece(bhttp::response<bhttp::buffer_body>& out, Milli
   co_return !closed && !connection.gone();
 }
 
-ssize_t H2Stream::read_body(nghttp2_session*, std::int32_t, std::uint8_t* buf, std::size_t length,
+ssize_t H2Stream::read_body(nghttp2_session* session, std::int32_t stream_id, std::uint8_t* buf, std::size_t length,
                             std::uint32_t* flags, nghttp2_data_source* source, void*) {
   auto* st = static_cast<H2Stream*>(source->ptr);
   const std::size_t n = std::min(length, st->pending.size() - st->sent);
@@ -238,6 +248,12 @@ ssize_t H2Stream::read_body(nghttp2_session*, std::int32_t, std::uint8_t* buf, s
   if (st->sent == st->pending.size()) {
     if (st->eof) {
       *flags |= NGHTTP2_DATA_FLAG_EOF;
+      if (!st->trailers.empty()) {
+        std::vector<nghttp2_nv> nv;
+        nv.reserve(st->trailers.size());
+        for (const auto& [name, value] : st->trailers) nv.push_back(make_nv(name, value));
+        if (nghttp2_submit_trailer(session, stream_id, nv.data(), nv.size()) == 0) *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      }
     } else if (n == 0) {
       st->deferred = true;
       return NGHTTP2_ERR_DEFERRED;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "idem/gateway/access_log.hpp"
+#include "idem/gateway/grpc.hpp"
 #include "idem/gateway/log.hpp"
 #include "idem/http/async.hpp"
 #include "idem/key.hpp"
@@ -97,6 +98,16 @@ std::optional<std::string> key_of(const Policy& policy, const Request& req) {
 }
 
 // Whether the request carries a header of that name (even an empty one).
+void erase_trailers(bhttp::fields& fields) {
+  for (auto it = fields.begin(); it != fields.end();) {
+    if (it->name_string().starts_with(grpc::kTrailerPrefix)) {
+      it = fields.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 bool has_header(std::span<const HeaderView> headers, std::string_view name) {
   for (const auto& h : headers) {
     if (iequals(h.name, name)) return true;
@@ -106,24 +117,21 @@ bool has_header(std::span<const HeaderView> headers, std::string_view name) {
 
 }  // namespace
 
-// What happened to one request, for the caller and the log line.
-struct Handler::Exchange {
-  unsigned status = 0;  // sent to the client; 0 if nothing was sent
-  bool keep_alive = false;
-  std::optional<FinishResult> record;
-  std::optional<UpstreamError> upstream_error;
-  std::optional<TimePoint> expires;  // the key's record is kept until then (at least)
-};
-
 http::Response problem_response(const Problem& problem, const RouteOptions& options, unsigned version, bool keep_alive) {
   return http::problem_response(problem, *options.errors, version, keep_alive);
 }
 
 Handler::Handler(ClientSide& s) : s_(s), w_(s.worker), m_(s.worker.metrics), engine_(s.worker.shared.engine) {}
 
-Task<bool> Handler::write(Response& res) { return s_.write(res, cfg_->client_timeout); }
+Task<bool> Handler::write(Response& res) {
+  // Trailers (from an HTTP/2 upstream) travel among the fields with a prefix no real field has:
+  // an HTTP/1.1 client gets none of them.
+  if (cfg_->upstream_http2 && !s_.h2) erase_trailers(res.base());
+  return s_.write(res, cfg_->client_timeout);
+}
 
 Response Handler::problem(const Problem& p, unsigned version, bool keep_alive) const {
+  if (grpc_) return grpc_answer(p);
   return problem_response(p, *options_, version, keep_alive);
 }
 
@@ -522,8 +530,19 @@ Task<Handler::Exchange> Handler::upstream_failed(UpstreamError kind, const Ticke
 Task<Handler::Exchange> Handler::deliver(Response& res, const Ticket* ticket, unsigned version, bool keep_alive,
                                          bool head) {
   Exchange ex;
-  if (ticket) {
+  const GrpcRecord grpc_record = grpc_ && ticket && res.result_int() == 200 && !ticket->store_server_errors
+                                     ? grpc_record_for(res.base(), options_->grpc_retryable)
+                                     : GrpcRecord::store;
+  if (ticket && grpc_record == GrpcRecord::leave_in_progress) {
+    // The upstream's own deadline fired: whether the call took effect is as unknown as after the
+    // gateway's upstream_timeout, and the key is left the same way (on_lease_expiry decides).
+    ex.record = FinishResult::left_in_progress;
+    m_.count(FinishResult::left_in_progress);
+  } else if (ticket) {
     StoredResponse record = to_record(res.base(), res.result_int(), res.body(), *ticket);
+    // A gRPC answer is HTTP 200 whatever the call's status: the route's retryable statuses are
+    // not stored, as a 5xx is not (SPEC 4.3), and the retry executes again.
+    if (grpc_record == GrpcRecord::retryable) record.status = 503;
     // The store computes its own expiry a moment later: the key is kept at least until this one.
     const TimePoint expires = engine_.clock().now() + ticket->retention;
     ex.record = co_await finish(*ticket, std::move(record));
@@ -548,6 +567,7 @@ Task<Handler::Exchange> Handler::deliver(Response& res, const Ticket* ticket, un
 Task<Handler::Exchange> Handler::forward(Request& req, const Ticket* ticket, bool keep_alive) {
   const unsigned version = req.version();
   const bool head = req.method() == bhttp::verb::head;
+  if (cfg_->upstream_http2) co_return co_await forward_h2(req, ticket, keep_alive);
   const bool retry_safe = !ticket && http::is_idempotent_method(req.method_string());
   prepare_forward(req, ticket);
 
@@ -796,6 +816,7 @@ Task<bool> Handler::handle(Request& req, std::shared_ptr<LoopConfig> config, Rou
   tenant_ = nullptr;
   lookup_ = {};
   webhook_ = {};
+  grpc_ = s_.h2 && grpc::is_grpc_content_type(req[bhttp::field::content_type]);
   const bool keep_alive = req.keep_alive() && !w_.draining;
   const unsigned version = req.version();
   const Policy* policy = route.policy;

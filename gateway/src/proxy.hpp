@@ -64,6 +64,7 @@ struct ClientSide {
   Worker& worker;
   std::string client_ip;
   bool tls = false;  // came through the [tls] listener: X-Forwarded-Proto https
+  bool h2 = false;   // an HTTP/2 stream: trailers go as trailers (HTTP/1.1 gets none)
   /// The client certificate verified in the TLS handshake, if any: a client_cert tenant's.
   std::optional<ClientCertificate> client_certificate;
   http::BeastRequestView view;
@@ -127,7 +128,14 @@ class Handler {
   Task<bool> handle(http::Request& req, std::shared_ptr<LoopConfig> config, Router::Match route);
 
  private:
-  struct Exchange;
+  // What happened to one request, for the caller and the log line.
+  struct Exchange {
+    unsigned status = 0;  // sent to the client; 0 if nothing was sent
+    bool keep_alive = false;
+    std::optional<FinishResult> record;
+    std::optional<UpstreamError> upstream_error;
+    std::optional<TimePoint> expires;  // the key's record is kept until then (at least)
+  };
   Task<Exchange> ask(http::Request& req, const Decision& d, const Policy& policy, bool keep_alive);
   Task<std::optional<http::LookupReply>> send_lookup(const std::string& target, const Headers& headers,
                                                      std::string& failure);
@@ -135,6 +143,8 @@ class Handler {
   auto async_resolve_within(const Ticket& ticket, StoredResponse&& stored);
   Task<FinishResult> unclaim(const Ticket& ticket);
   Task<Exchange> forward(http::Request& req, const Ticket* ticket, bool keep_alive);
+  Task<Exchange> forward_h2(http::Request& req, const Ticket* ticket, bool keep_alive);  // proxy_h2.cpp
+  Millis upstream_deadline(const http::Request& req) const;
   Task<Exchange> upstream_failed(UpstreamError kind, const Ticket* ticket, unsigned version, bool keep_alive,
                                  const std::string& detail);
   Task<Exchange> deliver(http::Response& res, const Ticket* ticket, unsigned version, bool keep_alive, bool head);
@@ -167,7 +177,16 @@ class Handler {
   const std::string* tenant_ = nullptr;  // the key's tenant, sent upstream with a claimed key
   std::string_view lookup_;             // what the lookup answered, for the log line
   std::string_view webhook_;            // a webhook route's verified event: the profile, sent upstream
+  bool grpc_ = false;                   // a gRPC call: the gateway's answers are gRPC statuses
 };
+
+/// proxy_h2.cpp: a problem as a gRPC call's "trailers-only" answer (docs/gateway.md, gRPC).
+http::Response grpc_answer(const Problem& problem);
+/// What becomes of a key after an upstream's gRPC answer (its grpc-status; none valid counts as
+/// INTERNAL): stored; not stored, for the retry to execute (a status in `retryable`: bit N for
+/// status N); or, for DEADLINE_EXCEEDED not listed there, left in progress like a gateway timeout.
+enum class GrpcRecord { store, retryable, leave_in_progress };
+GrpcRecord grpc_record_for(const bhttp::fields& fields, std::uint32_t retryable);
 
 /// The envelope-rendered answer to a problem (docs/gateway.md, Errors).
 http::Response problem_response(const Problem& problem, const RouteOptions& options, unsigned version, bool keep_alive);

@@ -15,6 +15,7 @@
 
 #include "idem/gateway/log.hpp"
 #include "idem/problem.hpp"
+#include "h2_upstream.hpp"
 #include "proxy.hpp"
 
 namespace idem::gateway {
@@ -143,12 +144,21 @@ Task<bool> Session::write_piece(bhttp::response<bhttp::buffer_body>& out, Millis
   co_return !ec || ec == bhttp::error::need_buffer;
 }
 
+Worker::Worker(std::size_t index, const Shared& shared, MetricsShard& metrics)
+    : store_deadlines(metrics.store_timeouts),
+      index(index),
+      shared(shared),
+      metrics(metrics),
+      pool(*io, deadlines, metrics),
+      config_(std::make_shared<LoopConfig>(shared.current())) {}
+
 Worker::~Worker() {
   // Pooled sockets belong to the io_context: close them first. Sessions waiting for a store are
   // held by their store call, not by the io_context: destroy them while it still exists. Then
   // destroy the io_context, and with it every other suspended session, while the members those
   // sessions unlink from still live.
   pool.clear();
+  h2_upstream.reset();
   store_deadlines.abandon_all();
   io.reset();
 }

@@ -25,7 +25,7 @@ bool still_open(Socket& socket) {
 }  // namespace
 
 Task<UpstreamPool::Acquired> UpstreamPool::acquire(bool fresh, UpstreamAddresses& upstream, const Config& config,
-                                                   const std::shared_ptr<asio::ssl::context>& tls) {
+                                                   const std::shared_ptr<asio::ssl::context>& tls, bool h2) {
   Acquired out;
   if (!fresh) {
     const auto now = Clock::now();
@@ -67,19 +67,22 @@ Task<UpstreamPool::Acquired> UpstreamPool::acquire(bool fresh, UpstreamAddresses
   if (tls) {
     conn->tls_context = tls;
     conn->stream.use_tls(*tls);
-    if (!co_await handshake(*conn, upstream, config, out)) co_return out;
+    if (!co_await handshake(*conn, upstream, config, out, h2)) co_return out;
   }
   out.conn = std::move(conn);
   co_return out;
 }
 
-Task<bool> UpstreamPool::handshake(UpstreamConn& conn, UpstreamAddresses& upstream, const Config& config, Acquired& out) {
+Task<bool> UpstreamPool::handshake(UpstreamConn& conn, UpstreamAddresses& upstream, const Config& config, Acquired& out,
+                                   bool h2) {
   SSL* ssl = conn.stream.tls()->native_handle();
   if (!prepare_upstream_connection(ssl, *config.upstream_tls_context, &conn.tls_failure)) {
     out.ec = asio::error::invalid_argument;
     out.failure = "TLS to the upstream " + config.upstream.text() + ": " + conn.tls_failure;
     co_return false;
   }
+  static constexpr unsigned char kAlpnH2[] = {2, 'h', '2'};
+  if (h2) SSL_set_alpn_protos(ssl, kAlpnH2, sizeof kAlpnH2);
   SSL_CTX* context = conn.tls_context->native_handle();
   if (session_ && session_upstream_ == upstream.id() && session_context_ == context) SSL_set_session(ssl, session_.get());
   co_await conn.stream.tls()->async_handshake(asio::ssl::stream_base::client, with(out.ec));

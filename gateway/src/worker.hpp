@@ -210,7 +210,8 @@ class UpstreamPool {
       : io_(io), deadlines_(deadlines), metrics_(metrics) {}
 
   /// A connection: a pooled one unless `fresh`, else a new one, over TLS for an https://
-  /// upstream (`tls`: the Snapshot's upstream context, null for http://). On failure `conn` is
+  /// upstream (`tls`: the Snapshot's upstream context, null for http://), offering ALPN h2
+  /// instead of http/1.1 when `h2` (the caller checks what was chosen). On failure `conn` is
   /// null and `ec` says why (`failure` too, in words, when TLS failed); nothing was sent.
   struct Acquired {
     std::unique_ptr<UpstreamConn> conn;
@@ -219,7 +220,7 @@ class UpstreamPool {
     std::string failure;
   };
   Task<Acquired> acquire(bool fresh, UpstreamAddresses& upstream, const Config& config,
-                         const std::shared_ptr<asio::ssl::context>& tls);
+                         const std::shared_ptr<asio::ssl::context>& tls, bool h2 = false);
 
   /// Returns a connection whose last response was read completely and which the upstream keeps
   /// alive; it is closed instead when the pool is full.
@@ -235,7 +236,7 @@ class UpstreamPool {
   struct SessionFree {
     void operator()(SSL_SESSION* s) const { SSL_SESSION_free(s); }
   };
-  Task<bool> handshake(UpstreamConn& conn, UpstreamAddresses& upstream, const Config& config, Acquired& out);
+  Task<bool> handshake(UpstreamConn& conn, UpstreamAddresses& upstream, const Config& config, Acquired& out, bool h2);
   bool keep_session(UpstreamConn& conn);  // whether it kept the connection's session
 
   asio::io_context& io_;
@@ -253,17 +254,13 @@ class UpstreamPool {
 };
 
 struct Session;
+class H2Upstream;
 
 /// One event loop: its io_context, thread-confined upstream pool, metrics shard and sessions.
 class Worker {
  public:
-  Worker(std::size_t index, const Shared& shared, MetricsShard& metrics)
-      : store_deadlines(metrics.store_timeouts),
-        index(index),
-        shared(shared),
-        metrics(metrics),
-        pool(*io, deadlines, metrics),
-        config_(std::make_shared<LoopConfig>(shared.current())) {}
+  // Both in session.cpp, where the members they destroy are complete types.
+  Worker(std::size_t index, const Shared& shared, MetricsShard& metrics);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -275,6 +272,8 @@ class Worker {
   const Shared& shared;
   MetricsShard& metrics;
   UpstreamPool pool;
+  /// upstream_protocol = "h2": this loop's HTTP/2 connections to the upstream (made on first use).
+  std::unique_ptr<H2Upstream> h2_upstream;
 
   /// The configuration in force for a request starting now, on this thread: this loop's copy of
   /// the Snapshot last published, made anew after a reload.

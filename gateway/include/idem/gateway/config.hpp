@@ -98,6 +98,9 @@ struct Config {
   /// Loaded with the configuration for an https:// upstream; null for http://.
   std::shared_ptr<const TlsContext> upstream_tls_context;
   StoreUrl store{StoreUrl::Kind::sqlite, "./var/idem.db", "sqlite:./var/idem.db"};
+  /// upstream_protocol = "h2": HTTP/2 to the upstream (prior knowledge on http://, ALPN on
+  /// https://), multiplexed over few connections; required for gRPC upstreams. Else HTTP/1.1.
+  bool upstream_http2 = false;
 
   Millis upstream_timeout = 30s;          ///< request sent -> response fully received
   Millis upstream_connect_timeout = 5s;   ///< TCP connect to the upstream

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "idem/gateway/grpc.hpp"
 #include "idem/engine.hpp"
 #include "idem/error_envelope.hpp"
 #include "idem/gateway/tenant.hpp"
@@ -45,6 +46,11 @@ struct RouteOptions {
   /// `allow_short_lease`: a lease not longer than upstream_timeout is accepted (else refused at
   /// load: a takeover could run while the first call still executes).
   bool allow_short_lease = false;
+  /// `grpc_retryable`: the gRPC statuses (bit N: status N) whose answer to a keyed call is not
+  /// stored; the key is left for a retry to execute again (docs/gateway.md, gRPC). Default:
+  /// UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED (DEADLINE_EXCEEDED, unless listed, leaves the key
+  /// in progress: the server's handler may still be running).
+  std::uint32_t grpc_retryable = grpc::kDefaultRetryable;
 };
 
 /// One [[route]]: the methods and path it applies to, and its policy.

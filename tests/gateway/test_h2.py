@@ -59,7 +59,7 @@ def tool(name):
 class H2Gateway:
     """idem-gateway started from a whole configuration file, ready when /healthz answers."""
 
-    def __init__(self, workdir, store, upstream_url, top="", tables="", pki=None, plain=True):
+    def __init__(self, workdir, store, upstream_url, top="", tables="", pki=None, plain=True, tls_extra=""):
         self.workdir = workdir
         self.port = free_port() if plain else None
         self.tls_port = free_port() if pki else None
@@ -67,8 +67,8 @@ class H2Gateway:
         text = 'listen = "%s"\nadmin_listen = "127.0.0.1:%d"\nstore = "%s"\nupstream = "%s"\n%s\n' % (
             "127.0.0.1:%d" % self.port if plain else "off", self.admin_port, store, upstream_url, top)
         if pki:
-            text += '[tls]\nlisten = "127.0.0.1:%d"\ncert_file = "%s"\nkey_file = "%s"\n\n' % (
-                self.tls_port, pki["server"][0], pki["server"][1])
+            text += '[tls]\nlisten = "127.0.0.1:%d"\ncert_file = "%s"\nkey_file = "%s"\n%s\n' % (
+                self.tls_port, pki["server"][0], pki["server"][1], tls_extra)
         text += tables
         self.config_text = text
         self.config_path = os.path.join(workdir, "h2-gateway.%s.toml" % uuid.uuid4().hex[:8])
@@ -138,18 +138,22 @@ class H2Test(GatewayTestCase):
         cls.pki = make_test_pki(os.path.join(cls.workdir, "pki"))
         cls.ca = cls.pki["ca"][0]
         top = 'max_header = "%dB"\nmax_body = "1MiB"\n' % MAX_HEADER
-        routes = ('[[route]]\nmethod = "POST"\npath = "/echo/small/**"\nmax_body = "%dB"\n\n' % SMALL_BODY)
-        # The gateway under test: h2 on both listeners, the default stream limit (100).
-        cls.gw = cls.h2_gateway(top, "[http2]\ntls = true\ncleartext = true\n\n" + routes, pki=cls.pki)
+        routes = ('[[route]]\nmethod = "POST"\npath = "/echo/small/**"\nmax_body = "%dB"\n\n' % SMALL_BODY +
+                  '[[route]]\nmethod = "POST"\npath = "/echo/cert/*"\ntenant.from = "client_cert"\n'
+                  'tenant.identity = "uri"\n\n')
+        # The gateway under test: h2 on both listeners, the default stream limit (100), client
+        # certificates optional (tenants on /echo/cert/*).
+        cls.gw = cls.h2_gateway(top, "[http2]\ntls = true\ncleartext = true\n\n" + routes, pki=cls.pki,
+                                tls_extra='client_certificates = "optional"\nclient_ca_file = "%s"\n' % cls.ca)
         # A stream limit of 5, plain listener only.
         cls.gw5 = cls.h2_gateway("", "[http2]\ncleartext = true\nmax_concurrent_streams = 5\n")
         # No [http2]: HTTP/1.1 only, whatever the client offers.
         cls.gw11 = cls.h2_gateway("", "", pki=cls.pki)
 
     @classmethod
-    def h2_gateway(cls, top, tables, pki=None, plain=True):
+    def h2_gateway(cls, top, tables, pki=None, plain=True, tls_extra=""):
         store = cls.store_url("h2-%s.db" % uuid.uuid4().hex[:8])
-        g = H2Gateway(cls.workdir, store, cls.upstream.url, top, tables, pki=pki, plain=plain)
+        g = H2Gateway(cls.workdir, store, cls.upstream.url, top, tables, pki=pki, plain=plain, tls_extra=tls_extra)
         cls._owned.append(g)
         return g
 
@@ -531,6 +535,60 @@ class H2Test(GatewayTestCase):
         self.assertEqual(again.status, 200, again)
         self.assertEqual(again.header("idempotent-replayed"), "true", again)
         self.assertEqual(self.upstream.executions(key), 1)
+
+    def test_client_certificates_are_tenants_over_h2(self):
+        key = new_key("mtls")
+        url = "https://localhost:%d/echo/cert/pay" % self.gw.tls_port
+
+        def send(cert):
+            args = ["--http2"]
+            if cert:
+                args += ["--cert", self.pki[cert][0], "--key", self.pki[cert][1]]
+            return self.curl(url, *args, body="{}", key=key)
+
+        a = send("client_a")
+        self.assertEqual(a.version, "2", a)
+        self.assertExecuted(a.response)
+        self.assertEqual(dict(a.response.json()["headers"]).get("Idempotency-Tenant"),
+                         "cert:spiffe://idem.test/payments-a")
+        # The same identity renewed: a replay; another client: its own execution.
+        self.assertReplayOf(send("client_a_renewed").response, a.response)
+        b = send("client_b")
+        self.assertExecuted(b.response)
+        self.assertNotEqual(b.response.execution_id, a.response.execution_id)
+        # No certificate, over h2 and h2c: refused, nothing executed.
+        self.assertProblem(send(None).response, 401, "client_certificate_missing")
+        c = self.h2()
+        r = c.response(c.request("POST", "/echo/cert/pay", [("idempotency-key", key)], b"{}"))
+        self.assertProblem(as_response(r), 401, "client_certificate_missing")
+        self.assertEqual(self.upstream.executions(key), 2)
+
+    def test_a_partial_upload_reset_claims_nothing(self):
+        key = new_key("partial")
+        c = self.h2()
+        sid, frames = c.request_frames("POST", "/echo/partial", [("idempotency-key", key), ("content-length", "100")],
+                                       end_stream=False)
+        self.assertTrue(c.send(frames + h2_raw.frame(h2_raw.DATA, 0, sid, b"x" * 10)))
+        time.sleep(0.2)
+        self.assertTrue(c.rst(sid, h2_raw.CANCEL))
+        # The key was never claimed: the complete request executes, on the same connection.
+        r = c.response(c.request("POST", "/echo/partial", [("idempotency-key", key)], b"x" * 100))
+        self.assertExecuted(as_response(r))
+        self.assertEqual(json.loads(r.body)["body"], "x" * 100)
+        self.assertEqual(self.upstream.executions(key), 1)
+
+    def test_connect_is_answered_501_at_once(self):
+        # HTTP/1.1 answers CONNECT 501 not_implemented. Over h2 a CONNECT stream stays open for the
+        # tunnel's bytes (RFC 9113 §8.5), so the answer cannot wait for its end.
+        for end_stream in (True, False):
+            with self.subTest(end_stream=end_stream):
+                c = self.h2()
+                sid = c.new_stream_id()
+                block = h2_raw.encode_headers([(":method", "CONNECT"), (":authority", "127.0.0.1:%d" % self.upstream.port)])
+                self.assertTrue(c.send(h2_raw.headers_frames(sid, block, end_stream=end_stream)))
+                r = c.response(sid, 5)
+                self.assertEqual(r.status, 501, "CONNECT (END_STREAM %s) not answered within 5 s: %r" % (end_stream, r))
+                self.assertProblem(as_response(r), 501, "not_implemented")
 
     # -- hostile clients ------------------------------------------------------------------------
 

@@ -11,12 +11,20 @@ prior knowledge on the plain one), against the same fixture upstream, which stay
 - one key on 50 streams of one connection (h2load -c 1 -m 50, and the raw client stream by
   stream): the upstream runs it once, every stream answered 200 or 409; several URIs on one
   connection with nghttp;
+- streams served in parallel; 800 KB request and 3 MB response bodies (flow control both ways);
+  client certificates as tenants over h2; a client's RST_STREAM mid-flight recorded as a vanished
+  HTTP/1.1 client's request is, a partial upload reset claiming nothing; SIGHUP keeping h2
+  connections; [http2] checked at start;
 - hostile clients (tests/common/h2_raw.py, a raw client): a header list above max_header answered
   431 on its stream, the connection still usable; a body above a route's max_body 413; streams
   beyond max_concurrent_streams refused with RST_STREAM(REFUSED_STREAM) while the others are
   answered; a rapid reset flood (10,000 HEADERS + RST_STREAM) ending that connection with GOAWAY
-  while another connection is served; garbage after the preface closing the connection; a drain
-  (SIGTERM) announced with GOAWAY while the stream in flight completes.
+  while another connection is served; garbage after the preface and a CONTINUATION flood closing
+  the connection; CONNECT answered 501 at once; a drain (SIGTERM) announced with GOAWAY while the
+  stream in flight completes;
+- H2Timeouts: client_timeout per stream (a stalled request body cut off without taking the
+  connection's other streams down; a client that never gives flow-control credit cut off) and
+  idle_timeout announced with GOAWAY.
 
 Tools: curl (with HTTP/2), h2load and nghttp (Debian nghttp2-client), openssl (the test CA,
 tests/common/tls_certs.py). Missing tools fail the test, they never skip it.
@@ -35,7 +43,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -45,9 +45,9 @@ echo "tsan: unit tests and conformance suites (core, sqlite, postgres, redis, ht
 ctest --test-dir "$build" --output-on-failure --no-tests=error -j"$jobs" --timeout 900 \
   -L 'core|sqlite|postgres|redis|http|gateway' -LE 'e2e|bench|crash|redis_fault|cli' || status=1
 
-echo "tsan: the gateway's concurrency end to end (memory and SQLite, one and two processes), and TLS (reloads swapping certificates under load)"
+echo "tsan: the gateway's concurrency end to end (memory and SQLite, one and two processes), TLS (reloads swapping certificates under load), and HTTP/2"
 ctest --test-dir "$build" --output-on-failure --no-tests=error --timeout 900 \
-  -R '^gateway_e2e_concurrency_(memory|sqlite)$|^gateway_e2e_tls_memory$' || status=1
+  -R '^gateway_e2e_concurrency_(memory|sqlite)$|^gateway_e2e_(tls|h2)_memory$' || status=1
 
 if compgen -G "$reports/tsan*" >/dev/null; then
   echo "tsan: ThreadSanitizer reports:" >&2

@@ -11,7 +11,9 @@ server allows, HEADERS then RST_STREAM by the thousand (a rapid reset), garbage 
 What it sends: the connection preface, a SETTINGS frame (an initial window of 2^31-1 unless told
 otherwise) and a connection WINDOW_UPDATE; HEADERS (split into CONTINUATION frames above 16,384
 bytes) whose fields are encoded as HPACK "literal without indexing, new name" with raw (not
-Huffman) strings, so nothing depends on the dynamic table; DATA; RST_STREAM; raw bytes.
+Huffman) strings, so nothing depends on the dynamic table; DATA, within the server's
+flow-control windows (request(), send_body(): it waits for WINDOW_UPDATE) or blindly
+(request_frames(), for batches); RST_STREAM; raw bytes.
 
 What it reads: every send and wait reads what came meanwhile (no threads: one select loop, so a
 TLS socket is never used by two threads at once), decodes every header block (a full HPACK
@@ -356,6 +358,10 @@ class H2Connection:
         self.closed = False       # the peer closed (or reset) the connection
         self.pending_settings = 0  # server SETTINGS frames not acknowledged (auto_ack_settings=False)
         self.next_stream_id = 1
+        # Flow control of what we send: the connection's window, and each stream's as its
+        # difference from the server's SETTINGS_INITIAL_WINDOW_SIZE (which may change later).
+        self.send_window = 65535
+        self._stream_window_delta = {}
         self.decoder = HpackDecoder()
         self._in = bytearray()
         self._out = bytearray()
@@ -453,13 +459,58 @@ class H2Connection:
             for i in range(0, len(body), max_frame):
                 last = i + max_frame >= len(body)
                 out += frame(DATA, END_STREAM if (last and end_stream) else 0, sid, body[i:i + max_frame])
+            self._spend(sid, len(body))  # counted as sent: keep such bodies within the windows
         return sid, out
 
-    def request(self, method, path, headers=(), body=None, **kw):
-        """Sends a request; its stream id. Keep bodies below 64 KiB (the default window)."""
-        sid, data = self.request_frames(method, path, headers, body, **kw)
+    def request(self, method, path, headers=(), body=None, flow_control=True, end_stream=True, **kw):
+        """Sends a request; its stream id. The body goes as the server's flow-control windows
+        allow (see send_body); request_frames sends it blindly."""
+        body = _as_bytes(body) if body is not None else None
+        if not flow_control or not body:
+            sid, data = self.request_frames(method, path, headers, body, end_stream=end_stream, **kw)
+            self.send(data)
+            return sid
+        if not any(k.lower() == "content-length" for k, _ in headers):
+            headers = list(headers) + [("content-length", str(len(body)))]
+        sid, data = self.request_frames(method, path, headers, None, end_stream=False, **kw)
         self.send(data)
+        self.send_body(sid, body, end_stream=end_stream)
         return sid
+
+    def stream_send_window(self, sid):
+        initial = self.server_settings.get(SETTINGS_INITIAL_WINDOW_SIZE, 65535)
+        return initial + self._stream_window_delta.get(sid, 0)
+
+    def _spend(self, sid, n):
+        self.send_window -= n
+        self._stream_window_delta[sid] = self._stream_window_delta.get(sid, 0) - n
+
+    def send_body(self, sid, body, end_stream=True, timeout=30.0):
+        """Sends DATA on a stream within the server's flow-control windows, waiting for credit.
+        A complete response before the whole body does not stop it (RFC 9113 §8.1: the server
+        says so with RST_STREAM). False if the stream was reset, or the connection closed,
+        before all was sent."""
+        body = memoryview(_as_bytes(body))
+        stream = self._stream(sid)
+        deadline = time.monotonic() + timeout
+        while True:
+            if not body:
+                return self.send(frame(DATA, END_STREAM if end_stream else 0, sid, b"")) if end_stream else True
+            self.wait(lambda: stream.reset_code is not None or (self.send_window > 0 and self.stream_send_window(sid) > 0),
+                      max(0.0, deadline - time.monotonic()))
+            if stream.reset_code is not None or self.closed:
+                return False
+            room = min(self.send_window, self.stream_send_window(sid), DEFAULT_MAX_FRAME)
+            if room <= 0:
+                raise TimeoutError("no flow-control credit for stream %d within %ss (connection window %d, "
+                                   "stream window %d)" % (sid, timeout, self.send_window,
+                                                          self.stream_send_window(sid)))
+            chunk, body = body[:room], body[room:]
+            self._spend(sid, len(chunk))
+            if not self.send(frame(DATA, END_STREAM if (end_stream and not body) else 0, sid, bytes(chunk))):
+                return False
+            if not body:
+                return True
 
     def rst(self, stream_id, code=CANCEL):
         return self.send(rst_stream_frame(stream_id, code))
@@ -497,6 +548,12 @@ class H2Connection:
                 self.goaway = (last & 0x7FFFFFFF, code, payload[8:])
         elif ftype == RST_STREAM:
             self._stream(sid).reset_code = struct.unpack(">I", payload[:4])[0]
+        elif ftype == WINDOW_UPDATE:
+            inc = struct.unpack(">I", payload[:4])[0] & 0x7FFFFFFF
+            if sid == 0:
+                self.send_window += inc
+            else:
+                self._stream_window_delta[sid] = self._stream_window_delta.get(sid, 0) + inc
         elif ftype == DATA:
             data = payload
             if flags & PADDED:

@@ -522,6 +522,23 @@ class H2Test(GatewayTestCase):
             self.assertEqual(len(r.response.body), size)
             self.assertEqual(r.response.body[:52], bytes(range(97, 123)) * 2)
 
+    def test_the_connection_window_is_given_back_for_refused_and_taken_bodies(self):
+        # 600 bodies of 50,000 bytes on one connection: 30 MB, more than any window the gateway
+        # grants, answered 413 (refused mid-upload: the rest of the body must still be credited)
+        # and 200. The raw client sends only what the windows allow: a leak stalls it.
+        c = self.h2()
+        body = b"w" * 50000
+        for path, status in (("/echo/small/window", 413), ("/echo/window", 200)):
+            seen = {}
+            for _ in range(600):
+                r = c.response(c.request("POST", path, [("idempotency-key", new_key("win"))], body), 10)
+                seen[(r.status, r.reset_code)] = seen.get((r.status, r.reset_code), 0) + 1
+                if not r.done:
+                    break
+            self.assertEqual(seen, {(status, None): 600}, "%s: connection window %d, GOAWAY %r" % (
+                path, c.send_window, c.goaway))
+        self.assertIsNone(c.goaway)
+
     def test_a_client_reset_mid_flight_is_recorded_like_a_vanished_http11_client(self):
         key = new_key("rst")
         c = self.h2()

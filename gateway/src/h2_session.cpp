@@ -37,6 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "h2_message.hpp"
 #include "idem/gateway/grpc.hpp"
 #include "idem/gateway/log.hpp"
 #include "idem/problem.hpp"
@@ -53,47 +54,6 @@ constexpr std::size_t kWriteCoalesce = 64 * 1024;   // frames gathered into one 
 constexpr std::size_t kReadSize = 16 * 1024;
 constexpr std::uint32_t kResetBurst = 1000;          // RST_STREAMs a client may cause at once,
 constexpr std::uint32_t kResetRate = 33;             // then per second (rapid reset, CVE-2023-44487)
-
-bool is_connection_specific(std::string_view name) {
-  return iequals(name, "connection") || iequals(name, "keep-alive") || iequals(name, "proxy-connection") ||
-         iequals(name, "transfer-encoding") || iequals(name, "upgrade");
-}
-
-nghttp2_nv make_nv(std::string_view name, std::string_view value) {
-  return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
-                    reinterpret_cast<std::uint8_t*>(const_cast<char*>(value.data())), name.size(), value.size(),
-                    NGHTTP2_NV_FLAG_NONE};
-}
-
-// A response head as HTTP/2 header fields: :status, then each field with its name in lower case,
-// without the connection-specific ones. `names` and `status` keep the bytes the fields point into
-// (nghttp2 copies them when the response is submitted). Fields named "trailer:NAME" (an HTTP/2
-// upstream's trailers, grpc.hpp) go to `trailers` instead, as NAME.
-std::vector<nghttp2_nv> response_fields(const bhttp::fields& fields, unsigned status, std::string& status_text,
-                                        std::vector<std::string>& names,
-                                        std::vector<std::pair<std::string, std::string>>& trailers) {
-  status_text = std::to_string(status);
-  std::size_t count = 0;
-  for (auto it = fields.begin(); it != fields.end(); ++it) ++count;
-  names.clear();
-  names.reserve(count);
-  std::vector<nghttp2_nv> nv;
-  nv.reserve(count + 1);
-  nv.push_back(make_nv(":status", status_text));
-  for (const auto& field : fields) {
-    const std::string_view name = field.name_string();
-    if (is_connection_specific(name)) continue;
-    if (name.starts_with(grpc::kTrailerPrefix)) {
-      trailers.emplace_back(name.substr(grpc::kTrailerPrefix.size()), field.value());
-      continue;
-    }
-    std::string& lowered = names.emplace_back(name);
-    std::transform(lowered.begin(), lowered.end(), lowered.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    nv.push_back(make_nv(lowered, field.value()));
-  }
-  return nv;
-}
 
 }  // namespace
 
@@ -117,13 +77,7 @@ struct H2Stream final : ClientSide {
 
   H2Connection& connection;
   const std::int32_t id;
-  // The request as it arrives.
-  Request req;
-  std::string authority, cookies;
-  std::size_t header_bytes = 0;
-  std::size_t body_limit = 0;
-  bool header_too_large = false;
-  bool body_too_large = false;
+  H2Request request;        // as it arrives
   bool dispatched = false;  // handed to its handler
   // The answer.
   std::string pending;  // body bytes nghttp2 has not taken yet, from `sent` on
@@ -438,7 +392,7 @@ int H2Connection::on_begin_headers(nghttp2_session*, const nghttp2_frame* frame,
   auto& c = *static_cast<H2Connection*>(self);
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
   auto st = std::make_shared<H2Stream>(c, frame->hd.stream_id, c.s_);
-  st->body_limit = c.config_->runtime().largest_max_body();
+  st->request.body_limit = c.config_->runtime().largest_max_body();
   nghttp2_session_set_stream_user_data(c.ng_, frame->hd.stream_id, st.get());
   c.streams_.emplace(frame->hd.stream_id, std::move(st));
   ++c.receiving_;
@@ -451,30 +405,9 @@ int H2Connection::on_header(nghttp2_session*, const nghttp2_frame* frame, const 
   auto& c = *static_cast<H2Connection*>(self);
   H2Stream* st = c.stream_of(frame->hd.stream_id);
   if (st == nullptr || st->dispatched) return 0;
-  // RFC 9113's accounting for SETTINGS_MAX_HEADER_LIST_SIZE: each field's name and value, plus 32.
-  st->header_bytes += namelen + valuelen + 32;
-  if (st->header_bytes > c.config_->config().max_header) st->header_too_large = true;
-  if (st->header_too_large) return 0;  // kept no further: the answer is 431
-  if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;  // trailers: not forwarded to HTTP/1.1
-  const std::string_view name(reinterpret_cast<const char*>(name_bytes), namelen);
-  const std::string_view value(reinterpret_cast<const char*>(value_bytes), valuelen);
-  if (!name.empty() && name.front() == ':') {
-    if (name == ":method") {
-      st->req.method_string(value);
-    } else if (name == ":path") {
-      st->req.target(value);
-    } else if (name == ":authority") {
-      st->authority = value;
-    }
-    return 0;  // :scheme (nghttp2 checked it is there)
-  }
-  if (name == "cookie") {
-    // HTTP/2 may split the Cookie field; HTTP/1.1 carries one (RFC 9113, 8.2.3).
-    if (!st->cookies.empty()) st->cookies += "; ";
-    st->cookies += value;
-    return 0;
-  }
-  st->req.insert(name, value);
+  st->request.add_field(std::string_view(reinterpret_cast<const char*>(name_bytes), namelen),
+                        std::string_view(reinterpret_cast<const char*>(value_bytes), valuelen),
+                        frame->headers.cat != NGHTTP2_HCAT_REQUEST, c.config_->config().max_header);
   return 0;
 }
 
@@ -483,33 +416,22 @@ int H2Connection::on_data_chunk(nghttp2_session*, std::uint8_t, std::int32_t str
   auto& c = *static_cast<H2Connection*>(self);
   H2Stream* st = c.stream_of(stream_id);
   if (st == nullptr || st->dispatched) return 0;
-  std::string& body = st->req.body();
-  if (st->body_too_large || body.size() + len > st->body_limit) {
-    st->body_too_large = true;
-    body.clear();
-    // Answer 413 now: reading the rest would only fill memory. nghttp2 resets the stream once
-    // the answer is out, as the client still sends.
+  if (!st->request.add_data(std::string_view(reinterpret_cast<const char*>(data), len))) {
+    // Answer 413 now: reading the rest would only fill memory.
     c.dispatch(*st);
-    return 0;
   }
-  body.append(reinterpret_cast<const char*>(data), len);
   return 0;
 }
 
 void H2Connection::headers_done(H2Stream& st) {
   // The route's own max_body applies from here on; a declared length above it is refused now.
   const Runtime& runtime = config_->runtime();
-  const Router::Match route = runtime.router().match(st.req.method_string(), http::split_target(st.req.target()).path);
-  const RouteOptions& options = runtime.options(route.route);
-  st.body_limit = options.max_body;
-  if (auto length = st.req.find(bhttp::field::content_length); length != st.req.end()) {
-    std::uint64_t declared = 0;
-    const std::string_view text = length->value();
-    const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), declared);
-    if (err == std::errc{} && end == text.data() + text.size() && declared > st.body_limit) {
-      st.body_too_large = true;
-      dispatch(st);
-    }
+  H2Request& request = st.request;
+  const Router::Match route = runtime.router().match(request.req.method_string(), http::split_target(request.req.target()).path);
+  request.body_limit = runtime.options(route.route).max_body;
+  if (const auto declared = request.declared_length(); declared && *declared > request.body_limit) {
+    request.body_too_large = true;
+    dispatch(st);
   }
 }
 
@@ -543,7 +465,8 @@ void H2Connection::dispatch(H2Stream& st) {
 
 Task<bool> H2Connection::answer_problem(H2Stream& st, const Problem& problem, const RouteOptions& options,
                                         const Config& cfg) {
-  Response res = problem_response(problem, options, 11, true);
+  const bool grpc = grpc::is_grpc_content_type(st.request.req[bhttp::field::content_type]);
+  Response res = grpc ? grpc_answer(problem) : problem_response(problem, options, 11, true);
   co_return co_await st.write(res, cfg.client_timeout);
 }
 
@@ -553,8 +476,8 @@ Task<void> H2Connection::serve(std::shared_ptr<H2Stream> stream) {
   std::shared_ptr<LoopConfig> config = w_.config();
   const Config& cfg = config->config();
   const Runtime& runtime = config->runtime();
-  Request& req = st.req;
-  if (st.header_too_large) {
+  H2Request& request = st.request;
+  if (request.header_too_large) {
     w_.metrics.count(Outcome::bad_request);
     const Problem problem = make_problem(431, "request_header_too_large", "The request header is too large",
                                          "the request headers exceed max_header (" + std::to_string(cfg.max_header) +
@@ -562,55 +485,25 @@ Task<void> H2Connection::serve(std::shared_ptr<H2Stream> stream) {
     co_await answer_problem(st, problem, runtime.options(Router::kNoRoute), cfg);
     co_return;
   }
-  const Router::Match route = runtime.router().match(req.method_string(), http::split_target(req.target()).path);
+  const Router::Match route =
+      runtime.router().match(request.req.method_string(), http::split_target(request.req.target()).path);
   const RouteOptions& options = runtime.options(route.route);
-  if (st.body_too_large || req.body().size() > options.max_body) {
+  if (request.body_too_large || request.req.body().size() > options.max_body) {
     w_.metrics.count(Outcome::too_large);
     const Problem problem = request_too_large("the request body exceeds max_body (" +
                                               std::to_string(options.max_body) + " bytes)");
     co_await answer_problem(st, problem, options, cfg);
     co_return;
   }
-  // The HTTP/1.1 request the handler and the upstream see: Host from :authority, one Cookie, a
-  // Content-Length for the body as received.
-  std::array<std::string_view, 2> hosts;
-  std::size_t host_count = 0;
-  for (auto [it, end] = req.equal_range(bhttp::field::host); it != end && host_count < hosts.size(); ++it) {
-    hosts[host_count++] = it->value();
-  }
-  std::optional<Problem> defect;
-  if (!st.authority.empty()) {
-    if (host_count > 0 && (host_count > 1 || !iequals(hosts[0], st.authority))) {
-      defect = make_problem(400, "bad_request", "The request could not be parsed",
-                            "the Host header differs from the request's :authority");
-    } else if (host_count == 0) {
-      req.set(bhttp::field::host, st.authority);
-      hosts[0] = req[bhttp::field::host];
-      host_count = 1;
-    }
-  }
-  if (!defect) {
-    const http::HeadFacts facts{11, req.method_string(), {}, std::span<const std::string_view>(hosts.data(), host_count)};
-    if (auto head_defect = http::check_request_head(facts)) {
-      const bool unsupported = head_defect->status == 501;
-      defect = make_problem(static_cast<int>(head_defect->status), std::string(head_defect->code),
-                            unsupported ? "The request needs what the gateway does not support"
-                                        : "The request could not be parsed",
-                            std::move(head_defect->detail));
-    }
-  }
-  if (defect) {
+  if (const std::optional<Problem> defect = request.finish()) {
     w_.metrics.count(Outcome::bad_request);
     co_await answer_problem(st, *defect, options, cfg);
     co_return;
   }
-  if (!st.cookies.empty()) req.set(bhttp::field::cookie, st.cookies);
-  req.version(11);
-  req.prepare_payload();
 
   w_.metrics.in_flight.fetch_add(1, std::memory_order_relaxed);
   Handler handler(st);
-  co_await handler.handle(req, std::move(config), route);
+  co_await handler.handle(request.req, std::move(config), route);
   w_.metrics.in_flight.fetch_sub(1, std::memory_order_relaxed);
 }
 

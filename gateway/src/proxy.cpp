@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "h2_message.hpp"
 #include "idem/gateway/access_log.hpp"
 #include "idem/gateway/grpc.hpp"
 #include "idem/gateway/log.hpp"

@@ -180,13 +180,6 @@ class Handler {
   bool grpc_ = false;                   // a gRPC call: the gateway's answers are gRPC statuses
 };
 
-/// proxy_h2.cpp: a problem as a gRPC call's "trailers-only" answer (docs/gateway.md, gRPC).
-http::Response grpc_answer(const Problem& problem);
-/// What becomes of a key after an upstream's gRPC answer (its grpc-status; none valid counts as
-/// INTERNAL): stored; not stored, for the retry to execute (a status in `retryable`: bit N for
-/// status N); or, for DEADLINE_EXCEEDED not listed there, left in progress like a gateway timeout.
-enum class GrpcRecord { store, retryable, leave_in_progress };
-GrpcRecord grpc_record_for(const bhttp::fields& fields, std::uint32_t retryable);
 
 /// The envelope-rendered answer to a problem (docs/gateway.md, Errors).
 http::Response problem_response(const Problem& problem, const RouteOptions& options, unsigned version, bool keep_alive);

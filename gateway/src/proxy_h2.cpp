@@ -1,55 +1,13 @@
-// The Handler's HTTP/2 and gRPC parts (proxy.hpp): a request forwarded to an HTTP/2 upstream
-// (upstream_protocol = "h2"), and the gRPC form of the gateway's own answers and of the storage
-// rule (docs/gateway.md, gRPC).
-#include <charconv>
-
+// The Handler's HTTP/2 part (proxy.hpp): a request forwarded to an HTTP/2 upstream
+// (upstream_protocol = "h2"), a gRPC call's deadline; the gRPC forms of the gateway's answers and
+// of the storage rule are in h2_message.cpp.
+#include "h2_message.hpp"
 #include "h2_upstream.hpp"
 #include "idem/gateway/grpc.hpp"
 #include "idem/gateway/log.hpp"
 #include "proxy.hpp"
 
 namespace idem::gateway {
-namespace {
-
-// What a gRPC client acts on when it cannot be told by an HTTP status: how long to wait before
-// it may retry a call the gateway refused for now (in use, store unavailable).
-constexpr long kDefaultPushbackMs = 1000;
-
-std::optional<grpc::Code> status_of(const bhttp::fields& fields) {
-  const std::string trailer = std::string(grpc::kTrailerPrefix) + "grpc-status";
-  if (auto it = fields.find(trailer); it != fields.end()) return grpc::parse_status(it->value());
-  if (auto it = fields.find("grpc-status"); it != fields.end()) return grpc::parse_status(it->value());  // trailers-only
-  return std::nullopt;
-}
-
-}  // namespace
-
-http::Response grpc_answer(const Problem& problem) {
-  // A "trailers-only" answer: HTTP 200 and the call's status in the one HEADERS frame.
-  http::Response res{bhttp::status::ok, 11};
-  const grpc::Code code = grpc::code_for_problem(problem.code, problem.status);
-  res.set(bhttp::field::content_type, "application/grpc");
-  res.set("grpc-status", std::to_string(static_cast<int>(code)));
-  res.set("grpc-message", grpc::percent_encode(problem.detail.empty() ? problem.title : problem.title + ": " + problem.detail));
-  res.set("idem-problem-code", problem.code);
-  if (problem.retry_after_seconds || code == grpc::Code::aborted || code == grpc::Code::unavailable) {
-    const long ms = problem.retry_after_seconds ? *problem.retry_after_seconds * 1000 : kDefaultPushbackMs;
-    res.set("grpc-retry-pushback-ms", std::to_string(ms));
-  }
-  res.keep_alive(true);
-  return res;
-}
-
-GrpcRecord grpc_record_for(const bhttp::fields& fields, std::uint32_t retryable) {
-  // No valid grpc-status: the call failed in a way gRPC calls INTERNAL, which is stored unless
-  // listed, like any other status.
-  const grpc::Code status = status_of(fields).value_or(grpc::Code::internal);
-  if ((retryable & (1u << static_cast<unsigned>(status))) != 0) return GrpcRecord::retryable;
-  // A server whose deadline fired answers DEADLINE_EXCEEDED while its handler may still run on
-  // (gRPC does not stop it): the effect may happen after the answer.
-  if (status == grpc::Code::deadline_exceeded) return GrpcRecord::leave_in_progress;
-  return GrpcRecord::store;
-}
 
 Millis Handler::upstream_deadline(const http::Request& req) const {
   Millis timeout = cfg_->upstream_timeout;

@@ -8,13 +8,13 @@ fuzz_build_dir=${IDEM_FUZZ_BUILD:-$fuzz_root/build/fuzz}
 # Target: its dictionary (fuzz/*.dict) or "-" for none, and its largest input.
 declare -A fuzz_dict=(
   [key]=- [tenant]=- [jcs]=json [form]=- [json_pointer]=json [config]=toml
-  [redis_record]=- [journal]=- [request_head]=http [http_path]=http
+  [redis_record]=- [journal]=- [request_head]=http [http_path]=http [h2]=-
 )
 declare -A fuzz_max_len=(
   [key]=700 [tenant]=1500 [jcs]=4096 [form]=2048 [json_pointer]=4096 [config]=4096
-  [redis_record]=2048 [journal]=2048 [request_head]=4096 [http_path]=8192
+  [redis_record]=2048 [journal]=2048 [request_head]=4096 [http_path]=8192 [h2]=4096
 )
-fuzz_targets=(key tenant jcs form json_pointer config redis_record journal request_head http_path)
+fuzz_targets=(key tenant jcs form json_pointer config redis_record journal request_head http_path h2)
 
 # shellcheck source=scripts/lib/build.sh
 source "$fuzz_root/scripts/lib/build.sh"

@@ -15,8 +15,11 @@
 // (pseudo-headers, no connection-specific fields, Content-Length against the DATA received: a
 // stream that breaks them is reset), SETTINGS_MAX_CONCURRENT_STREAMS (REFUSED_STREAM), and floods
 // of SETTINGS, PING and RST_STREAM (GOAWAY). What this file adds: max_header over the decoded
-// header list (431), the route's max_body (413), client_timeout while a request arrives,
-// idle_timeout between requests, GOAWAY on drain.
+// header list (431), the route's max_body (413), and a watchdog that keeps the time limits per
+// stream, as they are per request over HTTP/1.1: a request that has not fully arrived within
+// client_timeout, or an answer the client has taken nothing of (no flow-control credit) for
+// client_timeout, has its stream reset, and the connection's other streams go on; a connection
+// with nothing open for idle_timeout gets GOAWAY and is closed. GOAWAY on drain too.
 #include <nghttp2/nghttp2.h>
 
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
@@ -86,6 +89,8 @@ struct H2Stream final : ClientSide {
   bool eof = false;        // `pending` ends the body
   bool submitted = false;  // the head is with nghttp2
   bool deferred = false;   // nghttp2 waits for more of the body (resume_data)
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();  // its HEADERS arrived
+  std::chrono::steady_clock::time_point progressed{};  // the answer's head or bytes last went out
   bool closed = false;     // the stream ended (answered, reset, or the connection is gone)
   std::optional<asio::steady_timer> drained;  // write_piece waits on it while the backlog is large
 };
@@ -113,6 +118,8 @@ class H2Connection {
   void spawn(Task<void> task);
   void finished();
   void arm_read();
+  Task<void> watchdog();
+  void enforce_time_limits();
   Task<bool> answer_problem(H2Stream& st, const Problem& problem, const RouteOptions& options, const Config& cfg);
 
   static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* self);
@@ -134,7 +141,8 @@ class H2Connection {
   nghttp2_session* ng_ = nullptr;
   std::shared_ptr<LoopConfig> config_;  // the one in force when the connection began: its limits
   std::unordered_map<std::int32_t, std::shared_ptr<H2Stream>> streams_;  // open ones
-  std::size_t receiving_ = 0;  // streams whose request has not fully arrived
+  std::chrono::steady_clock::time_point active_ = std::chrono::steady_clock::now();  // last read, or stream end
+  std::optional<asio::steady_timer> watch_;  // the watchdog's
   asio::steady_timer wake_;    // the writer waits on it; cancel() wakes it
   asio::steady_timer done_;    // run() waits on it for the writer and the handlers
   std::size_t tasks_ = 0;      // the writer and the handlers still running
@@ -155,6 +163,7 @@ bool H2Stream::submit(const bhttp::fields& fields, unsigned status, bool with_bo
   provider.source.ptr = this;
   provider.read_callback = &H2Stream::read_body;
   submitted = true;
+  progressed = std::chrono::steady_clock::now();
   return nghttp2_submit_response(connection.session(), id, nv.data(), nv.size(), with_body ? &provider : nullptr) == 0;
 }
 
@@ -197,7 +206,10 @@ ssize_t H2Stream::read_body(nghttp2_session* session, std::int32_t stream_id, st
                             std::uint32_t* flags, nghttp2_data_source* source, void*) {
   auto* st = static_cast<H2Stream*>(source->ptr);
   const std::size_t n = std::min(length, st->pending.size() - st->sent);
-  if (n > 0) std::memcpy(buf, st->pending.data() + st->sent, n);
+  if (n > 0) {
+    std::memcpy(buf, st->pending.data() + st->sent, n);
+    st->progressed = std::chrono::steady_clock::now();
+  }
   st->sent += n;
   if (st->sent == st->pending.size()) {
     if (st->eof) {
@@ -253,19 +265,55 @@ bool H2Connection::start() {
   return true;
 }
 
-// The read deadline, one for the socket (timed_stream.hpp): client_timeout while a request is
-// arriving; none while every open stream waits for its answer (the handler has its own limits);
-// idle_timeout when nothing is open. A write in progress sets its own and calls this when done.
+// Reads wait without a deadline: the watchdog keeps the time limits per stream and closes an
+// idle connection. A write in progress has its own deadline (client_timeout), and calls this once
+// done so that a pending read does not inherit it (one deadline per socket: timed_stream.hpp).
 void H2Connection::arm_read() {
-  if (writing_) return;
+  if (!writing_) s_.stream.expires_never();
+}
+
+// Every tick (a quarter of the shorter limit, 50 ms to 1 s) until the connection closes.
+Task<void> H2Connection::watchdog() {
   const Config& cfg = config_->config();
-  if (receiving_ > 0) {
-    s_.stream.expires_after(cfg.client_timeout);
-  } else if (!streams_.empty() || tasks_ > 1) {
-    s_.stream.expires_never();
-  } else {
-    s_.stream.expires_after(cfg.idle_timeout);
+  const auto tick = std::clamp<Millis>(std::min(cfg.client_timeout, cfg.idle_timeout) / 4, Millis(50), Millis(1000));
+  watch_.emplace(w_.io->get_executor());
+  beast::error_code ec;
+  while (!closing_ && !gone_) {
+    watch_->expires_after(tick);
+    co_await watch_->async_wait(with(ec));
+    if (closing_ || gone_) break;
+    enforce_time_limits();
   }
+}
+
+void H2Connection::enforce_time_limits() {
+  const Config& cfg = config_->config();
+  const auto now = std::chrono::steady_clock::now();
+  bool reset = false;
+  for (auto& [id, st] : streams_) {
+    if (st->closed) continue;
+    // A request still arriving (its body stalled), or an answer nothing of which the client has
+    // taken (it gives no flow-control credit): the stream goes, the connection stays.
+    const bool request_late = !st->dispatched && now - st->started > cfg.client_timeout;
+    const bool answer_stuck = st->submitted && now - st->progressed > cfg.client_timeout &&
+                              (st->sent < st->pending.size() || !st->eof);
+    if ((request_late || (answer_stuck && !st->deferred)) &&
+        nghttp2_submit_rst_stream(ng_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL) == 0) {
+      reset = true;
+      if (log::enabled(LogLevel::debug)) {
+        log::write(LogLevel::debug, "http2: stream " + std::to_string(id) + " of " + s_.client_ip + " reset: " +
+                                        (request_late ? "its request did not arrive" : "its answer was not taken") +
+                                        " within client_timeout");
+      }
+    }
+  }
+  if (streams_.empty() && tasks_ <= 2 && now - active_ > cfg.idle_timeout) {
+    // Nothing open, nothing running but the writer and this watchdog: GOAWAY (naming the last
+    // stream processed, so the client knows what it may retry), then the writer closes.
+    drain();
+    return;
+  }
+  if (reset) wake();
 }
 
 void H2Connection::drain() {
@@ -313,11 +361,13 @@ Task<void> H2Connection::run() {
   }
   if (w_.draining) drain();
   spawn(writer());
+  spawn(watchdog());
   while (ok && !gone_) {
     if (nghttp2_session_want_read(ng_) == 0 && nghttp2_session_want_write(ng_) == 0) break;
     arm_read();
     const std::size_t n = co_await s_.stream.async_read_some(s_.buffer.prepare(kReadSize), with(ec));
     if (ec) break;  // closed, timed out, or the writer ended the connection
+    active_ = std::chrono::steady_clock::now();
     s_.buffer.commit(n);
     const auto data = s_.buffer.data();
     // A protocol error queues a GOAWAY and fails here: the writer still sends it.
@@ -328,6 +378,7 @@ Task<void> H2Connection::run() {
   closing_ = true;
   if (ec) gone_ = true;  // nothing more can be sent on a connection that failed
   wake();
+  if (watch_) watch_->cancel();
   while (tasks_ > 0) {
     done_.expires_at(asio::steady_timer::time_point::max());
     beast::error_code ignored;
@@ -382,6 +433,7 @@ Task<void> H2Connection::writer() {
     closing_ = true;
     s_.stream.cancel();
   }
+  if (watch_) watch_->cancel();
   // Streams waiting to send more: their client is gone or the connection is done.
   for (auto& [id, st] : streams_) {
     if (st->drained) st->drained->cancel();
@@ -395,7 +447,6 @@ int H2Connection::on_begin_headers(nghttp2_session*, const nghttp2_frame* frame,
   st->request.body_limit = c.config_->runtime().largest_max_body();
   nghttp2_session_set_stream_user_data(c.ng_, frame->hd.stream_id, st.get());
   c.streams_.emplace(frame->hd.stream_id, std::move(st));
-  ++c.receiving_;
   return 0;
 }
 
@@ -432,6 +483,8 @@ void H2Connection::headers_done(H2Stream& st) {
   if (const auto declared = request.declared_length(); declared && *declared > request.body_limit) {
     request.body_too_large = true;
     dispatch(st);
+  } else if (request.header_too_large || request.req.method() == bhttp::verb::connect) {
+    dispatch(st);  // refused whatever follows (431, 501): at once, not when the client ends the stream
   }
 }
 
@@ -451,15 +504,14 @@ int H2Connection::on_stream_close(nghttp2_session*, std::int32_t stream_id, std:
   if (it == c.streams_.end()) return 0;
   H2Stream& st = *it->second;
   st.closed = true;
-  if (!st.dispatched) --c.receiving_;
   if (st.drained) st.drained->cancel();
+  c.active_ = std::chrono::steady_clock::now();
   c.streams_.erase(it);  // its handler, if any, holds it until it returns
   return 0;
 }
 
 void H2Connection::dispatch(H2Stream& st) {
   st.dispatched = true;
-  --receiving_;
   spawn(serve(streams_.at(st.id)));
 }
 

@@ -62,9 +62,14 @@ class LossyProxy:
     def close(self):
         self.closing = True
         try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close alone does not)
+        except OSError:
+            pass
+        try:
             self.listener.close()
         except OSError:
             pass
+        self.thread.join(5)
 
 
 class _Connection:

@@ -42,6 +42,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
@@ -872,6 +873,90 @@ class H2Timeouts(GatewayTestCase):
         # (here: all of them), so that it knows what it may retry.
         self.assertIsNotNone(c.goaway, "idle connection closed without GOAWAY")
         self.assertEqual(c.goaway[:2], (r.stream_id, h2_raw.NO_ERROR), c.goaway)
+
+
+class TruncatingUpstream:
+    """An HTTP/1.1 upstream that starts a 3 MB response (above max_stored_response: streamed to
+    the client) and closes after half of it: with Content-Length on /length, chunked on /chunked."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _answer(conn):
+        try:
+            conn.settimeout(10)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            if b" /chunked" in data.split(b"\r\n", 1)[0]:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n")
+                for _ in range(24):
+                    conn.sendall(b"10000\r\n" + b"c" * 65536 + b"\r\n")
+            else:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                             b"Content-Length: 3000000\r\n\r\n" + b"t" * 1500000)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def stop(self):
+        self.sock.close()
+
+
+class H2TruncatedUpstream(GatewayTestCase):
+    """A streamed response the upstream cuts off: HTTP/1.1 closes the client's connection before
+    the body is complete, so the client knows; over h2 the stream must be reset, never left open
+    (and never ended as if complete)."""
+
+    CONFIG = None
+
+    @classmethod
+    def start_class_processes(cls):
+        cls.trunc = TruncatingUpstream()
+        cls._owned.append(cls.trunc)
+        cls.gw = H2Gateway(cls.workdir, cls.store_url("h2-trunc.db"), cls.trunc.url, 'upstream_timeout = "5s"\n',
+                           "[http2]\ncleartext = true\n")
+        cls._owned.append(cls.gw)
+
+    def test_a_cut_off_streamed_response_resets_the_stream(self):
+        for path in ("/length", "/chunked"):
+            with self.subTest(path=path):
+                # HTTP/1.1 for reference: the connection closes before the body is complete.
+                h1 = subprocess.run([tool("curl"), "-sS", "--max-time", "20", "-o", "/dev/null",
+                                     "http://127.0.0.1:%d%s" % (self.gw.port, path)], capture_output=True, text=True)
+                self.assertEqual(h1.returncode, 18, h1.stderr)  # "transfer closed with ... remaining"
+                c = H2Connection(self.gw.port)
+                self.addCleanup(c.close)
+                start = time.monotonic()
+                r = c.response(c.request("GET", path), 6)
+                self.assertEqual(r.status, 200, r)
+                self.assertFalse(r.ended, "a cut-off response ended as if complete: %d bytes" % len(r.body))
+                self.assertTrue(r.reset_code is not None or c.closed,
+                                "a cut-off response neither reset nor closed after %.0fs (%d bytes received)"
+                                % (time.monotonic() - start, len(r.body)))
+                # The connection's other streams go on (when only the stream was reset).
+                if not c.closed:
+                    self.assertEqual(c.response(c.request("GET", "/length"), 10).status, 200)
 
 
 if __name__ == "__main__":

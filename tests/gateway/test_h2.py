@@ -48,7 +48,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import GatewayTestCase, Process, Response, free_port, new_key, request  # noqa: E402
+from harness import GatewayTestCase, Process, RawClient, Response, free_port, new_key, request  # noqa: E402
 from tls_certs import make_test_pki  # noqa: E402  (tests/common)
 import h2_raw  # noqa: E402  (tests/common)
 from h2_raw import H2Connection  # noqa: E402
@@ -336,6 +336,48 @@ class H2Test(GatewayTestCase):
                           key=new_key())
         self.assertEqual(fresh.version, "2", fresh)
         self.assertExecuted(fresh.response)
+
+    def test_the_plain_port_tells_h2c_from_http11_by_the_whole_preface(self):
+        # HTTP/1.1 a byte at a time: not mistaken for a preface, nor stuck waiting for one.
+        key = new_key("trickle")
+        req = ("POST /echo/trickle HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\nContent-Length: 2\r\n\r\n{}"
+               % key).encode()
+        c = RawClient(self.gw.port)
+        try:
+            for i in range(4):
+                c.send(req[i:i + 1])
+                time.sleep(0.1)
+            c.send(req[4:])
+            self.assertExecuted(c.read_response(timeout=10))
+        finally:
+            c.close()
+        # A method named PRI, even with the target *: HTTP/1.1, passed through like any other.
+        for line in (b"PRI /echo/pri HTTP/1.1", b"PRI * HTTP/1.1"):
+            c = RawClient(self.gw.port)
+            try:
+                c.send(line + b"\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+                r = c.read_response(timeout=10)
+                self.assertIsNotNone(r, line)
+                self.assertIsNotNone(r.header("X-Fixture-Route"), r)  # the upstream answered
+            finally:
+                c.close()
+        # The preface in 3-byte pieces: h2.
+        c = self.h2(send_preface=False)
+        for i in range(0, len(h2_raw.PREFACE), 3):
+            self.assertTrue(c.send(h2_raw.PREFACE[i:i + 3]))
+            time.sleep(0.05)
+        c.send(h2_raw.settings_frame())
+        r = c.response(c.request("POST", "/echo/split-preface", [("idempotency-key", new_key())], b"{}"))
+        self.assertExecuted(as_response(r))
+        # A broken preface: refused as HTTP/1.1 would refuse it, nothing executed.
+        c = RawClient(self.gw.port)
+        try:
+            c.send(b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n")
+            r = c.read_response(timeout=10)
+            self.assertTrue(r is None or r.status == 400, r)
+        finally:
+            c.close()
+        self.assertTrue(self.gw.healthy())
 
     def test_alpn_offers_h2_only_with_http2_tls(self):
         def negotiated(port, offer):

@@ -300,6 +300,7 @@ void H2Connection::enforce_time_limits() {
     if ((request_late || (answer_stuck && !st->deferred)) &&
         nghttp2_submit_rst_stream(ng_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL) == 0) {
       reset = true;
+      w_.metrics.http2_streams_reset.fetch_add(1, std::memory_order_relaxed);
       if (log::enabled(LogLevel::debug)) {
         log::write(LogLevel::debug, "http2: stream " + std::to_string(id) + " of " + s_.client_ip + " reset: " +
                                         (request_late ? "its request did not arrive" : "its answer was not taken") +
@@ -351,6 +352,7 @@ Task<void> H2Connection::run() {
     co_return;
   }
   s_.h2 = this;
+  w_.metrics.http2_connections.fetch_add(1, std::memory_order_relaxed);
   beast::error_code ec;
   // What was read before the protocol was known (the h2c preface, and perhaps more).
   bool ok = true;
@@ -444,6 +446,7 @@ int H2Connection::on_begin_headers(nghttp2_session*, const nghttp2_frame* frame,
   auto& c = *static_cast<H2Connection*>(self);
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
   auto st = std::make_shared<H2Stream>(c, frame->hd.stream_id, c.s_);
+  c.w_.metrics.http2_streams.fetch_add(1, std::memory_order_relaxed);
   st->request.body_limit = c.config_->runtime().largest_max_body();
   nghttp2_session_set_stream_user_data(c.ng_, frame->hd.stream_id, st.get());
   c.streams_.emplace(frame->hd.stream_id, std::move(st));

@@ -251,6 +251,17 @@ std::string Metrics::render() const {
   sample(out, "idem_tls_handshakes_total", "result=\"failed\"",
          std::to_string(sum([](const MetricsShard& s) -> auto& { return s.tls_handshake_failures; })));
 
+  header(out, "idem_http2_connections_total", "counter", "Client connections that spoke HTTP/2 (h2 by ALPN, or h2c).");
+  sample(out, "idem_http2_connections_total", "",
+         std::to_string(sum([](const MetricsShard& s) -> auto& { return s.http2_connections; })));
+  header(out, "idem_http2_streams_total", "counter",
+         "Requests that came as HTTP/2 streams: all of them, and those reset for client_timeout (a request that "
+         "did not arrive, or an answer the client took nothing of).");
+  sample(out, "idem_http2_streams_total", "result=\"received\"",
+         std::to_string(sum([](const MetricsShard& s) -> auto& { return s.http2_streams; })));
+  sample(out, "idem_http2_streams_total", "result=\"timed_out\"",
+         std::to_string(sum([](const MetricsShard& s) -> auto& { return s.http2_streams_reset; })));
+
   header(out, "idem_reaper_deleted_total", "counter", "Expired records deleted by the reaper.");
   sample(out, "idem_reaper_deleted_total", "",
          std::to_string(sum([](const MetricsShard& s) -> auto& { return s.reaper_deleted; })));

@@ -122,6 +122,9 @@ struct alignas(64) MetricsShard {
   std::atomic<std::uint64_t> tls_handshakes{0};          ///< client TLS handshakes that succeeded
   std::atomic<std::uint64_t> tls_resumed{0};             ///< ... of them resumed a session
   std::atomic<std::uint64_t> tls_handshake_failures{0};  ///< client TLS handshakes that failed
+  std::atomic<std::uint64_t> http2_connections{0};       ///< client connections that spoke HTTP/2
+  std::atomic<std::uint64_t> http2_streams{0};           ///< requests that came as HTTP/2 streams
+  std::atomic<std::uint64_t> http2_streams_reset{0};     ///< ... reset for client_timeout (the watchdog)
   std::atomic<std::uint64_t> oversized_responses{0};
   std::atomic<std::uint64_t> connections_refused{0};
   std::atomic<std::uint64_t> accept_errors{0};  ///< accept() failed (out of file descriptors, mostly)

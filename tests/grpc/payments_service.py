@@ -19,9 +19,12 @@ Methods of service payments.Payments:
       sleep_first=MS           the same, on the key's first execution only
       fail=CODE                end with status CODE (a grpc.StatusCode name), message "charge failed: CODE"
       fail_first=CODE          end with status CODE on the key's first execution only
-      trailer=NAME:VALUE       set that trailing metadata (repeatable)
-      header=NAME:VALUE        send that initial metadata (repeatable)
-  Otherwise it answers b"charged:" + request + b":" + the key's execution number (1 for the first).
+      trailer=NAME:VALUE       set that trailing metadata (repeatable; a NAME ending in -bin
+                               takes the VALUE in hex, its bytes are sent)
+      header=NAME:VALUE        send that initial metadata (repeatable; -bin as for trailer)
+      pad=N                    N more bytes at the end of the answer (0, 1, ..., 255, 0, 1, ...)
+  Otherwise it answers b"charged:" + request + b":" + the key's execution number (1 for the first)
+  (+ the pad). Words it does not know are ignored (filler, to make a large request).
 - Counts (unary): JSON {"executions": {key: n, ...}, "total": N} (bytes). Not keyed.
 - Stream (server streaming): the request is b"n=N[;gap=MS]": N messages b"item:I" (I = 0..N-1),
   MS milliseconds apart.
@@ -39,6 +42,15 @@ from concurrent import futures
 import grpc
 
 SERVICE = "payments.Payments"
+
+
+def padding(n):
+    return (bytes(range(256)) * (n // 256 + 1))[:n]
+
+
+def _metadatum(text):
+    name, _, value = text.partition(":")
+    return (name, bytes.fromhex(value)) if name.endswith("-bin") else (name, value)
 
 
 class Payments:
@@ -69,7 +81,7 @@ class Payments:
         md = dict(context.invocation_metadata())
         key = md.get("idempotency-key", "")
         n = self._record(key, request)
-        sleep_ms = 0
+        sleep_ms = pad = 0
         fail = fail_first = None
         trailers, headers = [], []
         for word in request.split(b";"):
@@ -84,9 +96,11 @@ class Payments:
             elif name == b"fail_first":
                 fail_first = value
             elif name == b"trailer":
-                trailers.append(tuple(value.split(":", 1)))
+                trailers.append(_metadatum(value))
             elif name == b"header":
-                headers.append(tuple(value.split(":", 1)))
+                headers.append(_metadatum(value))
+            elif name == b"pad":
+                pad = int(value)
         if headers:
             context.send_initial_metadata(headers)
         if sleep_ms:
@@ -96,7 +110,7 @@ class Payments:
         code = fail or (fail_first if n == 1 else None)
         if code:
             context.abort(getattr(grpc.StatusCode, code), "charge failed: " + code)
-        return b"charged:" + request + b":" + str(n).encode()
+        return b"charged:" + request + b":" + str(n).encode() + padding(pad)
 
     def counts(self, request, context):
         with self.lock:

@@ -9,8 +9,11 @@ metadata; /payments.Payments/Charge is a required keyed route.
 - a call executes once; the same key and message replays the message, initial metadata and
   trailers (`idempotent-replayed: true`); another message is FAILED_PRECONDITION
   (idempotency_key_mismatch); no key is INVALID_ARGUMENT (idempotency_key_missing);
+- -bin metadata and a ~700 KB answer to a ~300 KB message replay byte for byte; a gzip-compressed
+  call replays; 100 calls with their own keys multiplexed on one connection get their own answers;
 - a call while the first runs is ABORTED (idempotency_key_in_use, grpc-retry-pushback-ms); 50
-  concurrent calls on one key: one execution, every answer its bytes or ABORTED;
+  concurrent calls on one key: one execution, every answer its bytes or ABORTED; a call the client
+  cancelled mid-flight is still recorded and replayed;
 - DEADLINE_EXCEEDED at the client's deadline and at upstream_timeout; UNAVAILABLE for an upstream
   that is not there;
 - an upstream status in grpc_retryable (by default UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED)
@@ -219,9 +222,9 @@ def call(port_or_channel, request, key=None, method=CHARGE, timeout=15.0, metada
             ch.close()
 
 
-def charged(request, n=1):
+def charged(request, n=1, pad=0):
     """What Charge answers to `request` on the key's n-th execution."""
-    return b"charged:" + request + b":" + str(n).encode()
+    return b"charged:" + request + b":" + str(n).encode() + (bytes(range(256)) * (pad // 256 + 1))[:pad]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,6 +352,38 @@ class UnaryIdempotency(GrpcTestCase):
         self.assertEqual(self.service.executions(key), 1)
         self.assertEqual(self.service.counts()["executions"][key], 1)
 
+    def test_binary_metadata_and_large_messages_replay_byte_for_byte(self):
+        key = new_key("grpc-large")
+        sig = bytes([0, 255, 10, 13, 58, 0, 128]) + os.urandom(32)
+        req = (b"amount=15;pad=400000;header=x-trace-bin:" + os.urandom(16).hex().encode()
+               + b";trailer=x-sig-bin:" + sig.hex().encode() + b";" + os.urandom(150000).hex().encode())
+        first = self.call(req, key)
+        self.assertExecuted(first, charged(req, pad=400000))
+        self.assertEqual(first.trailer("x-sig-bin"), sig, first.trailing)
+        self.assertIsInstance(first.header("x-trace-bin"), bytes, first.initial)
+        replay = self.call(req, key)
+        self.assertReplayOf(replay, first)  # the message (~700 KB) and the -bin values, exactly
+        self.assertEqual(replay.trailer("x-sig-bin"), sig)
+        # One byte different in the 300 KB message: another fingerprint.
+        other = req[:-1] + (b"0" if req[-1:] != b"0" else b"1")
+        self.assertProblem(self.call(other, key), grpc.StatusCode.FAILED_PRECONDITION, "idempotency_key_mismatch")
+        self.assertEqual(self.service.executions(key), 1)
+
+    def test_100_calls_multiplexed_on_one_connection_get_their_own_answers(self):
+        keys = [new_key("grpc-mux-%d" % i) for i in range(100)]
+        reqs = [b"amount=%d;sleep=%d;trailer=x-op:%d" % (i, (i * 37) % 200, i) for i in range(100)]
+        with channel(self.gateway.port) as ch:
+            for round_ in ("executed", "replayed"):
+                results = run_concurrently(100, lambda i: call(ch, reqs[i], keys[i], timeout=30))
+                for i, r in enumerate(results):
+                    self.assertIsInstance(r, Result, r)
+                    self.assertEqual(r.code, grpc.StatusCode.OK, r)
+                    self.assertEqual(r.response, charged(reqs[i]), r)
+                    self.assertEqual(r.trailer("x-op"), str(i), r)
+                    self.assertEqual(r.replayed, round_ == "replayed", r)
+        counts = self.service.counts()["executions"]
+        self.assertEqual([counts.get(k) for k in keys], [1] * 100)
+
     def test_the_same_key_with_another_message_is_a_mismatch(self):
         key = new_key("grpc-mismatch")
         self.assertExecuted(self.call(b"amount=1", key), charged(b"amount=1"))
@@ -377,6 +412,39 @@ class UnaryIdempotency(GrpcTestCase):
         t.join(15)
         self.assertExecuted(results["first"], charged(req))
         self.assertReplayOf(self.call(req, key), results["first"])
+        self.assertEqual(self.service.executions(key), 1)
+
+    def test_a_call_the_client_cancelled_is_still_recorded(self):
+        """A client gone (RST_STREAM CANCEL) while the upstream runs: the gateway waits for the
+        answer and records it; the retry meets the key in use, then the replay."""
+        key = new_key("grpc-cancel")
+        req = b"amount=16;sleep=800;trailer=x-receipt:r-16"
+        with channel(self.gateway.port) as ch:
+            future = ch.unary_unary(CHARGE).future(req, metadata=[("idempotency-key", key)])
+            self.wait_executions(key, 1)
+            self.assertTrue(future.cancel())
+        self.assertInUse(self.call(req, key))
+        deadline = time.monotonic() + 10
+        while True:
+            r = self.call(req, key)
+            if r.code != grpc.StatusCode.ABORTED or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(r.code, grpc.StatusCode.OK, r)
+        self.assertTrue(r.replayed, r)
+        self.assertEqual(r.response, charged(req), r)
+        self.assertEqual(r.trailer("x-receipt"), "r-16", r)
+        self.assertEqual(self.service.executions(key), 1)
+
+    def test_a_gzip_compressed_call_replays(self):
+        key = new_key("grpc-gzip")
+        req = b"amount=17;" + b"z" * 4000
+        with grpc.insecure_channel("127.0.0.1:%d" % self.gateway.port, options=CHANNEL_OPTIONS,
+                                   compression=grpc.Compression.Gzip) as ch:
+            first = call(ch, req, key)
+            self.assertExecuted(first, charged(req))
+            replay = call(ch, req, key)
+            self.assertReplayOf(replay, first)
         self.assertEqual(self.service.executions(key), 1)
 
     def test_50_concurrent_calls_with_one_key_execute_once(self):

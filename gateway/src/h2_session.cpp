@@ -150,6 +150,7 @@ class H2Connection {
   bool writing_ = false;
   bool closing_ = false;  // the reader is done: the writer sends what is left and stops
   bool gone_ = false;     // the connection cannot carry anything more
+  bool goaway_sent_ = false;  // by drain(): once is enough
 };
 
 // ---- a stream's answer --------------------------------------------------------------------------
@@ -318,7 +319,8 @@ void H2Connection::enforce_time_limits() {
 }
 
 void H2Connection::drain() {
-  if (gone_ || ng_ == nullptr) return;
+  if (gone_ || ng_ == nullptr || goaway_sent_) return;
+  goaway_sent_ = true;
   nghttp2_submit_goaway(ng_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(ng_), NGHTTP2_NO_ERROR,
                         nullptr, 0);
   wake();
@@ -560,6 +562,13 @@ Task<void> H2Connection::serve(std::shared_ptr<H2Stream> stream) {
   Handler handler(st);
   co_await handler.handle(request.req, std::move(config), route);
   w_.metrics.in_flight.fetch_sub(1, std::memory_order_relaxed);
+  if (!st.closed && !gone_ && (!st.submitted || !st.eof)) {
+    // The answer was cut off (the upstream broke in the middle of a streamed body), or never
+    // begun: the stream is reset, as an HTTP/1.1 connection is closed, so the client does not
+    // wait for the rest.
+    nghttp2_submit_rst_stream(ng_, NGHTTP2_FLAG_NONE, st.id, NGHTTP2_INTERNAL_ERROR);
+    wake();
+  }
 }
 
 // ---- entry points -------------------------------------------------------------------------------

@@ -73,6 +73,8 @@ class H2ClientConnection : public std::enable_shared_from_this<H2ClientConnectio
     return calls_.size() < nghttp2_session_get_remote_settings(ng_, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
   }
   bool dead() const { return dead_ || goaway_; }
+  /// Connected to the upstream of an earlier configuration (a reload named another).
+  bool stale(std::uint64_t upstream_id) const { return conn_->upstream_id != upstream_id; }
   std::size_t load() const { return calls_.size(); }
   /// Submits the request; false (nothing sent) if the connection cannot take it.
   bool submit(const http::Request& req, const std::string& authority, const std::shared_ptr<H2Call>& call);
@@ -353,7 +355,12 @@ H2Upstream::~H2Upstream() {
 Task<std::shared_ptr<H2ClientConnection>> H2Upstream::connection(LoopConfig& config, H2Reply& failure) {
   const std::uint64_t upstream_id = config.upstream().id();
   for (;;) {
-    std::erase_if(connections_, [](const auto& c) { return c->dead() && c->load() == 0; });
+    // Connections that are done, or to the upstream of an earlier configuration, go once idle.
+    std::erase_if(connections_, [&](const auto& c) {
+      if (c->load() != 0 || (!c->dead() && !c->stale(upstream_id))) return false;
+      c->close();
+      return true;
+    });
     std::shared_ptr<H2ClientConnection> best;
     for (const auto& c : connections_) {
       if (c->usable(upstream_id) && (!best || c->load() < best->load())) best = c;

@@ -8,7 +8,8 @@ metadata; /payments.Payments/Charge is a required keyed route.
 
 - a call executes once; the same key and message replays the message, initial metadata and
   trailers (`idempotent-replayed: true`); another message is FAILED_PRECONDITION
-  (idempotency_key_mismatch); no key is INVALID_ARGUMENT (idempotency_key_missing);
+  (idempotency_key_mismatch); no key is INVALID_ARGUMENT (idempotency_key_missing), a short key or
+  two keys INVALID_ARGUMENT (idempotency_key_invalid);
 - -bin metadata and a ~700 KB answer to a ~300 KB message replay byte for byte; a gzip-compressed
   call replays; 100 calls with their own keys multiplexed on one connection get their own answers;
 - a call while the first runs is ABORTED (idempotency_key_in_use, grpc-retry-pushback-ms); 50
@@ -398,6 +399,11 @@ class UnaryIdempotency(GrpcTestCase):
         before = self.service.counts()["total"]
         r = self.call(b"amount=3")
         self.assertProblem(r, grpc.StatusCode.INVALID_ARGUMENT, "idempotency_key_missing")
+        # A key too short, and two keys: invalid.
+        self.assertProblem(self.call(b"amount=3", "short-key"), grpc.StatusCode.INVALID_ARGUMENT,
+                           "idempotency_key_invalid")
+        self.assertProblem(self.call(b"amount=3", new_key("one"), metadata=[("idempotency-key", new_key("two"))]),
+                           grpc.StatusCode.INVALID_ARGUMENT, "idempotency_key_invalid")
         self.assertEqual(self.service.counts()["total"], before)
 
     def test_a_call_while_the_first_runs_is_aborted_with_a_pushback(self):

@@ -98,6 +98,8 @@ Code code_for_problem(std::string_view problem_code, int http_status) {
   if (problem_code == "idempotency_key_in_use") return Code::aborted;  // retry after the pushback
   if (problem_code == "idempotency_key_mismatch") return Code::failed_precondition;  // a new key for a new request
   if (problem_code == "idempotency_outcome_unknown") return Code::failed_precondition;  // an operator decides
+  if (problem_code == "idempotency_response_not_stored") return Code::failed_precondition;  // executed: look it up
+  if (problem_code == "upstream_response_too_large") return Code::internal;  // executed, answer not relayable
   if (problem_code == "idempotency_store_unavailable") return Code::unavailable;
   if (problem_code == "upstream_unreachable") return Code::unavailable;
   if (problem_code == "upstream_timeout") return Code::deadline_exceeded;

@@ -68,6 +68,8 @@ TEST(Grpc, TheGatewaysRefusalsMapOntoStatusesClientsActOn) {
   EXPECT_EQ(code_for_problem("request_too_large", 413), Code::resource_exhausted);
   EXPECT_EQ(code_for_problem("not_implemented", 501), Code::unimplemented);
   EXPECT_EQ(code_for_problem("record_unreadable", 500), Code::internal);
+  EXPECT_EQ(code_for_problem("idempotency_response_not_stored", 410), Code::failed_precondition);
+  EXPECT_EQ(code_for_problem("upstream_response_too_large", 502), Code::internal);
 }
 
 }  // namespace

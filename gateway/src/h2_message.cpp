@@ -94,6 +94,17 @@ nghttp2_nv make_nv(std::string_view name, std::string_view value) {
                     NGHTTP2_NV_FLAG_NONE};
 }
 
+bool take_frames(nghttp2_session* session, std::string& out, std::size_t limit) {
+  while (out.size() < limit && nghttp2_session_want_write(session) != 0) {
+    const std::uint8_t* data = nullptr;
+    const ssize_t n = nghttp2_session_mem_send(session, &data);
+    if (n < 0) return false;
+    if (n == 0) break;
+    out.append(reinterpret_cast<const char*>(data), static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
 bool is_connection_specific(std::string_view name) {
   return iequals(name, "connection") || iequals(name, "keep-alive") || iequals(name, "proxy-connection") ||
          iequals(name, "transfer-encoding") || iequals(name, "upgrade");

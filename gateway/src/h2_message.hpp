@@ -50,6 +50,10 @@ struct H2Request {
 /// An nghttp2 header field pointing at `name` and `value` (nghttp2 copies them when submitted).
 nghttp2_nv make_nv(std::string_view name, std::string_view value);
 
+/// Appends the frames nghttp2 has ready to `out` until it holds `limit` bytes or none are left;
+/// false when nghttp2 failed (the session is unusable).
+bool take_frames(nghttp2_session* session, std::string& out, std::size_t limit);
+
 /// Fields HTTP/2 forbids: connection-specific ones (RFC 9113, 8.2.2).
 bool is_connection_specific(std::string_view name);
 

@@ -31,11 +31,10 @@
 #include <openssl/ssl.h>
 
 #include <algorithm>
-#include <array>
-#include <charconv>
+#include <chrono>
 #include <cstring>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -76,7 +75,6 @@ struct H2Stream final : ClientSide {
   static ssize_t read_body(nghttp2_session* session, std::int32_t stream_id, std::uint8_t* buf, std::size_t length,
                            std::uint32_t* flags, nghttp2_data_source* source, void* user_data);
   bool submit(const bhttp::fields& fields, unsigned status, bool with_body);
-  void wake_writer_of_pieces();
 
   H2Connection& connection;
   const std::int32_t id;
@@ -403,17 +401,10 @@ Task<void> H2Connection::writer() {
   const Config& cfg = config_->config();
   beast::error_code ec;
   for (;;) {
-    while (!gone_ && out_.size() < kWriteCoalesce && nghttp2_session_want_write(ng_) != 0) {
-      const std::uint8_t* data = nullptr;
-      const ssize_t n = nghttp2_session_mem_send(ng_, &data);
-      if (n < 0) {
-        gone_ = true;
-        break;
-      }
-      if (n == 0) break;
-      out_.append(reinterpret_cast<const char*>(data), static_cast<std::size_t>(n));
+    if (gone_ || !take_frames(ng_, out_, kWriteCoalesce)) {
+      gone_ = true;
+      break;
     }
-    if (gone_) break;
     if (!out_.empty()) {
       writing_ = true;
       s_.stream.expires_after(cfg.client_timeout);

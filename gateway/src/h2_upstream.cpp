@@ -18,6 +18,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "h2_message.hpp"
 #include "idem/gateway/log.hpp"
 
 namespace idem::gateway {
@@ -29,16 +30,6 @@ constexpr std::size_t kWriteCoalesce = 64 * 1024;
 constexpr std::size_t kReadSize = 16 * 1024;
 constexpr std::uint32_t kWindow = 1u << 20;      // per stream: responses are read as they come
 
-bool is_connection_specific(std::string_view name) {
-  return iequals(name, "connection") || iequals(name, "keep-alive") || iequals(name, "proxy-connection") ||
-         iequals(name, "transfer-encoding") || iequals(name, "upgrade") || iequals(name, "host");
-}
-
-nghttp2_nv make_nv(std::string_view name, std::string_view value) {
-  return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
-                    reinterpret_cast<std::uint8_t*>(const_cast<char*>(value.data())), name.size(), value.size(),
-                    NGHTTP2_NV_FLAG_NONE};
-}
 
 }  // namespace
 
@@ -58,8 +49,9 @@ struct H2Call {
 
 class H2ClientConnection : public std::enable_shared_from_this<H2ClientConnection> {
  public:
-  H2ClientConnection(Worker& w, std::unique_ptr<UpstreamConn> conn, std::string scheme)
-      : w_(w), conn_(std::move(conn)), scheme_(std::move(scheme)), wake_(w.io->get_executor()) {}
+  H2ClientConnection(Worker& w, std::unique_ptr<UpstreamConn> conn, std::string scheme, Millis write_timeout)
+      : w_(w), conn_(std::move(conn)), scheme_(std::move(scheme)), write_timeout_(write_timeout),
+        wake_(w.io->get_executor()) {}
   ~H2ClientConnection() {
     if (ng_ != nullptr) nghttp2_session_del(ng_);
   }
@@ -108,6 +100,7 @@ class H2ClientConnection : public std::enable_shared_from_this<H2ClientConnectio
   Worker& w_;
   std::unique_ptr<UpstreamConn> conn_;
   std::string scheme_;
+  Millis write_timeout_;  // upstream_timeout: an upstream that stops reading ends the connection
   nghttp2_session* ng_ = nullptr;
   std::unordered_map<std::int32_t, std::shared_ptr<H2Call>> calls_;
   asio::steady_timer wake_;
@@ -158,7 +151,7 @@ bool H2ClientConnection::submit(const http::Request& req, const std::string& aut
   nv.push_back(make_nv(":path", target.empty() ? std::string_view("/") : target));
   for (const auto& field : req) {
     const std::string_view name = field.name_string();
-    if (is_connection_specific(name)) continue;
+    if (is_connection_specific(name) || iequals(name, "host")) continue;  // Host went as :authority
     // TE is allowed in HTTP/2 only as "trailers" (gRPC sends it).
     if (iequals(name, "te") && !iequals(field.value(), "trailers")) continue;
     std::string& lowered = names.emplace_back(name);
@@ -232,14 +225,15 @@ Task<void> H2ClientConnection::reader(std::shared_ptr<H2ClientConnection> /*keep
 Task<void> H2ClientConnection::writer(std::shared_ptr<H2ClientConnection> /*keeps it alive*/) {
   beast::error_code ec;
   while (!dead_) {
-    while (out_.size() < kWriteCoalesce && nghttp2_session_want_write(ng_) != 0) {
-      const std::uint8_t* data = nullptr;
-      const ssize_t n = nghttp2_session_mem_send(ng_, &data);
-      if (n <= 0) break;
-      out_.append(reinterpret_cast<const char*>(data), static_cast<std::size_t>(n));
+    if (!take_frames(ng_, out_, kWriteCoalesce)) {
+      ec = asio::error::invalid_argument;
+      break;
     }
     if (!out_.empty()) {
+      // The read pending meanwhile shares this deadline (one per socket), and none after it.
+      conn_->stream.expires_after(write_timeout_);
       co_await asio::async_write(conn_->stream, asio::buffer(out_), with(ec));
+      conn_->stream.expires_never();
       out_.clear();
       if (ec) break;
       continue;
@@ -292,7 +286,8 @@ int H2ClientConnection::on_data_chunk(nghttp2_session* session, std::uint8_t, st
   if (call == nullptr) return 0;
   if (call->reply.body.size() + len > call->max_body) {
     call->reply.ok = false;
-    call->reply.error = UpstreamError::dropped;
+    call->reply.too_large = true;
+    call->reply.body.clear();
     call->reply.detail = "the upstream's response body exceeds " + std::to_string(call->max_body) +
                          " bytes, the most an HTTP/2 upstream's response may carry";
     nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_CANCEL);
@@ -398,7 +393,8 @@ Task<std::shared_ptr<H2ClientConnection>> H2Upstream::connection(LoopConfig& con
       co_return nullptr;
     }
   }
-  auto c = std::make_shared<H2ClientConnection>(w_, std::move(acquired.conn), cfg.upstream.tls ? "https" : "http");
+  auto c = std::make_shared<H2ClientConnection>(w_, std::move(acquired.conn), cfg.upstream.tls ? "https" : "http",
+                                                cfg.upstream_timeout);
   if (!c->start()) {
     failure.error = UpstreamError::unreachable;
     failure.sent_nothing = true;

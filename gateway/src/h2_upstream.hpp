@@ -24,6 +24,7 @@ struct H2Reply {
   // When !ok:
   UpstreamError error = UpstreamError::dropped;
   bool sent_nothing = false;  // the upstream cannot have seen the request: safe to send again
+  bool too_large = false;     // it answered (`status`, `head`), with a body above the limit
   std::string detail;         // for the 502/504 and the log
 };
 

@@ -8,6 +8,11 @@
 #include "proxy.hpp"
 
 namespace idem::gateway {
+namespace {
+
+constexpr std::size_t kH2ResponseLimit = 64u << 20;
+
+}  // namespace
 
 Millis Handler::upstream_deadline(const http::Request& req) const {
   Millis timeout = cfg_->upstream_timeout;
@@ -31,11 +36,27 @@ Task<Handler::Exchange> Handler::forward_h2(http::Request& req, const Ticket* ti
   prepare_forward(req, ticket);
   if (te_trailers) req.set(bhttp::field::te, "trailers");
   if (!w_.h2_upstream) w_.h2_upstream = std::make_unique<H2Upstream>(w_);
-  // The whole response is collected: up to what may be stored, or 64 MiB for a request no key
-  // holds (docs/gateway.md, HTTP/2 to the upstream).
-  const std::size_t limit = ticket ? options_->max_stored_response : std::max<std::size_t>(options_->max_stored_response, 64u << 20);
+  // The whole response is collected, up to 64 MiB or max_stored_response if that is larger
+  // (docs/gateway.md, HTTP/2 to the upstream); one above what may be stored is answered whole and
+  // recorded as executed without its response (deliver), as over HTTP/1.1.
+  const std::size_t limit = std::max<std::size_t>(options_->max_stored_response, kH2ResponseLimit);
   const auto sent_at = std::chrono::steady_clock::now();
   H2Reply reply = co_await w_.h2_upstream->exchange(req, *config_, upstream_deadline(req), limit);
+  if (!reply.ok && reply.too_large) {
+    // It executed and answered, but the answer cannot be relayed: the record says so (a retry
+    // learns it executed), and the client gets a 502 saying why.
+    Exchange ex;
+    if (ticket) ex.record = co_await finish(*ticket, oversized_record(reply.status, *ticket));
+    m_.count(UpstreamError::dropped);
+    ex.upstream_error = UpstreamError::dropped;
+    const Problem problem = make_problem(502, "upstream_response_too_large", "The upstream's response is too large",
+                                         reply.detail);
+    http::Response res = this->problem(problem, version, keep_alive);
+    ex.status = res.result_int();
+    const bool written = co_await write(res);
+    ex.keep_alive = keep_alive && written;
+    co_return ex;
+  }
   if (!reply.ok) {
     const UpstreamError kind = reply.sent_nothing ? UpstreamError::unreachable : reply.error;
     co_return co_await upstream_failed(kind, ticket, version, keep_alive, reply.detail);

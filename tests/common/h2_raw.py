@@ -339,7 +339,7 @@ class H2Connection:
 
     def __init__(self, port, host="127.0.0.1", tls_context=None, server_hostname="localhost",
                  settings=((SETTINGS_INITIAL_WINDOW_SIZE, MAX_WINDOW), (SETTINGS_ENABLE_PUSH, 0)),
-                 auto_ack_settings=True, send_preface=True, timeout=10.0):
+                 auto_ack_settings=True, send_preface=True, timeout=10.0, auto_window_update=True):
         sock = socket.create_connection((host, port), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.alpn = None
@@ -350,6 +350,7 @@ class H2Connection:
         self.sock = sock
         self.tls = tls_context is not None
         self.auto_ack_settings = auto_ack_settings
+        self.auto_window_update = auto_window_update  # False: credit only through credit()
         self.frames = []          # every frame received: (type, flags, stream_id, payload)
         self.streams = {}         # stream id -> H2Response
         self.goaway = None        # (last_stream_id, error_code, debug data) of the first GOAWAY
@@ -515,6 +516,10 @@ class H2Connection:
     def rst(self, stream_id, code=CANCEL):
         return self.send(rst_stream_frame(stream_id, code))
 
+    def credit(self, stream_id, n):
+        """WINDOW_UPDATE of n bytes for the stream and the connection (auto_window_update=False)."""
+        return self.send(window_update_frame(stream_id, n) + window_update_frame(0, n))
+
     def ack_settings(self):
         """Acknowledges the server's SETTINGS frames received so far (auto_ack_settings=False)."""
         n, self.pending_settings = self.pending_settings, 0
@@ -562,7 +567,7 @@ class H2Connection:
             s.body += data
             if flags & END_STREAM:
                 s.ended = True
-            if payload:  # the credit back, so that any number of responses fit
+            if payload and self.auto_window_update:  # the credit back: any number of responses fit
                 self._out += window_update_frame(0, len(payload))
                 if not flags & END_STREAM:
                     self._out += window_update_frame(sid, len(payload))

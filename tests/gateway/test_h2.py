@@ -852,7 +852,7 @@ class H2Timeouts(GatewayTestCase):
         cls._owned.append(cls.gw)
 
     def h2(self, **kw):
-        c = H2Connection(self.gw.port, **kw)
+        c = H2Connection(self.gw.port, **kw)  # noqa: the class's own, plain listener only
         self.addCleanup(c.close)
         return c
 
@@ -903,6 +903,32 @@ class H2Timeouts(GatewayTestCase):
                         "a response the client never takes still held after %.1fs (client_timeout %.0fs): %r"
                         % (time.monotonic() - start, self.CLIENT_TIMEOUT, s))
         self.assertTrue(self.gw.healthy())
+
+    def test_a_slow_upstream_and_a_slow_steady_reader_are_not_cut_off(self):
+        # What the watchdog must leave alone: an upstream slower than client_timeout (that is
+        # upstream_timeout's business), and a client taking the answer slowly but steadily. All
+        # at once: the slow upstream's two streams wait while the steady reader reads.
+        c = self.h2()
+        ms = int(self.CLIENT_TIMEOUT * 1750)
+        keyed = c.request("POST", "/slow/long?ms=%d" % ms, [("idempotency-key", new_key())], b"{}")
+        passed = c.request("GET", "/slow/long-get?ms=%d" % ms)
+        # 16 KiB of credit a second, 100,000 bytes: about 6 s, three times client_timeout.
+        slow = self.h2(settings=((h2_raw.SETTINGS_INITIAL_WINDOW_SIZE, 16384),), auto_window_update=False)
+        sid = slow.request("POST", "/large/steady?bytes=100000", [("idempotency-key", new_key())], b"{}")
+        s = slow.streams[sid]
+        start, seen = time.monotonic(), 0
+        while not s.done and not slow.closed and time.monotonic() - start < 20:
+            slow.wait(lambda: len(s.body) > seen or s.done, 3)
+            fresh, seen = len(s.body) - seen, len(s.body)
+            c.wait(lambda: False, self.CLIENT_TIMEOUT / 2)  # the other connection's frames meanwhile
+            if fresh:
+                slow.credit(sid, fresh)
+        self.assertEqual((s.status, s.reset_code, s.ended, len(s.body)), (200, None, True, 100000),
+                         "after %.1fs, GOAWAY %r" % (time.monotonic() - start, slow.goaway))
+        self.assertGreater(time.monotonic() - start, self.CLIENT_TIMEOUT * 1.5)
+        for sid in (keyed, passed):
+            r = c.response(sid, 10)
+            self.assertEqual((r.status, r.reset_code, r.ended), (200, None, True), r)
 
     def test_an_idle_connection_is_closed_with_goaway(self):
         c = self.h2()

@@ -495,6 +495,19 @@ class UpstreamStatuses(GrpcTestCase):
                 self.assertReplayOf(self.call(req, key), second)
                 self.assertEqual(self.service.executions(key), 2)
 
+    def test_an_answer_above_max_stored_response_is_relayed_and_never_executed_again(self):
+        # 1.1 MB against the default max_stored_response (1 MiB): the client gets the whole answer,
+        # the record says "executed, not stored", and a retry learns that instead of executing
+        # again, also after the lease (on_lease_expiry = "reexecute" here).
+        key = new_key("grpc-oversized")
+        req = b"amount=11;pad=1100000"
+        first = self.call(req, key)
+        self.assertExecuted(first, charged(req, pad=1100000))
+        for _ in range(2):
+            self.assertProblem(self.call(req, key), grpc.StatusCode.FAILED_PRECONDITION,
+                               "idempotency_response_not_stored")
+        self.assertEqual(self.service.executions(key), 1)
+
     def test_an_upstream_deadline_exceeded_leaves_the_key_in_progress(self):
         key = new_key("grpc-upstream-deadline")
         req = b"amount=6;fail_first=DEADLINE_EXCEEDED"

@@ -20,11 +20,13 @@ prior knowledge on the plain one), against the same fixture upstream, which stay
   beyond max_concurrent_streams refused with RST_STREAM(REFUSED_STREAM) while the others are
   answered; a rapid reset flood (10,000 HEADERS + RST_STREAM) ending that connection with GOAWAY
   while another connection is served; garbage after the preface and a CONTINUATION flood closing
-  the connection; CONNECT answered 501 at once; a drain (SIGTERM) announced with GOAWAY while the
-  stream in flight completes;
+  the connection; CONNECT answered 501 at once; 400 connections of random frames (seeded:
+  IDEM_H2_SEED, IDEM_H2_RANDOM_CONNECTIONS) never crashing it; a drain (SIGTERM) announced with
+  GOAWAY while the stream in flight completes;
 - H2Timeouts: client_timeout per stream (a stalled request body cut off without taking the
-  connection's other streams down; a client that never gives flow-control credit cut off) and
-  idle_timeout announced with GOAWAY.
+  connection's other streams down; a client that never gives flow-control credit cut off; a slow
+  upstream and a slow but steady reader left alone) and idle_timeout announced with GOAWAY;
+- H2TruncatedUpstream: a streamed response the upstream cuts off resets the stream.
 
 Tools: curl (with HTTP/2), h2load and nghttp (Debian nghttp2-client), openssl (the test CA,
 tests/common/tls_certs.py). Missing tools fail the test, they never skip it.
@@ -34,11 +36,13 @@ tests/common/tls_certs.py). Missing tools fail the test, they never skip it.
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -816,6 +820,42 @@ class H2Test(GatewayTestCase):
         self.assertTrue(c.wait_closed(10) or c.streams[sid].done, "neither closed nor answered")
         self.assertIn(c.streams[sid].status, (None, 431), c.streams[sid])
         self.assertTrue(self.gw.healthy())
+
+    def test_random_frames_never_crash_or_hang_it(self):
+        seed = int(os.environ.get("IDEM_H2_SEED", "0")) or random.randrange(1, 2 ** 31)
+        rng = random.Random(seed)
+        good_block = h2_raw.encode_headers([(":method", "POST"), (":scheme", "http"), (":authority", "x"),
+                                            (":path", "/echo/random"), ("idempotency-key", new_key("rnd"))])
+
+        def random_frame():
+            sid = rng.choice([0, 1, 3, 5, rng.randrange(0, 2 ** 31)])
+            kind = rng.randrange(12)
+            if kind == h2_raw.HEADERS and rng.random() < 0.6:
+                payload = good_block if rng.random() < 0.7 else bytes(rng.randrange(256) for _ in range(rng.randrange(40)))
+            elif kind == h2_raw.SETTINGS and rng.random() < 0.7:
+                payload = b"".join(struct.pack(">HI", rng.randrange(10), rng.choice([0, 1, 100, 2 ** 31, 2 ** 32 - 1]))
+                                   for _ in range(rng.randrange(4)))
+            elif kind == h2_raw.WINDOW_UPDATE and rng.random() < 0.7:
+                payload = struct.pack(">I", rng.choice([0, 1, 65535, 2 ** 31 - 1]))
+            else:
+                payload = bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 4, 5, 8, 9, rng.randrange(64)])))
+            return h2_raw.frame(kind, rng.randrange(256), sid, payload)
+
+        for i in range(int(os.environ.get("IDEM_H2_RANDOM_CONNECTIONS", "400"))):
+            c = H2Connection(self.gw.port, send_preface=False)
+            try:
+                data = h2_raw.PREFACE + h2_raw.settings_frame() + b"".join(random_frame() for _ in range(rng.randrange(1, 12)))
+                if rng.random() < 0.2:  # a length that lies
+                    data = data[:-1] if rng.random() < 0.5 else data + bytes([rng.randrange(256)])
+                c.send(data, timeout=10)
+                c.wait(lambda: False, 0.02)
+            finally:
+                c.close()
+            self.assertTrue(self.gw.process.alive(), "gateway died at connection %d (IDEM_H2_SEED=%d)" % (i, seed))
+        self.assertTrue(self.gw.healthy(), "IDEM_H2_SEED=%d" % seed)
+        c = self.h2()
+        r = c.response(c.request("POST", "/echo/after-random", [("idempotency-key", new_key())], b"{}"))
+        self.assertExecuted(as_response(r))
 
     def test_drain_sends_goaway_and_finishes_the_stream_in_flight(self):
         gw = self.h2_gateway('drain_timeout = "10s"\n', "[http2]\ncleartext = true\n")

@@ -135,17 +135,23 @@ results="$work/results.tsv"
 : >"$results"
 load_args=(--method "$method" --concurrency "$concurrency" --channels "$channels" --message-bytes "$message_bytes")
 
-# load SIDE CALLS [ARGS...]: one load run against that side, its JSON line in $work/load.json;
-# checks the service executed CALLS_EXECUTED (the variable `expect_executed`, default CALLS).
+# load SIDE CALLS [ARGS...]: one load run against that side, its JSON line in $work/load.json,
+# the gateway's and the service's CPU ticks before and after in t0 t1 and s0 s1; checks that the
+# service executed `expect_executed` calls (default CALLS), by its own count.
 load() {
   local side=$1 n=$2
   shift 2
   local before after
   before=$(service_count)
+  # CPU ticks around the calls only (not the count calls): read by run and the replay run.
+  t0=$(ticks "${pid_of[G]}")
+  s0=$(ticks "${pid_of[service]}")
   if ! "$load_bin" --target "${target[$side]}" --calls "$n" "${load_args[@]}" "$@" >"$work/load.json" 2>>"$work/load.err"; then
     echo "$me: calls to $side failed: $(cat "$work/load.json")" >&2
     exit 1
   fi
+  t1=$(ticks "${pid_of[G]}")
+  s1=$(ticks "${pid_of[service]}")
   after=$(service_count)
   local want=${expect_executed:-$n}
   if ((after - before != want)); then
@@ -157,13 +163,9 @@ load() {
 # run SIDE ROUND: one measured run; appends
 # "round side calls/s gateway_cpu_us service_cpu_us client_cpu_us p50_us p99_us replayed".
 run() {
-  local side=$1 round=$2 t0 t1 s0 s1
+  local side=$1 round=$2
   ((quick)) || settle 10
-  t0=$(ticks "${pid_of[G]}")
-  s0=$(ticks "${pid_of[service]}")
   load "$side" "$calls"
-  t1=$(ticks "${pid_of[G]}")
-  s1=$(ticks "${pid_of[service]}")
   "$py" - "$work/load.json" "$side" "$round" "$t0" "$t1" "$s0" "$s1" "$(getconf CLK_TCK)" >>"$results" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -202,11 +204,7 @@ want=$((200 + rounds * calls))
 key="grpc-bench-replay-$(date +%s)-$$"
 load G 1 --key "$key"
 ((quick)) || settle 10
-t0=$(ticks "${pid_of[G]}")
-s0=$(ticks "${pid_of[service]}")
 expect_executed=0 load G "$calls" --key "$key"
-t1=$(ticks "${pid_of[G]}")
-s1=$(ticks "${pid_of[service]}")
 replay_line=$("$py" - "$work/load.json" "$t0" "$t1" "$s0" "$s1" "$(getconf CLK_TCK)" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -447,6 +447,10 @@ class H2Test(GatewayTestCase):
                 self.assertProblem(as_response(missing), 400, "idempotency_key_missing")
                 self.assertEqual(json.loads(missing.body)["code"], h1_missing.json()["code"])
                 self.assertEqual(self.upstream.executions(key), 1)
+        # The listener decides X-Forwarded-Proto, not the client's :scheme.
+        c = self.h2()
+        r = c.response(c.request("POST", "/echo/scheme", [("idempotency-key", new_key())], b"{}", scheme="https"))
+        self.assertEqual({k.lower(): v for k, v in json.loads(r.body)["headers"]}.get("x-forwarded-proto"), "http", r)
 
     # -- many streams ---------------------------------------------------------------------------
 
@@ -483,6 +487,18 @@ class H2Test(GatewayTestCase):
         self.assertGreaterEqual(delta("in_use"), 1, after)
         self.assertEqual(delta("in_use") + delta("replayed"), 49, after)
         self.assertEqual(c4, delta("in_use"), text)
+        # One key from 8 connections at once (both event loops), 25 streams each: still once.
+        key = new_key("h2load8")
+        out = subprocess.run([tool("h2load"), "-c", "8", "-m", "25", "-n", "400", "-H", "idempotency-key: " + key,
+                              "-H", "content-type: application/json", "-d", body_path,
+                              "https://127.0.0.1:%d/slow/h2load8?ms=200" % self.gw.tls_port],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        codes = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out.stdout)
+        self.assertIsNotNone(codes, out.stdout)
+        c2, c3, c4, c5 = map(int, codes.groups())
+        self.assertEqual((c2 + c4, c3, c5), (400, 0, 0), out.stdout)
+        self.assertEqual(self.upstream.executions(key), 1)
 
     def test_one_key_on_fifty_streams_stream_by_stream(self):
         key = new_key("raw50")

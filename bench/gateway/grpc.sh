@@ -66,7 +66,7 @@ while (($#)); do
     --server-threads) server_threads=$2; shift 2 ;;
     --server-bin) server_bin=$2; shift 2 ;;
     --load-bin) load_bin=$2; shift 2 ;;
-    -h|--help) sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,34p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "$me: unknown option: $1" >&2; exit 2 ;;
     *) [ -z "$binary" ] || { echo "$me: one gateway binary, please" >&2; exit 2; }; binary=$1; shift ;;
   esac

@@ -2,7 +2,8 @@
 # What HTTP/2 costs the gateway, against nginx's HTTP/2 proxy, in interleaved rounds (A B, B A,
 # ...) so both sides see the same drift of these shared cores (see ab.sh). Both sides speak h2 by
 # ALPN over TLS (as deployments do) to h2load, and HTTP/1.1 over pooled keep-alive connections to
-# the same upstream: the fixture upstream (testing/fixture_upstream, one thread), /echo.
+# the same upstream: a static nginx (`return 200 "ok"`, as tls.sh's), so that neither side waits
+# for the upstream.
 #
 #   G: idem-gateway, memory store, no [[route]], [tls] listener with [http2] tls = true;
 #   N: nginx (`listen ... ssl http2`, worker_processes auto: one per core, as the gateway has one
@@ -23,11 +24,10 @@
 # gateway passed through or replayed every one (one execution: the warm-up).
 #
 # usage: bench/gateway/h2.sh [--quick] [--rounds N] [--duration SECONDS] [--clients N]
-#                            [--streams N] [--threads N] [--upstream-bin PATH] GATEWAY_BINARY
+#                            [--streams N] [--threads N] GATEWAY_BINARY
 #   --quick          one round of 400 requests per side and case: proves the script works (CI)
 #   --clients        h2load -c (connections), default 16
 #   --streams        h2load -m (concurrent streams per connection), default 10
-#   --upstream-bin   the fixture upstream; default: beside the gateway's build tree
 #   --nginx-only     only N (the gateway binary still names the build tree): checks nginx's side
 set -euo pipefail
 
@@ -45,7 +45,6 @@ threads=1
 quick=0
 nginx_only=0
 binary=""
-upstream_bin=""
 while (($#)); do
   case "$1" in
     --quick) quick=1; rounds=1; shift ;;
@@ -54,7 +53,6 @@ while (($#)); do
     --clients) clients=$2; shift 2 ;;
     --streams) streams=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
-    --upstream-bin) upstream_bin=$2; shift 2 ;;
     --nginx-only) nginx_only=1; shift ;;
     -h|--help) sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "$me: unknown option: $1" >&2; exit 2 ;;
@@ -66,10 +64,6 @@ done
 for n in "$rounds" "$duration" "$clients" "$streams" "$threads"; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "$me: expected a positive integer, got \"$n\"" >&2; exit 2; }
 done
-if [ -z "$upstream_bin" ]; then
-  upstream_bin="$(cd "$(dirname "$binary")/.." && pwd)/testing/fixture_upstream/idem-fixture-upstream"
-fi
-[ -x "$upstream_bin" ] || { echo "$me: no fixture upstream at $upstream_bin (--upstream-bin)" >&2; exit 2; }
 require_tools h2load nginx python3 curl openssl
 
 work=$(mktemp -d -t idem-bench-h2.XXXXXX)
@@ -93,10 +87,8 @@ pki="$work/pki"
 ca="$pki/ca.pem"
 
 read -r upstream_port proxy_port < <(free_ports 2)
-"$upstream_bin" --listen "127.0.0.1:$upstream_port" >"$work/upstream.log" 2>&1 &
-pids+=($!)
-pid_of[upstream]=$!
-wait_http "http://127.0.0.1:$upstream_port/counts"
+start_nginx upstream "server { listen 127.0.0.1:$upstream_port; location / { return 200 \"ok\"; } }"
+wait_http -X POST -d '{}' "http://127.0.0.1:$upstream_port/echo"
 
 # As tls.sh's N, with http2 on the listener. keepalive_requests (lib.sh, in http {}) is also
 # nginx's per-connection request limit for h2 (1000 by default, then GOAWAY).
@@ -172,7 +164,7 @@ EOF
 
 echo "$me: G = idem-gateway [tls] listener + [http2] tls = true; N = nginx $("$nginx_bin" -v 2>&1 | sed 's/.*nginx\///')" \
   "ssl http2 proxy (worker_processes auto, $(nproc) cores; the gateway: one event loop per core)" >&2
-echo "$me: upstream: idem-fixture-upstream (one thread) over HTTP/1.1 keep-alive; store memory" >&2
+echo "$me: upstream: a static nginx (return 200 \"ok\") over HTTP/1.1 keep-alive; store memory" >&2
 echo "$me: h2load cannot send a fresh Idempotency-Key per request: cases 'pass' (no key: passed through)" \
   "and 'replay' (one key, executed once, then replayed by the gateway; nginx proxies it)" >&2
 if ((quick)); then what="-n ${load[1]}"; else what="-D ${duration}s"; fi

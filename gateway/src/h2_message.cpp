@@ -94,6 +94,16 @@ nghttp2_nv make_nv(std::string_view name, std::string_view value) {
                     NGHTTP2_NV_FLAG_NONE};
 }
 
+std::string_view lowercase_name(std::string_view name, std::vector<std::string>& storage) {
+  const auto upper = [](char c) { return c >= 'A' && c <= 'Z'; };
+  if (std::none_of(name.begin(), name.end(), upper)) return name;
+  std::string& lowered = storage.emplace_back(name);
+  for (char& c : lowered) {
+    if (upper(c)) c = static_cast<char>(c + ('a' - 'A'));
+  }
+  return lowered;
+}
+
 bool take_frames(nghttp2_session* session, std::string& out, std::size_t limit) {
   while (out.size() < limit && nghttp2_session_want_write(session) != 0) {
     const std::uint8_t* data = nullptr;
@@ -128,10 +138,7 @@ std::vector<nghttp2_nv> response_fields(const bhttp::fields& fields, unsigned st
       trailers.emplace_back(name.substr(grpc::kTrailerPrefix.size()), field.value());
       continue;
     }
-    std::string& lowered = names.emplace_back(name);
-    std::transform(lowered.begin(), lowered.end(), lowered.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    nv.push_back(make_nv(lowered, field.value()));
+    nv.push_back(make_nv(lowercase_name(name, names), field.value()));
   }
   return nv;
 }

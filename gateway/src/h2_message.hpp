@@ -54,6 +54,11 @@ nghttp2_nv make_nv(std::string_view name, std::string_view value);
 /// false when nghttp2 failed (the session is unusable).
 bool take_frames(nghttp2_session* session, std::string& out, std::size_t limit);
 
+/// A field name as HTTP/2 writes it, in lower case: `name` itself when it has no upper-case
+/// letter (an HTTP/2 peer's fields, most of them), else a lowered copy kept in `storage` (which
+/// the caller reserved, so that earlier copies do not move).
+std::string_view lowercase_name(std::string_view name, std::vector<std::string>& storage);
+
 /// Fields HTTP/2 forbids: connection-specific ones (RFC 9113, 8.2.2).
 bool is_connection_specific(std::string_view name);
 

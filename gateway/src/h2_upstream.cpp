@@ -154,10 +154,7 @@ bool H2ClientConnection::submit(const http::Request& req, const std::string& aut
     if (is_connection_specific(name) || iequals(name, "host")) continue;  // Host went as :authority
     // TE is allowed in HTTP/2 only as "trailers" (gRPC sends it).
     if (iequals(name, "te") && !iequals(field.value(), "trailers")) continue;
-    std::string& lowered = names.emplace_back(name);
-    std::transform(lowered.begin(), lowered.end(), lowered.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    nv.push_back(make_nv(lowered, field.value()));
+    nv.push_back(make_nv(lowercase_name(name, names), field.value()));
   }
   call->body = &req.body();
   call->sent = 0;

@@ -38,12 +38,13 @@ Debian's python3-grpcio: run with /usr/bin/python3.
 import argparse
 import json
 import os
+import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
 import time
-import shutil
 import unittest
 import uuid
 
@@ -269,7 +270,8 @@ class GrpcTestCase(unittest.TestCase):
         try:
             cls.service = PaymentsService(cls.workdir)
             cls._owned.append(cls.service)
-            cls.gateway = cls.start_gateway(cls.CONFIG)
+            if cls.CONFIG is not None:  # None: the class starts its own
+                cls.gateway = cls.start_gateway(cls.CONFIG)
         except BaseException:
             cls.tearDownClass()
             raise
@@ -623,6 +625,62 @@ class UpstreamStatuses(GrpcTestCase):
 
 # ---------------------------------------------------------------------------------------------
 # The upstream killed mid-call, the lease running out
+
+
+class StoreUnavailable(GrpcTestCase):
+    """The store stops answering (its own Redis, SIGSTOPped): a call is refused UNAVAILABLE with a
+    pushback, nothing is forwarded, and once the store answers again the retry executes once."""
+
+    CONFIG = None  # the gateway needs the class's Redis first
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        try:
+            cls.redis_port = free_port()
+            redis = shutil.which("redis-server") or "/usr/bin/redis-server"
+            cls.redis = Process("redis", [redis, "--port", str(cls.redis_port), "--bind", "127.0.0.1",
+                                          "--save", "", "--appendonly", "no"], cls.workdir)
+            cls._owned.append(cls.redis)
+            deadline = time.monotonic() + harness.STARTUP_TIMEOUT
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", cls.redis_port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or not cls.redis.alive():
+                        raise RuntimeError("redis-server did not start: " + cls.redis.log())
+                    time.sleep(0.02)
+            g = Gateway(cls.workdir, cls.service.url, "redis://127.0.0.1:%d" % cls.redis_port,
+                        'store_timeout = "500ms"\n' + gateway_config())
+            cls._owned.append(g)
+            cls.gateway = g
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    def test_a_store_that_does_not_answer_is_unavailable_with_a_pushback(self):
+        key = new_key("grpc-store-down")
+        req = b"amount=12"
+        self.redis.signal(signal.SIGSTOP)
+        try:
+            r = self.call(req, key)
+        finally:
+            self.redis.signal(signal.SIGCONT)
+        self.assertProblem(r, grpc.StatusCode.UNAVAILABLE, "idempotency_store_unavailable")
+        self.assertRegex(r.trailer("grpc-retry-pushback-ms") or "", r"^[0-9]+$", r)
+        self.assertEqual(self.service.executions(key), 0, "nothing forwarded while the store was away")
+        # The store back: the retry executes (once), and its retry replays.
+        deadline = time.monotonic() + 10
+        while True:
+            second = self.call(req, key)
+            if second.code != grpc.StatusCode.UNAVAILABLE and second.problem != "idempotency_key_in_use":
+                break
+            self.assertLess(time.monotonic(), deadline, second)
+            time.sleep(0.2)
+        self.assertExecuted(second, charged(req))
+        self.assertReplayOf(self.call(req, key), second)
+        self.assertEqual(self.service.executions(key), 1)
 
 
 class LeaseExpiryCase(GrpcTestCase):

@@ -586,6 +586,28 @@ TEST(Config, UpstreamHeadersMustDifferFromTheKeyHeader) {
   EXPECT_EQ(error_of("upstream_attempt_header = \"X-Attempt\"\nupstream_tenant_header = \"X-Tenant\"\n"), "");
 }
 
+TEST(Config, Http2UpstreamProtocolAndGrpcRetryable) {
+  const Config c = parse_config("upstream_protocol = \"h2\"\n[http2]\ncleartext = true\nmax_concurrent_streams = 8\n"
+                                "[[route]]\nmethod = \"POST\"\npath = \"/p.S/M\"\n"
+                                "grpc_retryable = [\"unavailable\", \"4\"]\n",
+                                "config.toml", {});
+  EXPECT_TRUE(c.upstream_http2);
+  EXPECT_TRUE(c.http2.cleartext);
+  EXPECT_FALSE(c.http2.tls);
+  EXPECT_EQ(c.http2.max_concurrent_streams, 8u);
+  ASSERT_EQ(c.routes.size(), 1u);
+  EXPECT_EQ(c.routes[0].options.grpc_retryable, (1u << 14) | (1u << 4));
+  EXPECT_FALSE(parse_config("", "config.toml", {}).upstream_http2);
+  EXPECT_NE(error_of("upstream_protocol = \"h3\"\n").find("expected \"http/1.1\" or \"h2\""), std::string::npos);
+  EXPECT_NE(error_of("[[route]]\nmethod = \"POST\"\npath = \"/x\"\ngrpc_retryable = [\"SOMETIMES\"]\n")
+                .find("is not a gRPC status"),
+            std::string::npos);
+  EXPECT_NE(error_of("[[route]]\nmethod = \"POST\"\npath = \"/x\"\ngrpc_retryable = [\"OK\"]\n").find("always stored"),
+            std::string::npos);
+  EXPECT_NE(error_of("[http2]\nmax_concurrent_streams = 0\n").find("max_concurrent_streams"), std::string::npos);
+  EXPECT_NE(error_of("[http2]\nwindow = 1\n").find("unknown key"), std::string::npos);
+}
+
 // SPEC 5: volatile headers are never fingerprinted; naming one is a mistake said at load.
 TEST(Config, VolatileFingerprintHeadersAreRefused) {
   for (const char* name : {"Date", "traceparent", "X-Request-Id", "Authorization", "cookie", "Idempotency-Key"}) {

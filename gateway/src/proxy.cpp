@@ -98,7 +98,6 @@ std::optional<std::string> key_of(const Policy& policy, const Request& req) {
   return std::string(*key);
 }
 
-// Whether the request carries a header of that name (even an empty one).
 // The record of an execution whose response was too large to store (not_stored_response).
 bool is_not_stored_stand_in(const StoredResponse& stored) {
   if (stored.status != 410) return false;
@@ -130,6 +129,7 @@ void erase_trailers(bhttp::fields& fields) {
   }
 }
 
+// Whether the request carries a header of that name (even an empty one).
 bool has_header(std::span<const HeaderView> headers, std::string_view name) {
   for (const auto& h : headers) {
     if (iequals(h.name, name)) return true;

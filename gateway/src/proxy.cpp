@@ -98,25 +98,19 @@ std::optional<std::string> key_of(const Policy& policy, const Request& req) {
   return std::string(*key);
 }
 
-// The record of an execution whose response was too large to store (not_stored_response).
-bool is_not_stored_stand_in(const StoredResponse& stored) {
-  if (stored.status != 410) return false;
+// For a gRPC client, the record of an execution whose response was too large to store
+// (not_stored_response, which names the original status): the call executed, and its answer
+// cannot be replayed. nullopt for any other record.
+std::optional<Problem> not_stored_problem(const StoredResponse& stored) {
+  if (stored.status != 410) return std::nullopt;
   for (const auto& [name, value] : stored.headers) {
-    if (iequals(name, "Idempotent-Original-Status")) return true;
+    if (!iequals(name, "Idempotent-Original-Status")) continue;
+    return make_problem(410, "idempotency_response_not_stored", "The response to this request was not stored",
+                        "the call with this key was executed (upstream status " + value +
+                            ") but its answer was larger than max_stored_response, so it cannot be replayed; do "
+                            "not retry, look the result up instead");
   }
-  return false;
-}
-
-// What a gRPC client is told for it: the call executed, and its answer cannot be replayed.
-Problem not_stored_problem(const StoredResponse& stored) {
-  std::string original = "?";
-  for (const auto& [name, value] : stored.headers) {
-    if (iequals(name, "Idempotent-Original-Status")) original = value;
-  }
-  return make_problem(410, "idempotency_response_not_stored", "The response to this request was not stored",
-                      "the call with this key was executed (upstream status " + original +
-                          ") but its answer was larger than max_stored_response, so it cannot be replayed; do not "
-                          "retry, look the result up instead");
+  return std::nullopt;
 }
 
 void erase_trailers(bhttp::fields& fields) {
@@ -920,8 +914,8 @@ Task<bool> Handler::handle(Request& req, std::shared_ptr<LoopConfig> config, Rou
       log_key(&d, nullptr, *policy, &tenant, req, ex);
       co_return ex.keep_alive;
     case Verdict::replay: {
-      Response res = grpc_ && is_not_stored_stand_in(*d.replay) ? grpc_answer(not_stored_problem(*d.replay))
-                                                                  : http::replay_response(*d.replay, version, keep_alive);
+      const std::optional<Problem> not_stored = grpc_ ? not_stored_problem(*d.replay) : std::nullopt;
+      Response res = not_stored ? grpc_answer(*not_stored) : http::replay_response(*d.replay, version, keep_alive);
       ex.expires = d.replay_expires;
       advertise_expiry(res.base(), ex);
       ex.status = res.result_int();

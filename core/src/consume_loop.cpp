@@ -306,7 +306,7 @@ MessageDisposition ConsumeLoop::record_completion(Task& task) {
   return completed(answers.front());
 }
 
-void ConsumeLoop::complete_batch(std::vector<std::pair<std::unique_ptr<Task>, MessageDisposition>>& done) {
+void ConsumeLoop::complete_batch(Settled& done) {
   std::vector<CompleteRequest> requests;
   std::vector<std::size_t> which;
   for (std::size_t i = 0; i < done.size(); ++i) {
@@ -375,27 +375,27 @@ void ConsumeLoop::handle_received(std::vector<Delivery> deliveries) {
       ++to_run;
     }
   }
-  if (!to_claim.empty() && batch_processor_) {
-    // One task for the lot: a worker hands them to the batch processor together.
+  if (!to_claim.empty()) {
+    // One task for the lot. A worker claims them with one store call (the batched form) and
+    // runs them, or hands them to the batch processor together: the store's round trip is not
+    // on this thread, which every delivery passes through.
     auto group = std::make_unique<Task>();
     group->ready_at = now;
     group->group = std::move(to_claim);
     const std::lock_guard lock(mutex_);
     waiting_.push_back(std::move(group));
     to_run += 1;
-  } else if (!to_claim.empty()) {
-    // One store call for the lot, outside the lock: workers go on with what they have meanwhile.
-    claim_batch(to_claim);
-    const std::lock_guard lock(mutex_);
-    for (auto& task : to_claim) waiting_.push_back(std::move(task));
-    to_run += to_claim.size();
   }
+  wake_workers(to_run);
+}
+
+void ConsumeLoop::wake_workers(std::size_t tasks) {
   // As many workers as there are new tasks: waking all eight for one message only has seven go
   // back to sleep.
-  if (to_run >= options_.workers) {
+  if (tasks >= options_.workers) {
     work_ready_.notify_all();
   } else {
-    for (std::size_t i = 0; i < to_run; ++i) work_ready_.notify_one();
+    for (std::size_t i = 0; i < tasks; ++i) work_ready_.notify_one();
   }
 }
 
@@ -430,19 +430,21 @@ void ConsumeLoop::schedule(std::unique_ptr<Task> task, Steady::time_point at) {
   work_ready_.notify_one();
 }
 
-void ConsumeLoop::finish(std::unique_ptr<Task> task, MessageDisposition disposition) {
+void ConsumeLoop::finish_many(Settled& finals) {
+  if (finals.empty()) return;
   bool first = false;
   bool batch = false;
   {
     const std::lock_guard lock(mutex_);
     first = finished_.empty();
-    finished_.emplace_back(std::move(task), std::move(disposition));
+    for (auto& f : finals) finished_.push_back(std::move(f));
     batch = finished_.size() >= settle_batch() || waiting_.empty();
   }
+  finals.clear();
   // The receiving thread settles everything finished at once. Waking it for each task had it
   // settle one, ack one and receive one per wake (a syscall or two and a broker round trip per
   // message), so:
-  // - in receive(), it is woken by the first task finished after it last settled (it empties
+  // - in receive(), it is woken by the first tasks finished after it last settled (it empties
   //   finished_ before it waits there again);
   // - waiting for room (the window full), by a batch of finished tasks, or by each task finished
   //   while none waits to run (no batch is coming: a stuck handler must not hold the others'
@@ -455,18 +457,36 @@ std::size_t ConsumeLoop::settle_batch() const {
   return std::clamp<std::size_t>(options_.max_in_flight / 8, 1, options_.workers);
 }
 
+bool ConsumeLoop::effects_are_cheap() const {
+  return effect_ns_.load(std::memory_order_relaxed) < kCheapEffectNs;
+}
+
+void ConsumeLoop::observe_effect(Steady::duration took) {
+  stats_.latency.observe(took);
+  // A moving average; updates racing between workers may lose one, which only slows it.
+  const std::int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
+  const std::int64_t average = effect_ns_.load(std::memory_order_relaxed);
+  effect_ns_.store(average + (ns - average) / 8, std::memory_order_relaxed);
+}
+
 void ConsumeLoop::worker() {
   std::unique_lock lock(mutex_);
+  std::vector<std::unique_ptr<Task>> taken;
   while (true) {
     if (workers_stop_) return;
-    // The task that is due soonest.
-    auto soonest = std::min_element(waiting_.begin(), waiting_.end(),
-                                    [](const auto& a, const auto& b) { return a->ready_at < b->ready_at; });
+    // The task that is due soonest, and how many are due.
+    const auto now = Steady::now();
+    auto soonest = waiting_.end();
+    std::size_t due = 0;
+    for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+      if ((*it)->ready_at <= now) ++due;
+      if (soonest == waiting_.end() || (*it)->ready_at < (*soonest)->ready_at) soonest = it;
+    }
     if (soonest == waiting_.end()) {
       work_ready_.wait(lock);
       continue;
     }
-    if ((*soonest)->ready_at > Steady::now() && !stopping_.load()) {
+    if ((*soonest)->ready_at > now && !stopping_.load()) {
       // A copy: while this thread waits, another may take that task and free it.
       const Steady::time_point until = (*soonest)->ready_at;
       work_ready_.wait_until(lock, until);
@@ -488,54 +508,100 @@ void ConsumeLoop::worker() {
         member->requeue = true;
         finished_.emplace_back(std::move(member), MessageDisposition{});
       }
-      if (!task->group.empty()) {
-        lock.unlock();
-        settled_.notify_all();
-        source_.wake();
-        lock.lock();
-        continue;
+      if (task->group.empty()) {
+        task->requeue = true;
+        finished_.emplace_back(std::move(task), MessageDisposition{});
       }
-      task->requeue = true;
-      finished_.emplace_back(std::move(task), MessageDisposition{});
       lock.unlock();
       settled_.notify_all();
       source_.wake();
       lock.lock();
       continue;
     }
-    ++running_;
-    lock.unlock();
-
+    std::size_t count = 1;  // tasks this worker runs now
     if (!task->group.empty()) {
-      run_group(std::move(task));
-    } else {
-      MessageDisposition disposition;
-      if (task->pending) {
-        disposition = *task->pending;
-      } else if (task->completion) {
-        disposition = record_completion(*task);  // its effect ran; its completion did not take
-      } else if (auto held = check_hold(*task)) {
-        release_claim(*task);
-        disposition = std::move(*held);
+      ++running_;
+      lock.unlock();
+      if (batch_processor_) {
+        run_group(std::move(task));
       } else {
-        const auto t0 = Steady::now();
-        try {
-          disposition = process_one(*task);
-        } catch (const std::exception& e) {
-          disposition = MessageDisposition::retry_it("handler_failed", std::string("the processor threw: ") + e.what(), true);
-        } catch (...) {
-          disposition = MessageDisposition::retry_it("handler_failed", "the processor threw", true);
-        }
-        stats_.latency.observe(Steady::now() - t0);
-        ++task->tries;
+        start_group(std::move(task));
       }
-      conclude(std::move(task), std::move(disposition));
+    } else {
+      taken.push_back(std::move(task));
+      if (effects_are_cheap()) {
+        // Cheap effects: up to kCheapShare due tasks at once, so that a message costs a share of
+        // one pass through the lock and of one wake-up, not a whole one (for a no-op effect those
+        // were most of a message's cost). Slow ones are taken one at a time, so that none waits
+        // behind another while a worker is idle.
+        const std::size_t share = std::min(kCheapShare, due);
+        for (auto it = waiting_.begin(); it != waiting_.end() && taken.size() < share;) {
+          if ((*it)->ready_at <= now && (*it)->group.empty()) {
+            taken.push_back(std::move(*it));
+            it = waiting_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+      count = taken.size();
+      running_ += count;
+      lock.unlock();
+      run_tasks(taken);
     }
-
     lock.lock();
-    --running_;
+    running_ -= count;
     if (running_ == 0) settled_.notify_all();
   }
+}
+
+void ConsumeLoop::start_group(std::unique_ptr<Task> group) {
+  claim_batch(group->group);
+  const auto now = Steady::now();
+  std::size_t n = 0;
+  {
+    const std::lock_guard lock(mutex_);
+    for (auto& member : group->group) {
+      member->ready_at = now;
+      waiting_.push_back(std::move(member));
+      ++n;
+    }
+  }
+  // This worker takes its share when it comes back for work; the others are woken for the rest.
+  const std::size_t per_worker = effects_are_cheap() ? kCheapShare : 1;
+  if (n > per_worker) wake_workers((n - per_worker + per_worker - 1) / per_worker);
+}
+
+void ConsumeLoop::run_tasks(std::vector<std::unique_ptr<Task>>& tasks) {
+  Settled ran;
+  ran.reserve(tasks.size());
+  for (auto& task : tasks) {
+    MessageDisposition disposition;
+    if (task->pending) {
+      disposition = *task->pending;
+    } else if (task->completion) {
+      disposition = record_completion(*task);  // its effect ran; its completion did not take
+    } else if (auto held = check_hold(*task)) {
+      release_claim(*task);
+      disposition = std::move(*held);
+    } else {
+      const auto t0 = Steady::now();
+      try {
+        disposition = process_one(*task);
+      } catch (const std::exception& e) {
+        disposition = MessageDisposition::retry_it("handler_failed", std::string("the processor threw: ") + e.what(), true);
+      } catch (...) {
+        disposition = MessageDisposition::retry_it("handler_failed", "the processor threw", true);
+      }
+      observe_effect(Steady::now() - t0);
+      ++task->tries;
+    }
+    ran.emplace_back(std::move(task), std::move(disposition));
+  }
+  tasks.clear();
+  Settled finals;
+  for (auto& [task, disposition] : ran) conclude(std::move(task), std::move(disposition), finals);
+  finish_many(finals);
 }
 
 MessageDisposition ConsumeLoop::process_one(Task& task) {
@@ -553,14 +619,18 @@ MessageDisposition ConsumeLoop::process_one(Task& task) {
 
 void ConsumeLoop::run_group(std::unique_ptr<Task> group) {
   std::vector<std::unique_ptr<Task>> runnable;
+  Settled finals;
   for (auto& member : group->group) {
     if (auto held = check_hold(*member)) {
-      conclude(std::move(member), std::move(*held));
+      conclude(std::move(member), std::move(*held), finals);
     } else {
       runnable.push_back(std::move(member));
     }
   }
-  if (runnable.empty()) return;
+  if (runnable.empty()) {
+    finish_many(finals);
+    return;
+  }
   std::vector<BatchItem> items;
   items.reserve(runnable.size());
   for (const auto& task : runnable) items.push_back(BatchItem{task->delivery, task->attempt});
@@ -583,11 +653,12 @@ void ConsumeLoop::run_group(std::unique_ptr<Task> group) {
   stats_.latency.observe(Steady::now() - t0);
   for (std::size_t i = 0; i < runnable.size(); ++i) {
     ++runnable[i]->tries;
-    conclude(std::move(runnable[i]), std::move(dispositions[i]));
+    conclude(std::move(runnable[i]), std::move(dispositions[i]), finals);
   }
+  finish_many(finals);
 }
 
-void ConsumeLoop::conclude(std::unique_ptr<Task> task, MessageDisposition disposition) {
+void ConsumeLoop::conclude(std::unique_ptr<Task> task, MessageDisposition disposition, Settled& finals) {
   if (disposition.action == MessageDisposition::Action::retry) {
     if (disposition.counts_as_attempt) {
       ++task->failures;
@@ -616,18 +687,21 @@ void ConsumeLoop::conclude(std::unique_ptr<Task> task, MessageDisposition dispos
       const Millis delay = backoff(task->tries);
       schedule(std::move(task), Steady::now() + delay);
     } else {
-      finish(std::move(task), std::move(disposition));
+      finals.emplace_back(std::move(task), std::move(disposition));
     }
   }
 }
 
 void ConsumeLoop::settle_finished() {
-  std::vector<std::pair<std::unique_ptr<Task>, MessageDisposition>> done;
+  Settled done;
   {
     const std::lock_guard lock(mutex_);
     done.swap(finished_);
   }
   if (done.empty()) return;
+  // Workers write completions before their tasks finish; one is still here only on a task whose
+  // completion did not take and which goes back to the broker on stop before its retry: written
+  // now, so that its next delivery finds it done rather than in progress.
   if (consumer_ != nullptr) complete_batch(done);
 
   std::size_t settled = 0;
@@ -635,7 +709,7 @@ void ConsumeLoop::settle_finished() {
   // was not processed and comes again (stale).
   std::vector<std::pair<std::string, std::optional<std::uint64_t>>> released;
   std::vector<Delivery> acks;
-  std::vector<std::pair<Delivery, std::string>> acked_outcomes;
+  std::vector<const std::string*> acked_outcomes;  // each ack's outcome, from `done`
   auto warn = [&](const std::string& line) {
     if (options_.on_warning) options_.on_warning(line);
   };
@@ -658,14 +732,14 @@ void ConsumeLoop::settle_finished() {
     if (task->keyed && disposition.action == MessageDisposition::Action::ack) released.emplace_back(d.ordering_key, std::nullopt);
     switch (disposition.action) {
       case MessageDisposition::Action::ack:
-        acks.push_back(d);
-        acked_outcomes.emplace_back(d, disposition.reason);
+        acked_outcomes.push_back(&disposition.reason);
         if (disposition.reason == "duplicate") {
           stats_.duplicates.fetch_add(1, std::memory_order_relaxed);
         } else {
           stats_.processed.fetch_add(1, std::memory_order_relaxed);
         }
         ++settled;
+        acks.push_back(std::move(task->delivery));  // not a copy: the task ends here (`d` with it)
         break;
       case MessageDisposition::Action::dead_letter: {
         DeadLetterReason why{disposition.reason, disposition.detail, task->attempt.last_error, task->attempt.number};
@@ -716,7 +790,7 @@ void ConsumeLoop::settle_finished() {
         warn("ack failed: " + acked.error().message + " (the broker delivers those messages again; they are duplicates then)");
       }
     }
-    for (const auto& [d, outcome] : acked_outcomes) tell(d, outcome, {});
+    for (std::size_t i = 0; i < acks.size(); ++i) tell(acks[i], *acked_outcomes[i], {});
   }
 
   if (!released.empty()) {

@@ -237,7 +237,21 @@ class ConsumeLoop {
 
  private:
   struct Task;
+  // Tasks with their final dispositions, to be settled by the receiving thread.
+  using Settled = std::vector<std::pair<std::unique_ptr<Task>, MessageDisposition>>;
+  // Effects whose moving average is below this are "cheap": a worker takes up to kCheapShare
+  // due tasks at once.
+  static constexpr std::int64_t kCheapEffectNs = 50'000;
+  static constexpr std::size_t kCheapShare = 16;
   void worker();
+  // A worker's turn with a task it took alone or with others (cheap effects): runs each, writes
+  // the batched form's completions with one store call, and hands the finished ones over.
+  void run_tasks(std::vector<std::unique_ptr<Task>>& tasks);
+  // The batched form: claims a receive's group with one store call, then lets workers run it.
+  void start_group(std::unique_ptr<Task> group);
+  void wake_workers(std::size_t tasks);
+  bool effects_are_cheap() const;
+  void observe_effect(std::chrono::steady_clock::duration took);
   void handle_received(std::vector<Delivery> deliveries);
   // The receiving thread's side: acts on finished tasks (ack, dead-letter), batched.
   void settle_finished();
@@ -260,10 +274,10 @@ class ConsumeLoop {
   void run_group(std::unique_ptr<Task> group);
   // A try's disposition: a retry is scheduled (or, out of tries, becomes a dead letter); a final
   // one is settled once its key's hold is recorded.
-  void conclude(std::unique_ptr<Task> task, MessageDisposition disposition);
+  void conclude(std::unique_ptr<Task> task, MessageDisposition disposition, Settled& finals);
   // The batched form: writes the completions of finished tasks with one store call; a lost or
   // failed one becomes a retry.
-  void complete_batch(std::vector<std::pair<std::unique_ptr<Task>, MessageDisposition>>& done);
+  void complete_batch(Settled& done);
   // ordering = key with holds: before a keyed task runs, whether its key is held (then it is
   // parked behind the held one: a "held" dead letter, or a retry when the store cannot say).
   std::optional<MessageDisposition> check_hold(Task& task);
@@ -271,7 +285,8 @@ class ConsumeLoop {
   // key is held from then on); a held key's first parked delivery, processed, lets the next
   // parked one run. Why not, when the store failed (the task is tried again later).
   std::optional<std::string> record_hold(Task& task, const MessageDisposition& disposition);
-  void finish(std::unique_ptr<Task> task, MessageDisposition disposition);
+  // Hands final dispositions to the receiving thread (and wakes it when due).
+  void finish_many(Settled& finals);
   void tell(const Delivery& d, std::string_view outcome, std::string_view detail) const;
   void schedule(std::unique_ptr<Task> task, std::chrono::steady_clock::time_point at);
   // ordering = key: a settled task's key lets its next delivery run, or go back to the broker
@@ -291,13 +306,16 @@ class ConsumeLoop {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ready_{false};
   std::atomic<bool> drained_{false};
+  // The processor's or effect's moving-average run time; starts slow, so that nothing is taken
+  // in shares until effects are seen to be cheap.
+  std::atomic<std::int64_t> effect_ns_{1'000'000};
 
   std::mutex mutex_;
   std::condition_variable work_ready_;  // workers: a task is waiting, or they must stop
   std::condition_variable settled_;     // the receiving thread: a task finished, or stop()
   // Tasks waiting to run, soonest first; tasks whose processor returned, for the receiving thread.
   std::vector<std::unique_ptr<Task>> waiting_;
-  std::vector<std::pair<std::unique_ptr<Task>, MessageDisposition>> finished_;
+  Settled finished_;
   std::size_t held_ = 0;     // deliveries received and not yet settled
   std::size_t running_ = 0;  // tasks a worker is processing now
   // ordering = key: for each key with a delivery waiting, running or unsettled, the key's later

@@ -469,9 +469,8 @@ void ConsumeLoop::observe_effect(Steady::duration took) {
   effect_ns_.store(average + (ns - average) / 8, std::memory_order_relaxed);
 }
 
-void ConsumeLoop::worker() {
+void ConsumeLoop::worker(std::size_t id) {
   std::unique_lock lock(mutex_);
-  std::vector<std::unique_ptr<Task>> taken;
   while (true) {
     if (workers_stop_) return;
     // The task that is due soonest, and how many are due.
@@ -528,26 +527,27 @@ void ConsumeLoop::worker() {
         start_group(std::move(task));
       }
     } else {
-      taken.push_back(std::move(task));
+      Chunk& chunk = chunks_[id];
       if (effects_are_cheap()) {
         // Cheap effects: up to kCheapShare due tasks at once, so that a message costs a share of
         // one pass through the lock and of one wake-up, not a whole one (for a no-op effect those
-        // were most of a message's cost). Slow ones are taken one at a time, so that none waits
-        // behind another while a worker is idle.
+        // were most of a message's cost). They wait in this worker's chunk, where the receiving
+        // thread takes them back should the one running stall (reclaim_stalled). Slow effects
+        // are taken one at a time.
         const std::size_t share = std::min(kCheapShare, due);
-        for (auto it = waiting_.begin(); it != waiting_.end() && taken.size() < share;) {
+        for (auto it = waiting_.begin(); it != waiting_.end() && chunk.rest.size() + 1 < share;) {
           if ((*it)->ready_at <= now && (*it)->group.empty()) {
-            taken.push_back(std::move(*it));
+            chunk.rest.push_back(std::move(*it));
             it = waiting_.erase(it);
           } else {
             ++it;
           }
         }
       }
-      count = taken.size();
-      running_ += count;
+      chunk.started = now;
+      running_ += 1 + chunk.rest.size();
       lock.unlock();
-      run_tasks(taken);
+      count = run_chunk(id, std::move(task));
     }
     lock.lock();
     running_ -= count;
@@ -572,10 +572,9 @@ void ConsumeLoop::start_group(std::unique_ptr<Task> group) {
   if (n > per_worker) wake_workers((n - per_worker + per_worker - 1) / per_worker);
 }
 
-void ConsumeLoop::run_tasks(std::vector<std::unique_ptr<Task>>& tasks) {
+std::size_t ConsumeLoop::run_chunk(std::size_t id, std::unique_ptr<Task> task) {
   Settled ran;
-  ran.reserve(tasks.size());
-  for (auto& task : tasks) {
+  while (task) {
     MessageDisposition disposition;
     if (task->pending) {
       disposition = *task->pending;
@@ -597,11 +596,45 @@ void ConsumeLoop::run_tasks(std::vector<std::unique_ptr<Task>>& tasks) {
       ++task->tries;
     }
     ran.emplace_back(std::move(task), std::move(disposition));
+    // The next of this worker's chunk, unless the receiving thread took them back meanwhile.
+    const std::lock_guard lock(mutex_);
+    Chunk& chunk = chunks_[id];
+    if (!chunk.rest.empty() && stopping_.load()) {
+      // Stopping: what has not started waits again, and workers hand it back to the broker.
+      give_back_locked(chunk);
+      work_ready_.notify_all();
+    } else if (!chunk.rest.empty()) {
+      task = std::move(chunk.rest.front());
+      chunk.rest.pop_front();
+      chunk.started = Steady::now();
+    }
   }
-  tasks.clear();
+  const std::size_t count = ran.size();
   Settled finals;
-  for (auto& [task, disposition] : ran) conclude(std::move(task), std::move(disposition), finals);
+  for (auto& [done, disposition] : ran) conclude(std::move(done), std::move(disposition), finals);
   finish_many(finals);
+  return count;
+}
+
+std::size_t ConsumeLoop::give_back_locked(Chunk& chunk) {
+  const std::size_t n = chunk.rest.size();
+  for (auto& task : chunk.rest) waiting_.push_back(std::move(task));
+  chunk.rest.clear();
+  running_ -= n;
+  return n;
+}
+
+void ConsumeLoop::reclaim_stalled() {
+  std::size_t n = 0;
+  {
+    const std::lock_guard lock(mutex_);
+    const auto stalled_since = Steady::now() - kStalledAfter;
+    for (std::size_t i = 0; chunks_ && i < options_.workers; ++i) {
+      Chunk& chunk = chunks_[i];
+      if (!chunk.rest.empty() && chunk.started < stalled_since) n += give_back_locked(chunk);
+    }
+  }
+  wake_workers(n);
 }
 
 MessageDisposition ConsumeLoop::process_one(Task& task) {
@@ -813,7 +846,8 @@ void ConsumeLoop::settle_finished() {
 }
 
 BrokerResult<Done> ConsumeLoop::run() {
-  for (std::size_t i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker(); });
+  chunks_ = std::make_unique<Chunk[]>(options_.workers);
+  for (std::size_t i = 0; i < options_.workers; ++i) workers_.emplace_back([this, i] { worker(i); });
   bool ever_ready = false;
   bool outage_told = false;
   std::uint32_t failures_in_a_row = 0;
@@ -821,6 +855,7 @@ BrokerResult<Done> ConsumeLoop::run() {
 
   while (!stopping_.load()) {
     settle_finished();
+    reclaim_stalled();
     std::size_t room = 0;
     {
       std::unique_lock lock(mutex_);
@@ -869,6 +904,7 @@ BrokerResult<Done> ConsumeLoop::run() {
   const auto deadline = Steady::now() + options_.drain_timeout;
   while (true) {
     settle_finished();
+    reclaim_stalled();
     std::unique_lock lock(mutex_);
     if (held_ == 0) break;
     // Anything still waiting is requeued by a worker (they see stopping_); running ones finish.

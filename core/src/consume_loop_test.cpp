@@ -820,6 +820,56 @@ TEST(ConsumeLoop, TheBatchedFormClaimsAReceiveWithOneCallAndSharesCompletions) {
   EXPECT_EQ(effects.of("m-0"), 1);
 }
 
+// Cheap effects are taken up to 16 at once by one worker; when one of them hangs, the rest of its
+// share must not wait for it: the receiving thread gives them back to the other workers.
+TEST(ConsumeLoop, AStalledCheapEffectHoldsUpNoneOfTheMessagesTakenWithIt) {
+  CountingStore store;
+  Consumer consumer = batch_consumer(store);
+  FakeSource source;
+  constexpr int kWarmUp = 200;  // cheap effects, so that the loop takes them in shares
+  for (int i = 0; i < kWarmUp; ++i) source.publish("warm-" + std::to_string(i), "body");
+  std::mutex mutex;
+  std::condition_variable released_cv;
+  bool released = false;
+  std::atomic<bool> stalled{false};
+  auto options = fast_options();
+  options.max_in_flight = 64;
+  ConsumeLoop loop(source, consumer, [&](const Delivery& d, const DeliveryAttempt&) -> std::expected<std::string, MessageDisposition> {
+    if (d.message_id == "stall") {
+      stalled = true;
+      std::unique_lock lock(mutex);
+      released_cv.wait_for(lock, 20s, [&] { return released; });
+    }
+    return "done";
+  }, options);
+  BrokerResult<Done> result;
+  std::thread runner([&] { result = loop.run(); });
+  const auto wait_for = [](auto done) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(2ms);
+    return done();
+  };
+  EXPECT_TRUE(wait_for([&] { return source.acks() == static_cast<std::size_t>(kWarmUp); }));
+  // One receive: the stalling message first, so that the worker taking it takes a share with it.
+  constexpr int kAfter = 31;
+  source.publish("stall", "body");
+  for (int i = 0; i < kAfter; ++i) source.publish("after-" + std::to_string(i), "body");
+  EXPECT_TRUE(wait_for([&] { return stalled.load(); }));
+  EXPECT_TRUE(wait_for([&] { return source.acks() == static_cast<std::size_t>(kWarmUp + kAfter); }))
+      << "messages taken with the stalled one waited for it";
+  EXPECT_EQ(source.acks(), static_cast<std::size_t>(kWarmUp + kAfter)) << "the stalled one is not acked before it ends";
+  {
+    const std::lock_guard lock(mutex);
+    released = true;
+  }
+  released_cv.notify_all();
+  EXPECT_TRUE(wait_for([&] { return source.acks() == static_cast<std::size_t>(kWarmUp + kAfter + 1); }));
+  loop.stop();
+  runner.join();
+  EXPECT_TRUE(result.has_value());
+  EXPECT_EQ(loop.stats().processed.load(), static_cast<std::uint64_t>(kWarmUp + kAfter + 1));
+}
+
 TEST(ConsumeLoop, TheBatchedFormWritesACompletionTheStoreDidNotTakeAgainAndNeverRunsTheEffectTwice) {
   CountingStore store;
   store.failing_completions = 3;  // the store goes away just after the effects ran

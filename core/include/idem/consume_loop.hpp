@@ -240,13 +240,25 @@ class ConsumeLoop {
   // Tasks with their final dispositions, to be settled by the receiving thread.
   using Settled = std::vector<std::pair<std::unique_ptr<Task>, MessageDisposition>>;
   // Effects whose moving average is below this are "cheap": a worker takes up to kCheapShare
-  // due tasks at once.
+  // due tasks at once (its chunk).
   static constexpr std::int64_t kCheapEffectNs = 50'000;
   static constexpr std::size_t kCheapShare = 16;
-  void worker();
-  // A worker's turn with a task it took alone or with others (cheap effects): runs each, writes
-  // the batched form's completions with one store call, and hands the finished ones over.
-  void run_tasks(std::vector<std::unique_ptr<Task>>& tasks);
+  // A chunk whose running task has taken longer than this gives the rest back (reclaim_stalled).
+  static constexpr std::chrono::milliseconds kStalledAfter{1};
+  // A worker's tasks taken with the one it runs, not started yet; under mutex_.
+  struct Chunk {
+    std::deque<std::unique_ptr<Task>> rest;
+    std::chrono::steady_clock::time_point started{};  // when the running one started
+  };
+  void worker(std::size_t id);
+  // Runs `task`, then the rest of worker `id`'s chunk one by one, and hands the finished ones
+  // over together; how many it ran.
+  std::size_t run_chunk(std::size_t id, std::unique_ptr<Task> task);
+  // Puts a chunk's tasks back among the waiting (they no longer count as running); how many.
+  std::size_t give_back_locked(Chunk& chunk);
+  // The receiving thread's watch: a chunk whose running task stalled (a cheap effect that hangs
+  // this once) gives the rest back to other workers, so that it holds none of them up for long.
+  void reclaim_stalled();
   // The batched form: claims a receive's group with one store call, then lets workers run it.
   void start_group(std::unique_ptr<Task> group);
   void wake_workers(std::size_t tasks);
@@ -322,6 +334,7 @@ class ConsumeLoop {
   // deliveries, in delivery order.
   std::unordered_map<std::string, std::deque<std::unique_ptr<Task>>> key_queues_;
   bool workers_stop_ = false;
+  std::unique_ptr<Chunk[]> chunks_;  // one per worker
   std::vector<std::thread> workers_;
 };
 

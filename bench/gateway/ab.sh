@@ -46,25 +46,10 @@ done
 ((${#binaries[@]} == 2)) || { echo "$me: expected two idem-gateway binaries (A and B); see --help" >&2; exit 2; }
 for b in "${binaries[@]}"; do [ -x "$b" ] || { echo "$me: not an executable: $b" >&2; exit 2; }; done
 case "$store" in memory|sqlite) ;; *) echo "$me: --store: expected memory or sqlite, got \"$store\"" >&2; exit 2 ;; esac
-for n in "$rounds" "$duration" "$threads" "$connections"; do
-  [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "$me: expected a positive integer, got \"$n\"" >&2; exit 2; }
-done
+check_positive_integers "$rounds" "$duration" "$threads" "$connections"
 require_tools wrk nginx python3 curl
 
-work=$(mktemp -d -t idem-bench-ab.XXXXXX)
-pids=()
-declare -A pid_of=()
-cleanup() {
-  local rc=$?
-  trap '' INT TERM
-  stop_processes
-  [ $rc -eq 0 ] || show_logs "$work"/*.log
-  rm -rf "$work"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+make_work_dir ab
 
 read -r upstream_port < <(free_ports 1)
 start_nginx upstream "server { listen 127.0.0.1:$upstream_port; location / { return 200 \"ok\"; } }"

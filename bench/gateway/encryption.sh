@@ -46,11 +46,8 @@ while (($#)); do
     *) [ -z "$binary" ] || { echo "$me: one gateway binary, please" >&2; exit 2; }; binary=$1; shift ;;
   esac
 done
-[ -n "$binary" ] || { echo "$me: expected an idem-gateway binary; see --help" >&2; exit 2; }
-[ -x "$binary" ] || { echo "$me: not an executable: $binary" >&2; exit 2; }
-for n in "$rounds" "$duration" "$threads" "$connections" "$body_bytes"; do
-  [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "$me: expected a positive integer, got \"$n\"" >&2; exit 2; }
-done
+check_gateway_binary
+check_positive_integers "$rounds" "$duration" "$threads" "$connections" "$body_bytes"
 IFS=, read -r -a store_list <<<"$stores"
 for s in "${store_list[@]}"; do
   case "$s" in memory|sqlite|redis) ;; *) echo "$me: --stores: unknown store \"$s\" (memory, sqlite, redis)" >&2; exit 2 ;; esac
@@ -59,23 +56,12 @@ tools=(wrk nginx python3 curl openssl)
 [[ ",$stores," == *",redis,"* ]] && tools+=(redis-server redis-cli)
 require_tools "${tools[@]}"
 
-work=$(mktemp -d -t idem-bench-enc.XXXXXX)
-pids=()
-declare -A pid_of=()
-cleanup() {
-  local rc=$?
-  trap '' INT TERM
-  stop_processes
-  [ $rc -eq 0 ] || show_logs "$work"/*.log
+bench_cleanup_hook() {
   if [ -d "$work/servers" ]; then
     bash "$root/scripts/lib/servers.sh" stop "$work/servers" || echo "$me: stopping the servers failed" >&2
   fi
-  rm -rf "$work"
-  exit $rc
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+make_work_dir enc
 
 if [[ ",$stores," == *",redis,"* ]]; then
   bash "$root/scripts/lib/servers.sh" start "$work/servers" redis >"$work/servers.log" 2>&1

@@ -71,11 +71,8 @@ while (($#)); do
     *) [ -z "$binary" ] || { echo "$me: one gateway binary, please" >&2; exit 2; }; binary=$1; shift ;;
   esac
 done
-[ -n "$binary" ] || { echo "$me: expected an idem-gateway binary; see --help" >&2; exit 2; }
-[ -x "$binary" ] || { echo "$me: not an executable: $binary" >&2; exit 2; }
-for n in "$rounds" "$calls" "$concurrency" "$channels" "$message_bytes"; do
-  [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "$me: expected a positive integer, got \"$n\"" >&2; exit 2; }
-done
+check_gateway_binary
+check_positive_integers "$rounds" "$calls" "$concurrency" "$channels" "$message_bytes"
 for n in "$gateway_threads" "$server_threads"; do
   [[ "$n" =~ ^[0-9]+$ ]] || { echo "$me: expected a number of threads, got \"$n\"" >&2; exit 2; }
 done
@@ -87,20 +84,8 @@ build_tree="$(cd "$(dirname "$binary")/.." && pwd)"
 [ -x "$load_bin" ] || { echo "$me: no load client at $load_bin (--load-bin; target idem_grpc_load)" >&2; exit 2; }
 require_tools python3 curl
 
-work=$(mktemp -d -t idem-bench-grpc.XXXXXX)
-pids=()
-declare -A pid_of=()
-cleanup() {
-  local rc=$?
-  trap '' INT TERM
-  stop_processes
-  [ $rc -eq 0 ] || show_logs "$work"/*.log "$work"/load.err
-  rm -rf "$work"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_failure_logs() { show_logs "$work"/*.log "$work"/load.err; }
+make_work_dir grpc
 
 # The echo service, on a port of its choosing (written to a file once it listens).
 server_args=(--listen 127.0.0.1:0 --port-file "$work/server.port")

@@ -59,27 +59,12 @@ while (($#)); do
     *) [ -z "$binary" ] || { echo "$me: one gateway binary, please" >&2; exit 2; }; binary=$1; shift ;;
   esac
 done
-[ -n "$binary" ] || { echo "$me: expected an idem-gateway binary; see --help" >&2; exit 2; }
-[ -x "$binary" ] || { echo "$me: not an executable: $binary" >&2; exit 2; }
-for n in "$rounds" "$duration" "$clients" "$streams" "$threads"; do
-  [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "$me: expected a positive integer, got \"$n\"" >&2; exit 2; }
-done
+check_gateway_binary
+check_positive_integers "$rounds" "$duration" "$clients" "$streams" "$threads"
 require_tools h2load nginx python3 curl openssl
 
-work=$(mktemp -d -t idem-bench-h2.XXXXXX)
-pids=()
-declare -A pid_of=()
-cleanup() {
-  local rc=$?
-  trap '' INT TERM
-  stop_processes
-  [ $rc -eq 0 ] || show_logs "$work"/*.log "$work"/*/logs/error.log "$work"/h2load.txt
-  rm -rf "$work"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_failure_logs() { show_logs "$work"/*.log "$work"/*/logs/error.log "$work"/h2load.txt; }
+make_work_dir h2
 
 # The test CA and its certificates (server.pem: localhost and 127.0.0.1); keys mode 0600.
 pki="$work/pki"

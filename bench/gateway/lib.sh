@@ -1,8 +1,9 @@
 # Shared by the gateway benchmarks (run.sh, ab.sh); sourced, not run.
 #
 # The caller sets `me` (its name, for messages), calls require_tools (which sets py and
-# nginx_bin), then sets work (a temporary directory) and upstream_port (before start_gateway),
-# and declares `pids=()` (what its cleanup stops) and `declare -A pid_of=()` (processes by name).
+# nginx_bin), then make_work_dir (or sets work, a temporary directory, and declares `pids=()`,
+# what its cleanup stops, and `declare -A pid_of=()`, processes by name), and sets upstream_port
+# before start_gateway.
 
 # require_tools TOOL...: exits 2 naming the first one missing; then sets nginx_bin and py.
 require_tools() {
@@ -15,6 +16,45 @@ require_tools() {
   # The system interpreter: a version-manager shim (pyenv) can take seconds to start.
   py=python3
   [ -x /usr/bin/python3 ] && py=/usr/bin/python3
+}
+
+# check_gateway_binary: after option parsing, exits 2 unless $binary names an executable.
+check_gateway_binary() {
+  [ -n "$binary" ] || { echo "$me: expected an idem-gateway binary; see --help" >&2; exit 2; }
+  [ -x "$binary" ] || { echo "$me: not an executable: $binary" >&2; exit 2; }
+}
+
+# check_positive_integers N...: exits 2 naming the first that is not a positive integer.
+check_positive_integers() {
+  local n
+  for n in "$@"; do
+    [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "$me: expected a positive integer, got \"$n\"" >&2; exit 2; }
+  done
+}
+
+# make_work_dir NAME: sets work (a fresh temporary directory), pids and pid_of, and the traps
+# that, at exit, stop every process in pids, call the caller's bench_cleanup_hook if it defines
+# one (stopping servers), show the logs after a failure (the caller's bench_failure_logs if it
+# defines one, else $work/*.log) and remove $work.
+make_work_dir() {
+  work=$(mktemp -d -t "idem-bench-$1.XXXXXX")
+  pids=()
+  declare -gA pid_of=()
+  trap bench_cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}
+
+bench_cleanup() {
+  local rc=$?
+  trap '' INT TERM
+  stop_processes
+  if declare -F bench_cleanup_hook >/dev/null; then bench_cleanup_hook; fi
+  if [ $rc -ne 0 ]; then
+    if declare -F bench_failure_logs >/dev/null; then bench_failure_logs; else show_logs "$work"/*.log; fi
+  fi
+  rm -rf "$work"
+  exit $rc
 }
 
 # stop_processes: SIGTERM to everything in `pids`, then SIGKILL to what is left after 5 s.

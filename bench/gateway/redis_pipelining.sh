@@ -39,31 +39,14 @@ while (($#)); do
     *) [ -z "$binary" ] || { echo "$me: one gateway binary, please" >&2; exit 2; }; binary=$1; shift ;;
   esac
 done
-[ -n "$binary" ] || { echo "$me: expected an idem-gateway binary; see --help" >&2; exit 2; }
-[ -x "$binary" ] || { echo "$me: not an executable: $binary" >&2; exit 2; }
-[[ "$duration" =~ ^[1-9][0-9]*$ ]] || { echo "$me: expected a positive integer, got \"$duration\"" >&2; exit 2; }
+check_gateway_binary
 IFS=, read -r -a connections <<<"$connection_list"
-for n in "${connections[@]}"; do
-  [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "$me: expected positive integers in --connections, got \"$n\"" >&2; exit 2; }
-done
+check_positive_integers "$duration" "${connections[@]}"
 require_tools wrk nginx python3 curl redis-cli
 
-work=$(mktemp -d -t idem-bench-redis-pipelining.XXXXXX)
+bench_cleanup_hook() { bash "$root/scripts/lib/servers.sh" stop "$work/servers" >/dev/null 2>&1 || true; }
+make_work_dir redis-pipelining
 chmod 755 "$work"
-pids=()
-declare -A pid_of=()
-cleanup() {
-  local rc=$?
-  trap '' INT TERM
-  stop_processes
-  bash "$root/scripts/lib/servers.sh" stop "$work/servers" >/dev/null 2>&1 || true
-  [ $rc -eq 0 ] || show_logs "$work"/*.log
-  rm -rf "$work"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 bash "$root/scripts/lib/servers.sh" start "$work/servers" redis >/dev/null
 # shellcheck disable=SC1091

@@ -39,27 +39,11 @@ while (($#)); do
     *) [ -z "$binary" ] || { echo "$me: one gateway binary, please" >&2; exit 2; }; binary=$1; shift ;;
   esac
 done
-[ -n "$binary" ] || { echo "$me: expected an idem-gateway binary; see --help" >&2; exit 2; }
-[ -x "$binary" ] || { echo "$me: not an executable: $binary" >&2; exit 2; }
-for n in "$rounds" "$duration" "$threads" "$connections"; do
-  [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "$me: expected a positive integer, got \"$n\"" >&2; exit 2; }
-done
+check_gateway_binary
+check_positive_integers "$rounds" "$duration" "$threads" "$connections"
 require_tools wrk nginx python3 curl openssl
 
-work=$(mktemp -d -t idem-bench-webhook.XXXXXX)
-pids=()
-declare -A pid_of=()
-cleanup() {
-  local rc=$?
-  trap '' INT TERM
-  stop_processes
-  [ $rc -eq 0 ] || show_logs "$work"/*.log
-  rm -rf "$work"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+make_work_dir webhook
 
 # Two secrets, as during a rotation; the events are signed with the second, so every request
 # computes two HMACs (the gateway tries every secret, whatever matched).

@@ -732,9 +732,9 @@ void ConsumeLoop::settle_finished() {
     done.swap(finished_);
   }
   if (done.empty()) return;
-  // Workers write completions before their tasks finish; one is still here only on a task whose
-  // completion did not take and which goes back to the broker on stop before its retry: written
-  // now, so that its next delivery finds it done rather than in progress.
+  // The batched form: the completions of everything finished since the last settle, with one
+  // store call, before any of their acks (also that of a task going back to the broker on stop
+  // whose completion had not taken: its next delivery then finds it done, not in progress).
   if (consumer_ != nullptr) complete_batch(done);
 
   std::size_t settled = 0;

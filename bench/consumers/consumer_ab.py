@@ -26,17 +26,8 @@ import urllib.parse
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SERVERS = os.path.join(ROOT, "scripts", "lib", "servers.sh")
-
-
-def read_env(path):
-    env = {}
-    with open(path) as f:
-        for line in f:
-            if line.startswith("export "):
-                for part in line[7:].strip().split(" "):
-                    k, _, v = part.partition("=")
-                    env[k] = v.strip("'")
-    return env
+sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
+from stores import read_servers_env  # noqa: E402
 
 
 class Rig:
@@ -51,7 +42,7 @@ class Rig:
             needed.add("postgres")
         subprocess.run(["bash", SERVERS, "start", os.path.join(work, "servers")] + sorted(needed), check=True,
                        stdout=subprocess.DEVNULL)
-        self.env = read_env(os.path.join(work, "servers", "env"))
+        self.env = read_servers_env(os.path.join(work, "servers", "env"))
 
     def urls(self, broker):
         self.n += 1

@@ -46,6 +46,7 @@ SERVERS = os.path.join(ROOT, "scripts", "lib", "servers.sh")
 sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
 import brokers  # noqa: E402  (PrivateKafka, PrivateSqs: the Kafka mock cluster, the SQS emulator)
 from ports import free_port  # noqa: E402
+from stores import read_servers_env  # noqa: E402
 
 
 def ticks(pid):
@@ -167,13 +168,7 @@ class Run:
         subprocess.run(["bash", SERVERS, "start", os.path.join(self.work, "servers"), "rabbitmq", "redis", "postgres"],
                        check=True,
                        stdout=subprocess.DEVNULL)
-        self.env = {}
-        with open(os.path.join(self.work, "servers", "env")) as f:
-            for line in f:
-                if line.startswith("export "):
-                    for part in line[7:].strip().split(" "):
-                        k, _, v = part.partition("=")
-                        self.env[k] = v.strip("'")
+        self.env = read_servers_env(os.path.join(self.work, "servers", "env"))
         self.procs = []
         self.handler_port = free_port()
         prefix = os.path.join(self.work, "nginx")

@@ -569,7 +569,7 @@ void ConsumeLoop::start_group(std::unique_ptr<Task> group) {
   }
   // This worker takes its share when it comes back for work; the others are woken for the rest.
   const std::size_t per_worker = effects_are_cheap() ? kCheapShare : 1;
-  if (n > per_worker) wake_workers((n - per_worker + per_worker - 1) / per_worker);
+  if (n > per_worker) wake_workers((n - 1) / per_worker);  // ceil((n - per_worker) / per_worker)
 }
 
 std::size_t ConsumeLoop::run_chunk(std::size_t id, std::unique_ptr<Task> task) {

@@ -120,3 +120,16 @@ class PrivatePostgres:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def read_servers_env(path):
+    """The variables of the env file scripts/lib/servers.sh writes (its `export A=... B=...` lines,
+    values possibly single-quoted), as a dict."""
+    env = {}
+    with open(path) as f:
+        for line in f:
+            if line.startswith("export "):
+                for part in line[7:].strip().split(" "):
+                    k, _, v = part.partition("=")
+                    env[k] = v.strip("'")
+    return env
